@@ -1,5 +1,13 @@
 //! backoffd: a single-threaded mio daemon with a CoAP forwarding proxy, gRPC's
 //! connection-backoff interop server and client, and the hashed timer wheel they run on.
+//!
+//! Protocol cores are sans-IO state machines that take `now` and bytes and return what to send
+//! and when to be woken; [`reactor`] is the only place that owns sockets, the clock and the
+//! timer wheel ([`timer`]).
 
+pub mod cli;
+pub mod reactor;
+pub mod stats;
 pub mod time;
 pub mod timer;
+pub mod timer_bench;

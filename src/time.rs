@@ -114,3 +114,51 @@ mod tests {
         assert!(b >= a);
     }
 }
+
+/// Parses a human duration: `500ms`, `2s`, `1.5s`, `250us`, `100ns`, `2m`, `1h`.
+///
+/// A unit is required (a bare `2` is ambiguous between seconds and milliseconds).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .ok_or_else(|| format!("{s:?} has no unit (use ns, us, ms, s, m or h)"))?;
+    let (number, unit) = s.split_at(split);
+    let scale = match unit {
+        "ns" => 1e-9,
+        "us" | "µs" => 1e-6,
+        "ms" => 1e-3,
+        "s" => 1.0,
+        "m" => 60.0,
+        "h" => 3600.0,
+        _ => {
+            return Err(format!(
+                "{s:?} has an unknown unit {unit:?} (use ns, us, ms, s, m or h)"
+            ))
+        }
+    };
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number followed by a unit"))?;
+    Duration::try_from_secs_f64(value * scale).map_err(|_| format!("{s:?} is out of range"))
+}
+
+#[cfg(test)]
+mod parse_tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_documented_forms() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2s"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("250us"), Ok(Duration::from_micros(250)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+    }
+
+    #[test]
+    fn rejects_missing_or_unknown_units_and_garbage() {
+        for bad in ["2", "", "s", "1.2.3s", "5 parsecs", "-1s", "1e400s"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
+}

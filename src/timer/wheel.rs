@@ -347,6 +347,37 @@ impl<T> TimerWheel<T> {
     }
 }
 
+impl<T> TimerWheel<T> {
+    /// A listing of every occupied slot, for test failure messages.
+    #[doc(hidden)]
+    pub fn debug_dump(&self) -> String {
+        let mut s = format!(
+            "elapsed={} ({}ns)\n",
+            self.elapsed,
+            self.elapsed << TICK_SHIFT
+        );
+        for (l, lvl) in self.levels.iter().enumerate() {
+            for slot in 0..SLOTS {
+                let mut c = lvl.slots[slot].head;
+                if c == NIL {
+                    continue;
+                }
+                s += &format!(
+                    "L{l} s{slot} earliest={} bit={}:",
+                    lvl.earliest[slot],
+                    lvl.occupied >> slot & 1
+                );
+                while c != NIL {
+                    s += &format!(" {}", self.nodes[c as usize].deadline);
+                    c = self.nodes[c as usize].next;
+                }
+                s += "\n";
+            }
+        }
+        s
+    }
+}
+
 /// The level whose digit is the highest in which `tick` differs from `elapsed`.
 fn level_for(elapsed: u64, tick: u64) -> usize {
     let masked = (elapsed ^ tick) | (SLOTS as u64 - 1);
@@ -457,35 +488,5 @@ mod tests {
     #[test]
     fn node_is_at_most_32_bytes_with_the_reactor_payload() {
         assert!(std::mem::size_of::<Node<(u32, u32)>>() <= 32);
-    }
-}
-impl<T> TimerWheel<T> {
-    /// A listing of every occupied slot, for test failure messages.
-    #[doc(hidden)]
-    pub fn debug_dump(&self) -> String {
-        let mut s = format!(
-            "elapsed={} ({}ns)\n",
-            self.elapsed,
-            self.elapsed << TICK_SHIFT
-        );
-        for (l, lvl) in self.levels.iter().enumerate() {
-            for slot in 0..SLOTS {
-                let mut c = lvl.slots[slot].head;
-                if c == NIL {
-                    continue;
-                }
-                s += &format!(
-                    "L{l} s{slot} earliest={} bit={}:",
-                    lvl.earliest[slot],
-                    lvl.occupied >> slot & 1
-                );
-                while c != NIL {
-                    s += &format!(" {}", self.nodes[c as usize].deadline);
-                    c = self.nodes[c as usize].next;
-                }
-                s += "\n";
-            }
-        }
-        s
     }
 }

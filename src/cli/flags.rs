@@ -1,0 +1,202 @@
+//! A small command-line flag parser: no dependency, exact error messages.
+//!
+//! Accepts the four spellings gRPC's interop tools are driven with: `--name=V`, `--name V`,
+//! `-name=V` and `-name V`. Unknown flags, missing values and bad values are a [`UsageError`]
+//! naming the flag, which the binary prints as one line before exiting with status 2.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// One accepted flag.
+pub struct Spec {
+    pub name: &'static str,
+    /// Whether the flag takes a value (otherwise it is a switch).
+    pub takes_value: bool,
+}
+
+/// Shorthand for a flag that takes a value.
+pub const fn value(name: &'static str) -> Spec {
+    Spec {
+        name,
+        takes_value: true,
+    }
+}
+
+/// Shorthand for a switch.
+pub const fn switch(name: &'static str) -> Spec {
+    Spec {
+        name,
+        takes_value: false,
+    }
+}
+
+/// A command-line mistake; the message names the flag and the rule it breaks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UsageError(pub String);
+
+impl fmt::Display for UsageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+/// Parsed flags, in command-line order.
+#[derive(Debug, Default)]
+pub struct Flags {
+    given: Vec<(&'static str, Option<String>)>,
+    /// `--help` or `-h` was given.
+    pub help: bool,
+}
+
+impl Flags {
+    /// Parses `args` (without the program and subcommand names) against `spec`.
+    pub fn parse(args: &[String], spec: &[Spec]) -> Result<Flags, UsageError> {
+        let mut flags = Flags::default();
+        let mut rest = args.iter();
+        while let Some(arg) = rest.next() {
+            if arg == "--help" || arg == "-h" {
+                flags.help = true;
+                continue;
+            }
+            let Some(body) = arg.strip_prefix("--").or_else(|| arg.strip_prefix('-')) else {
+                return Err(UsageError(format!("unexpected argument {arg:?}")));
+            };
+            let (name, inline) = match body.split_once('=') {
+                Some((n, v)) => (n, Some(v.to_string())),
+                None => (body, None),
+            };
+            let Some(s) = spec.iter().find(|s| s.name == name) else {
+                return Err(UsageError(format!("unknown flag --{name} (see --help)")));
+            };
+            let value = match (s.takes_value, inline) {
+                (true, Some(v)) => Some(v),
+                (true, None) => Some(
+                    rest.next()
+                        .ok_or_else(|| UsageError(format!("--{name} needs a value")))?
+                        .clone(),
+                ),
+                (false, None) => None,
+                (false, Some(_)) => {
+                    return Err(UsageError(format!(
+                        "--{name} is a switch and takes no value"
+                    )))
+                }
+            };
+            flags.given.push((s.name, value));
+        }
+        Ok(flags)
+    }
+
+    /// Whether a switch (or any flag) was given.
+    pub fn has(&self, name: &str) -> bool {
+        self.given.iter().any(|(n, _)| *n == name)
+    }
+
+    /// The last value given for `name`, parsed; the error names the flag.
+    pub fn get<T: FromStr>(&self, name: &str) -> Result<Option<T>, UsageError>
+    where
+        T::Err: fmt::Display,
+    {
+        self.values(name)
+            .last()
+            .map(|v| parse_value(name, v))
+            .transpose()
+    }
+
+    /// Like [`get`](Self::get) with a default.
+    pub fn get_or<T: FromStr>(&self, name: &str, default: T) -> Result<T, UsageError>
+    where
+        T::Err: fmt::Display,
+    {
+        Ok(self.get(name)?.unwrap_or(default))
+    }
+
+    /// Every value of a repeatable flag, parsed, in order.
+    pub fn get_all<T: FromStr>(&self, name: &str) -> Result<Vec<T>, UsageError>
+    where
+        T::Err: fmt::Display,
+    {
+        self.values(name).map(|v| parse_value(name, v)).collect()
+    }
+
+    fn values<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+        self.given
+            .iter()
+            .filter(move |(n, _)| *n == name)
+            .filter_map(|(_, v)| v.as_deref())
+    }
+}
+
+fn parse_value<T: FromStr>(name: &str, v: &str) -> Result<T, UsageError>
+where
+    T::Err: fmt::Display,
+{
+    v.parse()
+        .map_err(|e| UsageError(format!("--{name}: invalid value {v:?}: {e}")))
+}
+
+/// A flag value that must be a duration like `500ms` or `1.5s`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DurationArg(pub std::time::Duration);
+
+impl FromStr for DurationArg {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        crate::time::parse_duration(s).map(DurationArg)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SPEC: &[Spec] = &[value("control_port"), value("retry_port"), switch("json")];
+
+    fn args(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn accepts_all_four_spellings() {
+        for a in [
+            args(&["--control_port=8080"]),
+            args(&["--control_port", "8080"]),
+            args(&["-control_port=8080"]),
+            args(&["-control_port", "8080"]),
+        ] {
+            let f = Flags::parse(&a, SPEC).unwrap();
+            assert_eq!(f.get::<u16>("control_port"), Ok(Some(8080)));
+        }
+    }
+
+    #[test]
+    fn unknown_flag_is_named() {
+        let e = Flags::parse(&args(&["--bogus=1"]), SPEC).unwrap_err();
+        assert!(e.0.contains("--bogus"), "{e}");
+    }
+
+    #[test]
+    fn bad_value_names_flag_and_value() {
+        let f = Flags::parse(&args(&["--retry_port", "eighty"]), SPEC).unwrap();
+        let e = f.get::<u16>("retry_port").unwrap_err();
+        assert!(
+            e.0.contains("--retry_port") && e.0.contains("eighty"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn missing_value_and_valued_switch_are_errors() {
+        assert!(Flags::parse(&args(&["--retry_port"]), SPEC).is_err());
+        assert!(Flags::parse(&args(&["--json=yes"]), SPEC).is_err());
+        assert!(Flags::parse(&args(&["stray"]), SPEC).is_err());
+    }
+
+    #[test]
+    fn switches_and_help() {
+        let f = Flags::parse(&args(&["--json", "-h"]), SPEC).unwrap();
+        assert!(f.has("json") && f.help);
+    }
+}

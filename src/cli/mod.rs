@@ -1,0 +1,58 @@
+//! The `backoffd` command line: subcommand dispatch. Each subcommand has its own file.
+
+pub mod flags;
+mod timer_bench;
+
+use flags::UsageError;
+
+const HELP: &str = "\
+backoffd: a single-threaded mio daemon with a CoAP forwarding proxy, gRPC's connection-backoff
+interop server and client, and a precise hashed timer wheel.
+
+Usage: backoffd <command> [options]
+
+Commands:
+  timer-bench     measure the reactor's timer wake-up precision on this host
+
+Run `backoffd <command> --help` for a command's options.
+";
+
+/// Runs the `backoffd` command line; returns the process exit code.
+pub fn main(args: &[String]) -> i32 {
+    init_logging();
+    let (command, rest) = match args.get(1) {
+        Some(c) => (c.as_str(), &args[2..]),
+        None => {
+            eprint!("{HELP}");
+            return 2;
+        }
+    };
+    let result = match command {
+        "timer-bench" => timer_bench::main(rest),
+        "-h" | "--help" | "help" => {
+            print!("{HELP}");
+            Ok(0)
+        }
+        "-V" | "--version" => {
+            println!("backoffd {}", env!("CARGO_PKG_VERSION"));
+            Ok(0)
+        }
+        other => Err(UsageError(format!(
+            "unknown command {other:?} (see backoffd --help)"
+        ))),
+    };
+    result.unwrap_or_else(|e| {
+        match command {
+            "timer-bench" => eprintln!("backoffd {command}: {e}"),
+            _ => eprintln!("backoffd: {e}"),
+        }
+        2
+    })
+}
+
+/// Logs to stderr; `RUST_LOG` overrides the default level (`info`).
+pub fn init_logging() {
+    let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
+        .format_timestamp_micros()
+        .try_init();
+}

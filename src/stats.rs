@@ -1,0 +1,108 @@
+//! Latency summaries: exact percentiles over recorded samples and a log2 text histogram.
+
+use std::fmt::Write;
+
+/// Lateness statistics of one sample set, in microseconds.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Summary {
+    pub samples: usize,
+    /// Samples below zero: a timer that fired before its deadline (must never happen).
+    pub early: usize,
+    pub min_us: f64,
+    pub p50_us: f64,
+    pub p90_us: f64,
+    pub p99_us: f64,
+    pub p999_us: f64,
+    pub max_us: f64,
+}
+
+impl Summary {
+    /// Summarises signed nanosecond samples (sorted in place). Percentiles use the nearest-rank
+    /// method, so every reported value is one that was actually observed.
+    pub fn from_nanos(samples: &mut [i64]) -> Summary {
+        samples.sort_unstable();
+        let us = |ns: i64| ns as f64 / 1000.0;
+        let rank = |p: f64| {
+            let n = samples.len();
+            let i = ((p / 100.0) * n as f64).ceil() as usize;
+            us(samples[i.clamp(1, n) - 1])
+        };
+        if samples.is_empty() {
+            return Summary {
+                samples: 0,
+                early: 0,
+                min_us: 0.0,
+                p50_us: 0.0,
+                p90_us: 0.0,
+                p99_us: 0.0,
+                p999_us: 0.0,
+                max_us: 0.0,
+            };
+        }
+        Summary {
+            samples: samples.len(),
+            early: samples.iter().take_while(|&&s| s < 0).count(),
+            min_us: us(samples[0]),
+            p50_us: rank(50.0),
+            p90_us: rank(90.0),
+            p99_us: rank(99.0),
+            p999_us: rank(99.9),
+            max_us: us(samples[samples.len() - 1]),
+        }
+    }
+}
+
+/// A text histogram of nanosecond samples in power-of-two microsecond buckets.
+pub fn log2_histogram(samples: &[i64], width: usize) -> String {
+    let mut buckets = [0usize; 24];
+    for &ns in samples {
+        let us = (ns.max(0) / 1000) as u64;
+        let b = (64 - us.leading_zeros() as usize).min(buckets.len() - 1);
+        buckets[b] += 1;
+    }
+    let last = buckets.iter().rposition(|&c| c > 0).unwrap_or(0);
+    let first = buckets.iter().position(|&c| c > 0).unwrap_or(0);
+    let peak = buckets.iter().copied().max().unwrap_or(0).max(1);
+    let mut out = String::new();
+    for (b, &count) in buckets.iter().enumerate().take(last + 1).skip(first) {
+        let (lo, hi) = if b == 0 {
+            (0, 1)
+        } else {
+            (1u64 << (b - 1), 1u64 << b)
+        };
+        let bar = "#".repeat((count * width).div_ceil(peak));
+        let _ = writeln!(out, "  {lo:>7}..{hi:<7} us {count:>8} {bar}");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let mut s: Vec<i64> = (1..=1000).map(|i| i * 1000).collect();
+        let sum = Summary::from_nanos(&mut s);
+        assert_eq!(sum.samples, 1000);
+        assert_eq!(sum.p50_us, 500.0);
+        assert_eq!(sum.p99_us, 990.0);
+        assert_eq!(sum.p999_us, 999.0);
+        assert_eq!(sum.max_us, 1000.0);
+        assert_eq!(sum.early, 0);
+    }
+
+    #[test]
+    fn negative_samples_count_as_early() {
+        let mut s = vec![-5, -1, 0, 10];
+        assert_eq!(Summary::from_nanos(&mut s).early, 2);
+    }
+
+    #[test]
+    fn histogram_puts_samples_in_log2_buckets() {
+        let h = log2_histogram(&[500, 1_500, 3_000, 3_500], 10);
+        assert!(h.contains("0..1"));
+        assert!(h.contains("1..2"));
+        assert!(h.contains("2..4"));
+    }
+}

@@ -1,0 +1,231 @@
+//! The reactor with real sockets, real timers and real signals (no sleeps, no timing asserts).
+
+use std::cell::RefCell;
+use std::io;
+use std::net::UdpSocket as StdUdp;
+use std::rc::Rc;
+use std::time::Duration;
+
+use backoffd::reactor::{Component, Config, Ctx, Reactor, Readiness, WakeMode};
+use backoffd::time::Timestamp;
+use backoffd::timer::TimerId;
+use mio::net::UdpSocket;
+use mio::{Interest, Token};
+
+fn config(wake: WakeMode) -> Config {
+    Config {
+        wake,
+        signals: false,
+        drain_timeout: Duration::from_millis(200),
+    }
+}
+
+/// Echoes datagrams until it has echoed `remaining`, then stops the loop.
+struct Echo {
+    socket: UdpSocket,
+    token: Option<Token>,
+    remaining: usize,
+}
+
+impl Component for Echo {
+    fn on_start(&mut self, ctx: &mut Ctx<'_>) -> io::Result<()> {
+        self.token = Some(ctx.register(&mut self.socket, Interest::READABLE)?);
+        Ok(())
+    }
+    fn on_ready(&mut self, ctx: &mut Ctx<'_>, token: Token, ready: Readiness) {
+        assert_eq!(Some(token), self.token);
+        assert!(ready.readable);
+        let mut buf = [0u8; 1500];
+        loop {
+            match self.socket.recv_from(&mut buf) {
+                Ok((n, from)) => {
+                    self.socket.send_to(&buf[..n], from).unwrap();
+                    self.remaining -= 1;
+                    if self.remaining == 0 {
+                        ctx.shutdown();
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) => panic!("{e}"),
+            }
+        }
+    }
+    fn on_timer(&mut self, _: &mut Ctx<'_>, _: TimerId, _: u32) {}
+}
+
+#[test]
+fn routes_udp_readiness_to_the_owning_component() {
+    let server = UdpSocket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = server.local_addr().unwrap();
+    let client = StdUdp::bind("127.0.0.1:0").unwrap();
+    for i in 0..50u8 {
+        client.send_to(&[i; 10], addr).unwrap();
+    }
+    let mut reactor = Reactor::new(config(WakeMode::Timerfd)).unwrap();
+    reactor
+        .add(Box::new(Echo {
+            socket: server,
+            token: None,
+            remaining: 50,
+        }))
+        .unwrap();
+    reactor.run().unwrap();
+    client
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut buf = [0u8; 64];
+    for i in 0..50u8 {
+        let n = client.recv(&mut buf).unwrap();
+        assert_eq!(&buf[..n], &[i; 10]);
+    }
+}
+
+type Log = Rc<RefCell<Vec<(u32, Timestamp, Timestamp)>>>;
+
+/// Arms timers at given offsets, cancels some, and logs (key, deadline, fired-at).
+struct Timers {
+    offsets_us: Vec<u64>,
+    cancel: Vec<usize>,
+    deadlines: Vec<Timestamp>,
+    log: Log,
+}
+
+impl Component for Timers {
+    fn on_start(&mut self, ctx: &mut Ctx<'_>) -> io::Result<()> {
+        let start = ctx.now();
+        let mut ids = Vec::new();
+        for (key, &us) in self.offsets_us.iter().enumerate() {
+            let deadline = start + Duration::from_micros(us);
+            self.deadlines.push(deadline);
+            ids.push(ctx.set_timer(deadline, key as u32));
+        }
+        for &i in &self.cancel {
+            assert!(ctx.cancel_timer(ids[i]));
+            assert!(!ctx.cancel_timer(ids[i]), "second cancel is a no-op");
+        }
+        Ok(())
+    }
+    fn on_ready(&mut self, _: &mut Ctx<'_>, _: Token, _: Readiness) {}
+    fn on_timer(&mut self, ctx: &mut Ctx<'_>, _: TimerId, key: u32) {
+        self.log
+            .borrow_mut()
+            .push((key, self.deadlines[key as usize], ctx.now()));
+        if self.log.borrow().len() == self.offsets_us.len() - self.cancel.len() {
+            ctx.shutdown();
+        }
+    }
+}
+
+fn fire_in_order(wake: WakeMode) {
+    let offsets_us = vec![3000, 150, 150, 2500, 900, 40_000, 10, 1200, 700, 5000];
+    let log: Log = Rc::default();
+    let mut reactor = Reactor::new(config(wake)).unwrap();
+    reactor
+        .add(Box::new(Timers {
+            offsets_us: offsets_us.clone(),
+            cancel: vec![3, 5],
+            deadlines: Vec::new(),
+            log: Rc::clone(&log),
+        }))
+        .unwrap();
+    reactor.run().unwrap();
+    let log = log.borrow();
+    let keys: Vec<u32> = log.iter().map(|e| e.0).collect();
+    assert_eq!(
+        keys,
+        vec![6, 1, 2, 8, 4, 7, 0, 9],
+        "deadline order, ties by insertion"
+    );
+    for &(key, deadline, fired) in log.iter() {
+        assert!(fired >= deadline, "timer {key} fired early");
+    }
+}
+
+#[test]
+fn timers_fire_in_deadline_order_never_early_with_timerfd() {
+    fire_in_order(WakeMode::Timerfd);
+}
+
+#[test]
+fn timers_fire_in_deadline_order_never_early_with_epoll() {
+    fire_in_order(WakeMode::Epoll);
+}
+
+/// Never drains: the loop must still stop when the drain time runs out.
+struct Stubborn {
+    shutdown_calls: Rc<RefCell<u32>>,
+}
+
+impl Component for Stubborn {
+    fn on_start(&mut self, ctx: &mut Ctx<'_>) -> io::Result<()> {
+        let now = ctx.now();
+        ctx.set_timer(now, 0);
+        Ok(())
+    }
+    fn on_ready(&mut self, _: &mut Ctx<'_>, _: Token, _: Readiness) {}
+    fn on_timer(&mut self, ctx: &mut Ctx<'_>, _: TimerId, _: u32) {
+        ctx.shutdown();
+        ctx.shutdown();
+    }
+    fn on_shutdown(&mut self, ctx: &mut Ctx<'_>) {
+        assert!(ctx.is_shutting_down());
+        *self.shutdown_calls.borrow_mut() += 1;
+    }
+    fn is_drained(&self) -> bool {
+        false
+    }
+}
+
+#[test]
+fn shutdown_is_delivered_once_and_drain_time_is_bounded() {
+    let calls = Rc::new(RefCell::new(0));
+    let mut reactor = Reactor::new(config(WakeMode::Timerfd)).unwrap();
+    reactor
+        .add(Box::new(Stubborn {
+            shutdown_calls: Rc::clone(&calls),
+        }))
+        .unwrap();
+    reactor.run().unwrap();
+    assert_eq!(*calls.borrow(), 1);
+}
+
+/// Counts on_shutdown calls; drains immediately.
+struct Quiet {
+    shutdown_calls: Rc<RefCell<u32>>,
+}
+
+impl Component for Quiet {
+    fn on_ready(&mut self, _: &mut Ctx<'_>, _: Token, _: Readiness) {}
+    fn on_timer(&mut self, _: &mut Ctx<'_>, _: TimerId, _: u32) {}
+    fn on_shutdown(&mut self, _: &mut Ctx<'_>) {
+        *self.shutdown_calls.borrow_mut() += 1;
+    }
+}
+
+#[test]
+fn sigterm_stops_the_loop_gracefully() {
+    // Runs on its own thread so the signal mask change stays there; the signal is sent to that
+    // thread only (tgkill), so the test harness's other threads are untouched.
+    std::thread::spawn(|| {
+        let calls = Rc::new(RefCell::new(0));
+        let mut reactor = Reactor::new(Config {
+            signals: true,
+            ..config(WakeMode::Timerfd)
+        })
+        .unwrap();
+        reactor
+            .add(Box::new(Quiet {
+                shutdown_calls: Rc::clone(&calls),
+            }))
+            .unwrap();
+        // SAFETY: plain syscalls sending SIGTERM to this very thread, which has it blocked.
+        unsafe {
+            let tid = libc::syscall(libc::SYS_gettid);
+            libc::syscall(libc::SYS_tgkill, libc::getpid(), tid, libc::SIGTERM);
+        }
+        reactor.run().unwrap();
+        assert_eq!(*calls.borrow(), 1);
+    })
+    .join()
+    .unwrap();
+}
