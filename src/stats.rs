@@ -22,9 +22,10 @@ impl Summary {
     pub fn from_nanos(samples: &mut [i64]) -> Summary {
         samples.sort_unstable();
         let us = |ns: i64| ns as f64 / 1000.0;
-        let rank = |p: f64| {
+        // `per_mille` in integers so p99.9 of 1000 samples is exactly rank 999.
+        let rank = |per_mille: usize| {
             let n = samples.len();
-            let i = ((p / 100.0) * n as f64).ceil() as usize;
+            let i = (per_mille * n).div_ceil(1000);
             us(samples[i.clamp(1, n) - 1])
         };
         if samples.is_empty() {
@@ -43,10 +44,10 @@ impl Summary {
             samples: samples.len(),
             early: samples.iter().take_while(|&&s| s < 0).count(),
             min_us: us(samples[0]),
-            p50_us: rank(50.0),
-            p90_us: rank(90.0),
-            p99_us: rank(99.0),
-            p999_us: rank(99.9),
+            p50_us: rank(500),
+            p90_us: rank(900),
+            p99_us: rank(990),
+            p999_us: rank(999),
             max_us: us(samples[samples.len() - 1]),
         }
     }
