@@ -2,7 +2,8 @@
 //! plain epoll timeout, and `tokio::time::sleep_until` on a current-thread runtime. Rounds of
 //! each alternate so machine noise hits all three alike.
 //!
-//! Run: `cargo bench --bench wake_precision` (env TIMERS=N to change samples per source).
+//! Run: `cargo bench --bench wake_precision` (env TIMERS=N to change samples per source,
+//! FIFO_PRIORITY=P to run under SCHED_FIFO like cyclictest -p, which needs root).
 
 use std::time::{Duration, Instant};
 
@@ -20,6 +21,12 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(10_000);
+    let fifo: Option<i32> = std::env::var("FIFO_PRIORITY")
+        .ok()
+        .and_then(|v| v.parse().ok());
+    if let Some(p) = fifo {
+        timer_bench::set_fifo_priority(p).expect("SCHED_FIFO (needs root or CAP_SYS_NICE)");
+    }
     let base = Options {
         timers: ROUND,
         ..Options::default()
@@ -40,8 +47,11 @@ fn main() {
         seed += 1;
     }
     println!(
-        "wake precision: {timers} timers per source, deadlines {:?}..{:?}, {} in flight",
-        base.min, base.max, base.inflight
+        "wake precision: {timers} timers per source, deadlines {:?}..{:?}, {} in flight, {}",
+        base.min,
+        base.max,
+        base.inflight,
+        fifo.map_or("default scheduler".into(), |p| format!("SCHED_FIFO {p}"))
     );
     println!(
         "{:<22} {:>8} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9}   (lateness, us)",

@@ -158,3 +158,17 @@ pub fn set_timer_slack(ns: u64) -> io::Result<()> {
     }
     Ok(())
 }
+
+/// Runs this thread under `SCHED_FIFO` at `priority` (1..=99), as cyclictest's `-p` does, so
+/// the measurement is not queued behind other runnable processes. Needs CAP_SYS_NICE.
+pub fn set_fifo_priority(priority: i32) -> io::Result<()> {
+    let param = libc::sched_param {
+        sched_priority: priority,
+    };
+    // SAFETY: pid 0 is this thread; `param` is a valid sched_param.
+    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}

@@ -19,6 +19,8 @@ Options:
   --wake SRC            timerfd, epoll or both (default both, measured interleaved)
   --round N             samples per source before switching source (default 500)
   --timerslack-ns NS    set PR_SET_TIMERSLACK for the run (kernel default: 50000)
+  --fifo-priority P     run under SCHED_FIFO priority P (1..99), like cyclictest -p;
+                        needs root or CAP_SYS_NICE
   --seed N              random seed (default 1)
   --json                one JSON object per source and line instead of the table
   -h, --help            this help
@@ -34,6 +36,7 @@ const SPEC: &[Spec] = &[
     value("wake"),
     value("round"),
     value("timerslack-ns"),
+    value("fifo-priority"),
     value("seed"),
     switch("json"),
 ];
@@ -74,17 +77,31 @@ pub fn main(args: &[String]) -> Result<i32, UsageError> {
             return Ok(1);
         }
     }
+    if let Some(p) = flags.get::<i32>("fifo-priority")? {
+        if !(1..=99).contains(&p) {
+            return Err(UsageError(
+                "--fifo-priority must be between 1 and 99".into(),
+            ));
+        }
+        if let Err(e) = timer_bench::set_fifo_priority(p) {
+            eprintln!("backoffd timer-bench: cannot switch to SCHED_FIFO: {e}");
+            return Ok(1);
+        }
+    }
     let json = flags.has("json");
     if !json {
         println!(
-            "timer-bench: {} timers per source, deadlines {:?}..{:?} ahead, {} in flight, timer slack {}",
+            "timer-bench: {} timers per source, deadlines {:?}..{:?} ahead, {} in flight, timer slack {}, scheduler {}",
             options.timers,
             options.min,
             options.max,
             options.inflight,
             flags
                 .get::<u64>("timerslack-ns")?
-                .map_or("default".to_string(), |ns| format!("{ns} ns"))
+                .map_or("default".to_string(), |ns| format!("{ns} ns")),
+            flags
+                .get::<i32>("fifo-priority")?
+                .map_or("default".to_string(), |p| format!("SCHED_FIFO {p}"))
         );
     }
     let results = match timer_bench::run(&options) {
