@@ -8,6 +8,7 @@
 pub mod cli;
 pub mod coap;
 pub mod http2;
+pub mod proxy;
 pub mod reactor;
 pub mod stats;
 pub mod time;

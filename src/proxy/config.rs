@@ -1,0 +1,310 @@
+//! The proxy's configuration: upstream retry policies, presets, limits, routing, and validation.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use crate::coap::params;
+
+/// How the proxy retries one upstream request (its own policy, not the client's).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RetryPolicy {
+    /// Wait before the first retransmission.
+    pub timeout: Duration,
+    /// Retransmissions after the first send; 0 sends once.
+    pub max_retries: u32,
+    /// Each wait is the previous one times this.
+    pub backoff_factor: f64,
+    /// Each wait is multiplied by a uniform factor in `[1 - jitter, 1 + jitter]`.
+    pub jitter: f64,
+    /// Hard cap on the whole upstream exchange, separate responses included: 5.04 when reached.
+    pub total_timeout: Duration,
+}
+
+impl RetryPolicy {
+    /// RFC 7252 §4.8 defaults: an initial timeout uniform in ACK_TIMEOUT x [1, ACK_RANDOM_FACTOR]
+    /// = [2 s, 3 s] (2.5 s +-20 %), doubling, MAX_RETRANSMIT 4, MAX_TRANSMIT_WAIT as the cap.
+    pub const RFC7252: RetryPolicy = RetryPolicy {
+        timeout: Duration::from_millis(2500),
+        max_retries: params::MAX_RETRANSMIT,
+        backoff_factor: 2.0,
+        jitter: 0.2,
+        total_timeout: params::MAX_TRANSMIT_WAIT,
+    };
+    /// The documented defaults: 2 s, 4 retries, x1.5, +-10 %, 30 s total.
+    pub const DEFAULT: RetryPolicy = RetryPolicy {
+        timeout: Duration::from_secs(2),
+        max_retries: 4,
+        backoff_factor: 1.5,
+        jitter: 0.1,
+        total_timeout: Duration::from_secs(30),
+    };
+    /// LAN (RTT < 10 ms): answer fast or fail fast.
+    pub const LAN: RetryPolicy = RetryPolicy {
+        timeout: Duration::from_secs(1),
+        max_retries: 2,
+        backoff_factor: 1.5,
+        jitter: 0.1,
+        total_timeout: Duration::from_secs(5),
+    };
+    /// WAN / cellular (RTT 0.2..2 s).
+    pub const WAN: RetryPolicy = RetryPolicy {
+        timeout: Duration::from_secs(3),
+        max_retries: 5,
+        backoff_factor: 1.5,
+        jitter: 0.1,
+        total_timeout: Duration::from_secs(30),
+    };
+
+    /// The un-jittered wait before retransmission `k` (1-based): `timeout * factor^(k-1)`.
+    pub fn nominal_delay(&self, k: u32) -> Duration {
+        let exp = i32::try_from(k.saturating_sub(1)).unwrap_or(i32::MAX);
+        Duration::try_from_secs_f64(self.timeout.as_secs_f64() * self.backoff_factor.powi(exp))
+            .unwrap_or(Duration::MAX)
+    }
+
+    /// The policy for non-idempotent methods derived from this one: at most one retry.
+    pub fn non_idempotent(&self) -> RetryPolicy {
+        RetryPolicy {
+            max_retries: self.max_retries.min(1),
+            total_timeout: self.total_timeout.min(Duration::from_secs(15)),
+            ..*self
+        }
+    }
+
+    /// Rejects nonsense; returns warnings for values outside RFC 7252 §4.8.1's advice.
+    pub fn validate(&self, flag_prefix: &str) -> Result<Vec<String>, ConfigError> {
+        let bad = |flag: &str, rule: &str| ConfigError(format!("--{flag_prefix}{flag}: {rule}"));
+        if self.timeout.is_zero() {
+            return Err(bad("timeout", "must be greater than 0"));
+        }
+        if !self.backoff_factor.is_finite() || self.backoff_factor < 1.0 {
+            return Err(bad("backoff-factor", "must be a finite number >= 1.0"));
+        }
+        if !self.jitter.is_finite() || !(0.0..1.0).contains(&self.jitter) {
+            return Err(bad("jitter", "must be >= 0 and < 1"));
+        }
+        if self.total_timeout < self.timeout {
+            return Err(bad("total-timeout", "must be at least --timeout"));
+        }
+        if self.max_retries > 20 {
+            return Err(bad("max-retries", "must be at most 20"));
+        }
+        let mut warnings = Vec::new();
+        if self.timeout < Duration::from_secs(1) {
+            warnings.push(format!(
+                "--{flag_prefix}timeout {:?} is below RFC 7252 §4.8.1's 1 s ACK_TIMEOUT advice",
+                self.timeout
+            ));
+        }
+        Ok(warnings)
+    }
+}
+
+/// Where requests go.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Routing {
+    /// Reverse proxy: requests without Proxy-Uri/Proxy-Scheme go here.
+    pub upstream: Option<SocketAddr>,
+    /// Forward proxy: Proxy-Uri / Proxy-Scheme requests to these `host:port` targets only.
+    pub allow: Vec<AllowedTarget>,
+    pub forward: bool,
+}
+
+/// One forward-proxy target: the authority as clients write it, and where it resolves.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AllowedTarget {
+    /// Lowercase host as written in `--allow` (IP literal or name).
+    pub host: String,
+    pub port: u16,
+    pub addr: SocketAddr,
+}
+
+/// Everything the proxy engine needs to know.
+#[derive(Clone, Debug)]
+pub struct ProxyConfig {
+    pub policy: RetryPolicy,
+    /// POST, PATCH (and iPATCH): not idempotent, so retried less (RFC 7252 §5.8, RFC 8132).
+    pub non_idempotent: RetryPolicy,
+    pub routing: Routing,
+    /// Exchanges in flight upstream at once (all upstreams); more get 5.03.
+    pub max_inflight: usize,
+    /// Exchanges in flight to one upstream (RFC 7252 §4.7 asks proxies to limit this).
+    pub max_inflight_per_upstream: usize,
+    /// Completed answers kept for client retransmissions (bounded; oldest evicted first).
+    pub max_cached: usize,
+    /// Live observations (RFC 7641) relayed at once.
+    pub max_observations: usize,
+    /// How long to hold a CON request's ACK hoping to piggyback the response (RFC 7252 §5.2.2).
+    pub ack_delay: Duration,
+    /// How long an upstream Message ID stays reserved after use (RFC 7252 §4.4). Lowering it
+    /// trades safety against the upstream's deduplication window for throughput.
+    pub upstream_exchange_lifetime: Duration,
+    /// Max-Age of a 5.03 answer, telling clients when to retry.
+    pub overload_max_age: Duration,
+    /// Hop-Limit inserted when a request has none (RFC 8768 §3: 16).
+    pub default_hop_limit: u8,
+    /// Seed for jitter, tokens and Message IDs (0 = from the OS).
+    pub seed: u64,
+}
+
+impl Default for ProxyConfig {
+    fn default() -> Self {
+        ProxyConfig {
+            policy: RetryPolicy::DEFAULT,
+            non_idempotent: RetryPolicy::DEFAULT.non_idempotent(),
+            routing: Routing {
+                upstream: None,
+                allow: Vec::new(),
+                forward: false,
+            },
+            max_inflight: 10_000,
+            max_inflight_per_upstream: 10_000,
+            max_cached: 100_000,
+            max_observations: 1_000,
+            ack_delay: Duration::from_millis(100),
+            upstream_exchange_lifetime: params::EXCHANGE_LIFETIME,
+            overload_max_age: Duration::from_secs(2),
+            default_hop_limit: 16,
+            seed: 0,
+        }
+    }
+}
+
+impl ProxyConfig {
+    /// Checks the whole configuration; returns warnings worth logging.
+    pub fn validate(&self) -> Result<Vec<String>, ConfigError> {
+        let mut warnings = self.policy.validate("")?;
+        warnings.extend(self.non_idempotent.validate("non-idempotent-")?);
+        let r = &self.routing;
+        if r.upstream.is_none() && !r.forward {
+            return Err(ConfigError(
+                "--upstream: required unless --forward is given".into(),
+            ));
+        }
+        if r.forward && r.allow.is_empty() {
+            return Err(ConfigError(
+                "--allow: --forward needs at least one allowed HOST:PORT (never an open relay)"
+                    .into(),
+            ));
+        }
+        if !r.forward && !r.allow.is_empty() {
+            return Err(ConfigError(
+                "--allow: only meaningful with --forward".into(),
+            ));
+        }
+        for (name, v) in [
+            ("max-inflight", self.max_inflight),
+            ("max-cached", self.max_cached),
+        ] {
+            if v == 0 {
+                return Err(ConfigError(format!("--{name}: must be at least 1")));
+            }
+        }
+        let longest = self
+            .policy
+            .total_timeout
+            .max(self.non_idempotent.total_timeout);
+        if self.upstream_exchange_lifetime < longest {
+            return Err(ConfigError(
+                "--upstream-exchange-lifetime: must be at least the longest --total-timeout".into(),
+            ));
+        }
+        if self.default_hop_limit == 0 {
+            return Err(ConfigError("--hop-limit: must be 1..=255".into()));
+        }
+        Ok(warnings)
+    }
+}
+
+/// A configuration mistake: names the flag and the rule it breaks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError(pub String);
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nominal_delays_follow_the_documented_example() {
+        let p = RetryPolicy::DEFAULT;
+        let ms: Vec<u128> = (1..=4).map(|k| p.nominal_delay(k).as_millis()).collect();
+        assert_eq!(ms, vec![2000, 3000, 4500, 6750]);
+    }
+
+    #[test]
+    fn nonsense_is_refused_naming_the_flag() {
+        let cases = [
+            (
+                RetryPolicy {
+                    backoff_factor: 0.5,
+                    ..RetryPolicy::DEFAULT
+                },
+                "backoff-factor",
+            ),
+            (
+                RetryPolicy {
+                    backoff_factor: f64::NAN,
+                    ..RetryPolicy::DEFAULT
+                },
+                "backoff-factor",
+            ),
+            (
+                RetryPolicy {
+                    jitter: 1.0,
+                    ..RetryPolicy::DEFAULT
+                },
+                "jitter",
+            ),
+            (
+                RetryPolicy {
+                    jitter: -0.1,
+                    ..RetryPolicy::DEFAULT
+                },
+                "jitter",
+            ),
+            (
+                RetryPolicy {
+                    timeout: Duration::ZERO,
+                    ..RetryPolicy::DEFAULT
+                },
+                "timeout",
+            ),
+            (
+                RetryPolicy {
+                    total_timeout: Duration::from_millis(10),
+                    ..RetryPolicy::DEFAULT
+                },
+                "total-timeout",
+            ),
+        ];
+        for (policy, flag) in cases {
+            let err = policy.validate("").unwrap_err();
+            assert!(err.0.contains(flag), "{err}");
+        }
+    }
+
+    #[test]
+    fn sub_second_timeout_is_a_warning_not_an_error() {
+        let p = RetryPolicy {
+            timeout: Duration::from_millis(200),
+            ..RetryPolicy::DEFAULT
+        };
+        assert_eq!(p.validate("").unwrap().len(), 1);
+    }
+
+    #[test]
+    fn forward_mode_without_allowlist_is_refused() {
+        let mut c = ProxyConfig::default();
+        c.routing.forward = true;
+        assert!(c.validate().unwrap_err().0.contains("--allow"));
+    }
+}

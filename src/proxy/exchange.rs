@@ -1,0 +1,135 @@
+//! One proxied exchange: everything the proxy remembers about a client request.
+
+use std::net::SocketAddr;
+
+use crate::coap::MessageType;
+use crate::time::Timestamp;
+use crate::timer::TimerId;
+
+use super::RetryPolicy;
+
+/// Index of an upstream endpoint in the proxy's upstream table.
+pub type UpstreamId = u16;
+
+/// Names one exchange; a timer or map entry holding a key for a freed or reused slot is
+/// recognised by its generation and ignored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ExchangeKey {
+    pub index: u32,
+    pub generation: u32,
+}
+
+/// A CoAP token (0..=8 bytes) stored inline.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Token {
+    bytes: [u8; 8],
+    len: u8,
+}
+
+impl Token {
+    /// `None` if longer than 8 bytes (the codec already rejects those).
+    pub fn new(t: &[u8]) -> Option<Token> {
+        let mut bytes = [0; 8];
+        bytes.get_mut(..t.len())?.copy_from_slice(t);
+        Some(Token {
+            bytes,
+            len: t.len() as u8,
+        })
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len as usize]
+    }
+}
+
+/// Where an exchange is in its life. Every timer checks this first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum State {
+    /// Sent upstream, not acknowledged yet: retransmitted per the retry policy.
+    Waiting,
+    /// The upstream sent an empty ACK: its separate response is awaited until the total timeout.
+    AwaitingSeparate,
+    /// A registration succeeded: upstream notifications are relayed (RFC 7641).
+    Observing,
+    /// Answered or given up. Nothing goes upstream again; the state only answers duplicates
+    /// and finishes delivering a confirmable answer to the client, until it expires.
+    Finished,
+}
+
+/// What a timer is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimerKind {
+    /// Retransmit the request upstream (acts only while `Waiting`).
+    UpstreamRetransmit,
+    /// Give up on the upstream with 5.04 (acts only while `Waiting` or `AwaitingSeparate`).
+    TotalTimeout,
+    /// Stop holding the client's ACK for a piggybacked answer: send an empty ACK.
+    AckDelay,
+    /// Retransmit a confirmable answer to the client.
+    ClientRetransmit,
+    /// An observation got no notification for too long.
+    ObserveStale,
+    /// Free the exchange.
+    Expire,
+}
+
+/// A timer's payload in the proxy's own wheel.
+#[derive(Clone, Copy, Debug)]
+pub struct TimerRef {
+    pub key: ExchangeKey,
+    pub kind: TimerKind,
+}
+
+/// A confirmable message to the client being retransmitted until ACK or RST (RFC 7252 §4.2).
+#[derive(Debug)]
+pub struct ClientDelivery {
+    pub mid: u16,
+    pub retransmits: u32,
+    pub timeout: std::time::Duration,
+    pub timer: TimerId,
+}
+
+/// Per-exchange state. See the module docs of [`super`] for its life cycle.
+#[derive(Debug)]
+pub struct Exchange {
+    pub generation: u32,
+    pub state: State,
+    pub created: Timestamp,
+    pub client: SocketAddr,
+    pub client_mid: u16,
+    pub client_token: Token,
+    pub client_type: MessageType,
+    pub upstream: UpstreamId,
+    pub upstream_mid: u16,
+    /// Whether `upstream_mid` is still in the upstream MID map (until the upstream answered).
+    pub upstream_mid_live: bool,
+    pub upstream_token: Token,
+    pub policy: RetryPolicy,
+    /// Transmissions upstream so far (1 = only the first send).
+    pub attempts: u32,
+    /// The request as sent upstream, kept for retransmission; freed once not needed.
+    pub request: Vec<u8>,
+    /// An empty ACK went to the client, so the answer must travel separately (RFC 7252 §5.2.2).
+    pub client_acked: bool,
+    /// The answer sent to the client (piggybacked ACK or NON), replayed for duplicates.
+    pub answer: Vec<u8>,
+    pub delivery: Option<ClientDelivery>,
+    /// Timers that may be pending, cancelled together when the exchange ends.
+    pub retransmit_timer: Option<TimerId>,
+    pub total_timer: Option<TimerId>,
+    pub ack_timer: Option<TimerId>,
+    pub life_timer: Option<TimerId>,
+    /// Observe: the request registered (Observe: 0).
+    pub wants_observe: bool,
+    /// Last relayed notification's Observe sequence number and arrival (RFC 7641 §3.4).
+    pub last_notification: Option<(u32, Timestamp)>,
+    /// Upstream MID of the last separate response or notification, to spot its retransmission.
+    pub last_upstream_con_mid: Option<u16>,
+}
+
+impl Exchange {
+    /// Whether the upstream leg is still open (a retransmission or the total timeout matters).
+    pub fn upstream_pending(&self) -> bool {
+        matches!(self.state, State::Waiting | State::AwaitingSeparate)
+    }
+}

@@ -1,0 +1,35 @@
+//! The CoAP forwarding proxy (RFC 7252 §5.7) with its own upstream retry policy.
+//!
+//! [`Proxy`] is a sans-IO engine: the driver hands it client datagrams, upstream datagrams,
+//! upstream ICMP errors and `now`; it returns datagrams to send and the next instant it needs.
+//!
+//! Life of an exchange (one client request):
+//! - **new request** (not a duplicate by source address, token and Message ID): options are
+//!   checked, a route chosen, and a copy goes upstream with the proxy's own Message ID and token
+//!   (`Waiting`). The client's MID, token and type are remembered and restored on the way back.
+//! - **upstream leg**: retransmitted per the [`RetryPolicy`] (POST/PATCH/iPATCH use the
+//!   non-idempotent policy); an empty ACK from upstream stops retransmission
+//!   (`AwaitingSeparate`); RST or ICMP unreachable answers 5.02, retries exhausted or the total
+//!   timeout 5.04, a response with an unrecognised critical option 5.02.
+//! - **client leg**: a fast answer is piggybacked on the ACK of a CON request; after
+//!   `ack_delay` the client gets an empty ACK and the answer follows as a CON, retransmitted
+//!   until acknowledged. Client retransmissions are answered from state, never forwarded again.
+//! - **finished**: the answer is kept for duplicates until EXCHANGE_LIFETIME (NON_LIFETIME for
+//!   NON) after the request arrived, within a bounded cache; then every trace is freed.
+//!
+//! Every timer names its exchange and generation and checks the state before acting, so no
+//! timer ever sends anything for a finished exchange.
+
+mod client_leg;
+mod config;
+mod counters;
+mod engine;
+mod exchange;
+mod observe;
+pub mod route;
+mod upstream_leg;
+
+pub use config::{AllowedTarget, ConfigError, ProxyConfig, RetryPolicy, Routing};
+pub use counters::Counters;
+pub use engine::{Destination, Proxy, Transmit};
+pub use exchange::{State, UpstreamId};

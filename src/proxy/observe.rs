@@ -1,0 +1,164 @@
+//! Observe (RFC 7641) through the proxy: one upstream registration per client registration,
+//! each notification relayed to the client with the client's token, for as long as the
+//! observation lives.
+
+use std::time::Duration;
+
+use crate::coap::option::{MAX_AGE, OBSERVE};
+use crate::coap::{decode_uint, rewrite, Message, MessageType};
+use crate::time::Timestamp;
+
+use super::engine::Proxy;
+use super::exchange::{ExchangeKey, State, TimerKind};
+
+/// RFC 7641 §3.4: notifications older than this are never compared by sequence number.
+const REORDER_WINDOW: Duration = Duration::from_secs(128);
+/// How long after its Max-Age a notification may be followed by the next one before the
+/// observation is considered dead upstream.
+const STALE_MARGIN: Duration = Duration::from_secs(30);
+
+impl Proxy {
+    /// The registration succeeded: keep the exchange alive for notifications.
+    pub(super) fn start_observation(&mut self, now: Timestamp, key: ExchangeKey, msg: &Message) {
+        let Some(x) = self.get_mut(key) else { return };
+        x.state = State::Observing;
+        x.last_notification = Some((observe_seq(msg), now));
+        let id = (x.client, x.client_token);
+        self.observations += 1;
+        self.observers.insert(id, key);
+        self.arm_stale_timer(now, key, msg);
+    }
+
+    /// Relays one notification, unless it is older than the last one (RFC 7641 §3.4).
+    pub(super) fn relay_notification(&mut self, now: Timestamp, key: ExchangeKey, msg: &Message) {
+        let Some(x) = self.get(key) else { return };
+        let seq = observe_seq(msg);
+        if let Some((last, at)) = x.last_notification {
+            if !is_newer(seq, last, now.saturating_since(at)) && msg.option(OBSERVE).is_some() {
+                return;
+            }
+        }
+        // A response without Observe, or an error, ends the observation (RFC 7641 §3.2).
+        let last = msg.option(OBSERVE).is_none() || msg.code().class() != 2;
+        let ty = match msg.msg_type() {
+            MessageType::Con => MessageType::Con,
+            _ => MessageType::Non,
+        };
+        let mid = self.fresh_client_mid();
+        let x = self.get(key).expect("checked above");
+        let token = x.client_token;
+        let mut bytes = Vec::with_capacity(msg.as_bytes().len());
+        let ok = rewrite(&mut bytes, msg, (ty, mid, token.as_bytes()), |b, n, v| {
+            b.option(n, v);
+        })
+        .finish();
+        if ok.is_err() {
+            return;
+        }
+        self.counters.notifications_relayed += 1;
+        if let Some(x) = self.get_mut(key) {
+            x.last_notification = Some((seq, now));
+            x.answer = bytes.clone();
+        }
+        // A newer notification replaces one still being retransmitted (RFC 7641 §4.5.2).
+        self.send_to_client(now, key, ty, mid, bytes);
+        if last {
+            self.end_observation(now, key);
+        } else {
+            self.arm_stale_timer(now, key, msg);
+        }
+    }
+
+    /// Ends an observation (deregistration, client RST, final response, or staleness).
+    pub(super) fn end_observation(&mut self, now: Timestamp, key: ExchangeKey) {
+        if self.get(key).is_some_and(|x| x.state == State::Observing) {
+            self.leave_observing(key);
+            self.finish(now, key);
+        }
+    }
+
+    pub(super) fn leave_observing(&mut self, key: ExchangeKey) {
+        let Some(x) = self.get_mut(key) else { return };
+        x.state = State::Finished;
+        let id = (x.client, x.client_token);
+        if let Some(t) = x.life_timer.take() {
+            self.timers.cancel(t);
+        }
+        self.observations -= 1;
+        if self.observers.get(&id) == Some(&key) {
+            self.observers.remove(&id);
+        }
+    }
+
+    /// Relays a registration answer we will not keep alive: without its Observe option, so the
+    /// client knows it is not registered (RFC 7641 §3.2).
+    pub(super) fn relay_without_observe(
+        &mut self,
+        now: Timestamp,
+        key: ExchangeKey,
+        msg: &Message,
+    ) {
+        let mut stripped = Vec::with_capacity(msg.as_bytes().len());
+        let token = msg.token();
+        let ok = rewrite(
+            &mut stripped,
+            msg,
+            (msg.msg_type(), msg.message_id(), token),
+            |b, n, v| {
+                if n != OBSERVE {
+                    b.option(n, v);
+                }
+            },
+        )
+        .finish();
+        match ok {
+            Ok(()) => self.answer_client(now, key, &stripped, false),
+            Err(_) => self.finish(now, key),
+        }
+    }
+
+    fn arm_stale_timer(&mut self, now: Timestamp, key: ExchangeKey, msg: &Message) {
+        let max_age = msg
+            .option(MAX_AGE)
+            .and_then(|v| decode_uint(v).ok())
+            .unwrap_or(60);
+        let at = now + Duration::from_secs(u64::from(max_age)) + STALE_MARGIN;
+        let timer = self.arm(key, TimerKind::ObserveStale, at);
+        if let Some(x) = self.get_mut(key) {
+            if let Some(old) = x.life_timer.replace(timer) {
+                self.timers.cancel(old);
+            }
+        }
+    }
+}
+
+fn observe_seq(msg: &Message) -> u32 {
+    msg.option(OBSERVE)
+        .and_then(|v| decode_uint(v).ok())
+        .unwrap_or(0)
+}
+
+/// RFC 7641 §3.4: V2 is newer than V1 if (V1 < V2 and V2 - V1 < 2^23) or (V1 > V2 and
+/// V1 - V2 > 2^23), or if more than 128 s passed since V1 arrived.
+fn is_newer(v2: u32, v1: u32, since_v1: Duration) -> bool {
+    const HALF: u32 = 1 << 23;
+    (v1 < v2 && v2 - v1 < HALF) || (v1 > v2 && v1 - v2 > HALF) || since_v1 > REORDER_WINDOW
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sequence_numbers_wrap_per_rfc_7641() {
+        let fresh = Duration::ZERO;
+        assert!(is_newer(5, 4, fresh));
+        assert!(!is_newer(4, 5, fresh));
+        assert!(!is_newer(4, 4, fresh));
+        assert!(is_newer(1, (1 << 24) - 1, fresh), "wrapped around 24 bits");
+        assert!(
+            is_newer(4, 5, Duration::from_secs(129)),
+            "old state expires"
+        );
+    }
+}

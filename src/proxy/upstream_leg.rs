@@ -1,0 +1,211 @@
+//! The upstream leg: the proxy's own retry policy, matching answers, and upstream failures.
+
+use rand::Rng;
+
+use crate::coap::option::{self, OBSERVE};
+use crate::coap::{empty_ack, peek_header, Message, MessageType};
+use crate::time::Timestamp;
+
+use super::engine::{Destination, Proxy};
+use super::exchange::{ExchangeKey, State, TimerKind, UpstreamId};
+use crate::coap::Code;
+
+impl Proxy {
+    /// A datagram arrived from upstream `up` (on the socket connected to it).
+    pub fn handle_upstream_datagram(&mut self, now: Timestamp, up: UpstreamId, bytes: &[u8]) {
+        let msg = match Message::parse(bytes) {
+            Ok(msg) => msg,
+            Err(e) => return self.on_malformed_upstream(now, up, bytes, e),
+        };
+        match msg.msg_type() {
+            MessageType::Ack => self.on_upstream_ack(now, up, &msg),
+            MessageType::Rst => match self.by_upstream_mid.get(&(up, msg.message_id())) {
+                Some(&key) => {
+                    self.give_up(now, key, Code::BAD_GATEWAY, "upstream reset the request")
+                }
+                None => self.counters.unmatched_upstream += 1,
+            },
+            MessageType::Con | MessageType::Non if msg.code().is_response() => {
+                self.on_upstream_response_message(now, up, &msg)
+            }
+            // Pings and requests from an upstream are not ours to serve: reject (§4.2, §4.3).
+            MessageType::Con => {
+                self.counters.unmatched_upstream += 1;
+                self.send_rst(Destination::Upstream(up), msg.message_id());
+            }
+            MessageType::Non => self.counters.unmatched_upstream += 1,
+        }
+    }
+
+    /// The upstream socket reported ICMP port unreachable (ECONNREFUSED): nobody listens there,
+    /// so every request still waiting on that upstream gets 5.02 (RFC 7252 §5.7.1).
+    pub fn handle_upstream_unreachable(&mut self, now: Timestamp, up: UpstreamId) {
+        let waiting: Vec<ExchangeKey> = self
+            .exchanges
+            .iter()
+            .filter(|(_, x)| x.upstream == up && x.upstream_pending())
+            .map(|(i, x)| ExchangeKey {
+                index: i as u32,
+                generation: x.generation,
+            })
+            .collect();
+        for key in waiting {
+            self.give_up(now, key, Code::BAD_GATEWAY, "upstream unreachable (ICMP)");
+        }
+    }
+
+    /// Sends (or resends) the request upstream and arms the next step of the retry policy.
+    pub(super) fn transmit_upstream(&mut self, now: Timestamp, key: ExchangeKey) {
+        let Some(x) = self.get_mut(key) else { return };
+        debug_assert_eq!(
+            x.state,
+            State::Waiting,
+            "only a waiting exchange goes upstream"
+        );
+        x.attempts += 1;
+        let (attempts, policy, up) = (x.attempts, x.policy, x.upstream);
+        let bytes = x.request.clone();
+        // delay_k = timeout * factor^(k-1) * U[1-jitter, 1+jitter]; after the last retry the
+        // same timer means "retries exhausted".
+        let spread = self
+            .rng
+            .random_range(1.0 - policy.jitter..=1.0 + policy.jitter);
+        let delay = policy.nominal_delay(attempts).mul_f64(spread);
+        let timer = self.arm(key, TimerKind::UpstreamRetransmit, now + delay);
+        self.get_mut(key).expect("checked above").retransmit_timer = Some(timer);
+        self.push(Destination::Upstream(up), bytes);
+    }
+
+    /// The retransmission timer fired while still `Waiting`.
+    pub(super) fn retransmit_upstream(&mut self, now: Timestamp, key: ExchangeKey) {
+        let Some(x) = self.get(key) else { return };
+        if x.attempts > x.policy.max_retries {
+            return self.give_up(now, key, Code::GATEWAY_TIMEOUT, "retries exhausted");
+        }
+        self.counters.upstream_retransmissions += 1;
+        self.transmit_upstream(now, key);
+    }
+
+    /// A malformed datagram from upstream: RST a CON (§4.2); a malformed piggybacked answer
+    /// fails its exchange with 5.02 (§5.7.1) rather than leaving the client waiting.
+    fn on_malformed_upstream(
+        &mut self,
+        now: Timestamp,
+        up: UpstreamId,
+        bytes: &[u8],
+        e: crate::coap::FormatError,
+    ) {
+        self.counters.upstream_format_errors += 1;
+        log::debug!("malformed datagram from upstream {up}: {e}");
+        match peek_header(bytes) {
+            Some((MessageType::Con, mid, _)) => self.send_rst(Destination::Upstream(up), mid),
+            Some((MessageType::Ack, mid, _)) => {
+                if let Some(&key) = self.by_upstream_mid.get(&(up, mid)) {
+                    self.give_up(
+                        now,
+                        key,
+                        Code::BAD_GATEWAY,
+                        "malformed response from upstream",
+                    );
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn on_upstream_ack(&mut self, now: Timestamp, up: UpstreamId, msg: &Message) {
+        let Some(&key) = self.by_upstream_mid.get(&(up, msg.message_id())) else {
+            self.counters.unmatched_upstream += 1;
+            return;
+        };
+        let x = self.get_mut(key).expect("maps hold live keys");
+        if msg.code().is_empty() {
+            // §5.2.2: the upstream will answer separately; stop retransmitting.
+            if x.state == State::Waiting {
+                x.state = State::AwaitingSeparate;
+                x.request = Vec::new();
+                if let Some(t) = x.retransmit_timer.take() {
+                    self.timers.cancel(t);
+                }
+            }
+            return;
+        }
+        if x.state != State::Waiting || msg.token() != x.upstream_token.as_bytes() {
+            // A duplicate ACK, or a response that does not match the request's token (§5.3.2).
+            self.counters.unmatched_upstream += 1;
+            return;
+        }
+        self.on_upstream_answer(now, key, msg);
+    }
+
+    /// A separate response or a notification (CON or NON), matched by our token.
+    fn on_upstream_response_message(&mut self, now: Timestamp, up: UpstreamId, msg: &Message) {
+        let key = self.key_for_token(up, msg.token());
+        let accepted = key.and_then(|k| self.get(k)).map(|x| {
+            let retransmission = msg.msg_type() == MessageType::Con
+                && x.last_upstream_con_mid == Some(msg.message_id());
+            (x.state, retransmission)
+        });
+        let (state, retransmission) = match accepted {
+            Some((s @ (State::Waiting | State::AwaitingSeparate | State::Observing), r)) => (s, r),
+            Some((State::Finished, true)) => (State::Finished, true),
+            _ => {
+                // Unknown token or a finished exchange: RST, which also cancels an
+                // observation the upstream still holds (RFC 7641 §3.6).
+                self.counters.unmatched_upstream += 1;
+                return self.send_rst(Destination::Upstream(up), msg.message_id());
+            }
+        };
+        let key = key.expect("accepted implies a key");
+        if msg.msg_type() == MessageType::Con {
+            let mut buf = Vec::with_capacity(4);
+            empty_ack(&mut buf, msg.message_id());
+            self.push(Destination::Upstream(up), buf);
+            if let Some(x) = self.get_mut(key) {
+                x.last_upstream_con_mid = Some(msg.message_id());
+            }
+        }
+        if retransmission {
+            return;
+        }
+        match state {
+            State::Observing => self.relay_notification(now, key, msg),
+            _ => self.on_upstream_answer(now, key, msg),
+        }
+    }
+
+    /// Our tokens start with the exchange's slab index; the full token must match.
+    fn key_for_token(&self, up: UpstreamId, token: &[u8]) -> Option<ExchangeKey> {
+        let index = u32::from_be_bytes(token.get(..4)?.try_into().ok()?);
+        let x = self.exchanges.get(index as usize)?;
+        (x.upstream_token.as_bytes() == token && x.upstream == up).then_some(ExchangeKey {
+            index,
+            generation: x.generation,
+        })
+    }
+
+    /// The upstream's answer to a pending request: relay it, or 5.02 if it carries a critical
+    /// option we do not understand (RFC 7252 §5.7.1).
+    fn on_upstream_answer(&mut self, now: Timestamp, key: ExchangeKey, msg: &Message) {
+        if msg
+            .options()
+            .any(|(n, _)| option::is_critical(n) && !option::is_known(n))
+        {
+            return self.give_up(
+                now,
+                key,
+                Code::BAD_GATEWAY,
+                "unrecognised critical option in response",
+            );
+        }
+        let registers = self.get(key).is_some_and(|x| x.wants_observe)
+            && msg.code().class() == 2
+            && msg.option(OBSERVE).is_some();
+        self.close_upstream_leg(key);
+        if registers && self.observations >= self.config.max_observations {
+            log::info!("observation limit reached; relaying without registering");
+            return self.relay_without_observe(now, key, msg);
+        }
+        self.answer_client(now, key, msg.as_bytes(), registers);
+    }
+}
