@@ -1,6 +1,7 @@
 //! The `backoffd` command line: subcommand dispatch. Each subcommand has its own file.
 
 pub mod flags;
+mod proxy;
 mod timer_bench;
 
 use flags::UsageError;
@@ -12,6 +13,7 @@ interop server and client, and a precise hashed timer wheel.
 Usage: backoffd <command> [options]
 
 Commands:
+  proxy           CoAP forwarding proxy with its own upstream retry policy
   timer-bench     measure the reactor's timer wake-up precision on this host
 
 Run `backoffd <command> --help` for a command's options.
@@ -28,6 +30,7 @@ pub fn main(args: &[String]) -> i32 {
         }
     };
     let result = match command {
+        "proxy" => proxy::main(rest),
         "timer-bench" => timer_bench::main(rest),
         "-h" | "--help" | "help" => {
             print!("{HELP}");
@@ -43,7 +46,7 @@ pub fn main(args: &[String]) -> i32 {
     };
     result.unwrap_or_else(|e| {
         match command {
-            "timer-bench" => eprintln!("backoffd {command}: {e}"),
+            "proxy" | "timer-bench" => eprintln!("backoffd {command}: {e}"),
             _ => eprintln!("backoffd: {e}"),
         }
         2

@@ -228,6 +228,9 @@ impl Proxy {
 
     /// 5.03 with Max-Age when too many exchanges are in flight (RFC 7252 §4.7, §5.9.3.4).
     fn over_capacity(&self, upstream: UpstreamId) -> Option<LocalAnswer> {
+        if self.draining {
+            return Some(self.unavailable("shutting down"));
+        }
         let up = &self.upstreams[usize::from(upstream)];
         if self.inflight >= self.config.max_inflight {
             return Some(self.unavailable("too many requests in flight"));

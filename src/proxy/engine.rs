@@ -117,6 +117,8 @@ pub struct Proxy {
     pub(super) next_client_mid: u16,
     /// Reused encode buffer.
     pub(super) scratch: Vec<u8>,
+    /// Shutting down: new requests are refused with 5.03.
+    pub(super) draining: bool,
 }
 
 impl Proxy {
@@ -155,6 +157,7 @@ impl Proxy {
             inflight: 0,
             observations: 0,
             scratch: Vec::with_capacity(1500),
+            draining: false,
         }
     }
 
@@ -198,6 +201,16 @@ impl Proxy {
     /// Exchanges alive in any state (bounded by the configured limits).
     pub fn live_exchanges(&self) -> usize {
         self.exchanges.len()
+    }
+
+    /// Requests still waiting on an upstream.
+    pub fn in_flight(&self) -> usize {
+        self.inflight
+    }
+
+    /// Stop taking new requests (they get 5.03); what is in flight still completes.
+    pub fn begin_drain(&mut self) {
+        self.draining = true;
     }
 
     /// Pending timers in the engine's wheel.

@@ -23,6 +23,7 @@
 mod client_leg;
 mod config;
 mod counters;
+mod driver;
 mod engine;
 mod exchange;
 mod observe;
@@ -31,5 +32,6 @@ mod upstream_leg;
 
 pub use config::{AllowedTarget, ConfigError, ProxyConfig, RetryPolicy, Routing};
 pub use counters::Counters;
+pub use driver::ProxyComponent;
 pub use engine::{Destination, Proxy, Transmit};
 pub use exchange::{State, UpstreamId};

@@ -1,0 +1,236 @@
+//! `backoffd proxy`: the CoAP forwarding proxy with its own upstream retry policy.
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::time::Duration;
+
+use super::flags::{switch, value, DurationArg, Flags, Spec, UsageError};
+use crate::proxy::{AllowedTarget, ProxyComponent, ProxyConfig, RetryPolicy, Routing};
+use crate::reactor::{self, Reactor, WakeMode};
+
+pub const HELP: &str = "\
+Usage: backoffd proxy --upstream HOST:PORT [options]
+       backoffd proxy --forward --allow HOST:PORT [--allow ...] [options]
+
+A CoAP (RFC 7252) forwarding proxy with its own upstream retry policy. Client retransmissions
+are deduplicated (source address, token, Message ID) and never forwarded again; each upstream
+request gets the proxy's own Message ID and token.
+
+Routing:
+  --listen ADDR                  client-facing address (default 0.0.0.0:5683; [::]:5683 is dual-stack)
+  --upstream HOST:PORT           reverse proxy: where requests without Proxy-Uri go
+  --forward                      also act as a forward proxy (Proxy-Uri / Proxy-Scheme, coap only)
+  --allow HOST:PORT              a forward-proxy target (repeat); nothing else is reachable
+
+Upstream retry policy (delay before retry k = timeout * factor^(k-1) * U[1-jitter, 1+jitter]):
+  --preset lan|wan|rfc7252       lan: 1s, 2 retries, 5s total; wan: 3s, 5 retries, 30s total;
+                                 rfc7252: 2.5s +-20%, doubling, 4 retries, 93s total
+  --timeout D                    initial retransmission timeout (default 2s)
+  --max-retries N                retransmissions after the first send, 0 = send once (default 4)
+  --backoff-factor F             multiplier per retry, >= 1 (default 1.5)
+  --jitter F                     random spread 0 <= F < 1 (default 0.1)
+  --total-timeout D              cap on the whole upstream exchange -> 5.04 (default 30s)
+  --non-idempotent-timeout D, --non-idempotent-max-retries N, --non-idempotent-backoff-factor F,
+  --non-idempotent-jitter F, --non-idempotent-total-timeout D
+                                 the same for POST, PATCH and iPATCH (default: the general
+                                 policy with at most 1 retry and at most 15s total)
+
+Limits and timing:
+  --max-inflight N               requests in flight upstream at once; more get 5.03 (default 10000)
+  --max-inflight-per-upstream N  the same per upstream (default 10000)
+  --max-cached N                 finished answers kept for duplicates (default 100000)
+  --max-observations N           live observations (default 1000)
+  --ack-delay D                  hold a CON's ACK this long hoping to piggyback (default 100ms)
+  --upstream-exchange-lifetime D how long an upstream Message ID stays reserved (default 247s)
+  --overload-max-age D           Max-Age of 5.03 answers (default 2s)
+  --hop-limit N                  Hop-Limit added when a request has none (default 16)
+  --drain D                      on SIGINT/SIGTERM, time to finish requests in flight (default 5s)
+  --wake timerfd|epoll           timer wake-up source (default timerfd)
+  --seed N                       seed for jitter, tokens and Message IDs (default: random)
+  -h, --help                     this help
+
+Durations: 500ms, 2s, 1.5s, 250us, 1m. Invalid configuration exits 2 naming the flag.
+";
+
+const SPEC: &[Spec] = &[
+    value("listen"),
+    value("upstream"),
+    switch("forward"),
+    value("allow"),
+    value("preset"),
+    value("timeout"),
+    value("max-retries"),
+    value("backoff-factor"),
+    value("jitter"),
+    value("total-timeout"),
+    value("non-idempotent-timeout"),
+    value("non-idempotent-max-retries"),
+    value("non-idempotent-backoff-factor"),
+    value("non-idempotent-jitter"),
+    value("non-idempotent-total-timeout"),
+    value("max-inflight"),
+    value("max-inflight-per-upstream"),
+    value("max-cached"),
+    value("max-observations"),
+    value("ack-delay"),
+    value("upstream-exchange-lifetime"),
+    value("overload-max-age"),
+    value("hop-limit"),
+    value("drain"),
+    value("wake"),
+    value("seed"),
+];
+
+/// Runs the subcommand; returns the process exit code.
+pub fn main(args: &[String]) -> Result<i32, UsageError> {
+    let flags = Flags::parse(args, SPEC)?;
+    if flags.help {
+        print!("{HELP}");
+        return Ok(0);
+    }
+    let listen: SocketAddr = flags.get_or("listen", "0.0.0.0:5683".parse().expect("literal"))?;
+    let config = config_from_flags(&flags)?;
+    for warning in config.validate().map_err(|e| UsageError(e.0))? {
+        log::warn!("{warning}");
+    }
+    let wake = flags.get_or("wake", WakeMode::Timerfd)?;
+    let drain = flags
+        .get_or("drain", DurationArg(Duration::from_secs(5)))?
+        .0;
+    run(listen, config, wake, drain)
+}
+
+fn run(
+    listen: SocketAddr,
+    config: ProxyConfig,
+    wake: WakeMode,
+    drain: Duration,
+) -> Result<i32, UsageError> {
+    let fail = |what: &str, e: std::io::Error| {
+        eprintln!("backoffd proxy: {what}: {e}");
+        Ok(1)
+    };
+    let component = match ProxyComponent::bind(listen, config) {
+        Ok(c) => c,
+        Err(e) => return fail(&format!("cannot bind {listen}"), e),
+    };
+    let bound = component.local_addr().unwrap_or(listen);
+    let mut reactor = match Reactor::new(reactor::Config {
+        wake,
+        signals: true,
+        drain_timeout: drain,
+    }) {
+        Ok(r) => r,
+        Err(e) => return fail("cannot start the event loop", e),
+    };
+    if let Err(e) = reactor.add(Box::new(component)) {
+        return fail("cannot register sockets", e);
+    }
+    log::info!("CoAP proxy listening on {bound}");
+    match reactor.run() {
+        Ok(()) => Ok(0),
+        Err(e) => fail("event loop failed", e),
+    }
+}
+
+/// Builds the proxy configuration from flags: preset first, then explicit flags on top.
+pub fn config_from_flags(flags: &Flags) -> Result<ProxyConfig, UsageError> {
+    let base = match flags.get::<String>("preset")?.as_deref() {
+        None => RetryPolicy::DEFAULT,
+        Some("lan") => RetryPolicy::LAN,
+        Some("wan") => RetryPolicy::WAN,
+        Some("rfc7252") => RetryPolicy::RFC7252,
+        Some(other) => {
+            return Err(UsageError(format!(
+                "--preset: unknown preset {other:?} (use lan, wan or rfc7252)"
+            )))
+        }
+    };
+    let policy = policy_from_flags(flags, "", base)?;
+    let non_idempotent = policy_from_flags(flags, "non-idempotent-", policy.non_idempotent())?;
+    let defaults = ProxyConfig::default();
+    let forward = flags.has("forward");
+    let allow = flags
+        .get_all::<String>("allow")?
+        .iter()
+        .map(|a| resolve_allowed(a))
+        .collect::<Result<Vec<_>, _>>()?;
+    let upstream = flags
+        .get::<String>("upstream")?
+        .map(|u| resolve("upstream", &u))
+        .transpose()?;
+    Ok(ProxyConfig {
+        policy,
+        non_idempotent,
+        routing: Routing {
+            upstream,
+            allow,
+            forward,
+        },
+        max_inflight: flags.get_or("max-inflight", defaults.max_inflight)?,
+        max_inflight_per_upstream: flags.get_or(
+            "max-inflight-per-upstream",
+            defaults.max_inflight_per_upstream,
+        )?,
+        max_cached: flags.get_or("max-cached", defaults.max_cached)?,
+        max_observations: flags.get_or("max-observations", defaults.max_observations)?,
+        ack_delay: flags
+            .get_or("ack-delay", DurationArg(defaults.ack_delay))?
+            .0,
+        upstream_exchange_lifetime: flags
+            .get_or(
+                "upstream-exchange-lifetime",
+                DurationArg(defaults.upstream_exchange_lifetime),
+            )?
+            .0,
+        overload_max_age: flags
+            .get_or("overload-max-age", DurationArg(defaults.overload_max_age))?
+            .0,
+        default_hop_limit: flags.get_or("hop-limit", defaults.default_hop_limit)?,
+        seed: flags.get_or("seed", 0)?,
+    })
+}
+
+fn policy_from_flags(
+    flags: &Flags,
+    prefix: &str,
+    base: RetryPolicy,
+) -> Result<RetryPolicy, UsageError> {
+    let name = |n: &str| format!("{prefix}{n}");
+    Ok(RetryPolicy {
+        timeout: flags.get_or(&name("timeout"), DurationArg(base.timeout))?.0,
+        max_retries: flags.get_or(&name("max-retries"), base.max_retries)?,
+        backoff_factor: flags.get_or(&name("backoff-factor"), base.backoff_factor)?,
+        jitter: flags.get_or(&name("jitter"), base.jitter)?,
+        total_timeout: flags
+            .get_or(&name("total-timeout"), DurationArg(base.total_timeout))?
+            .0,
+    })
+}
+
+/// Resolves `HOST:PORT` once at start-up (the loop never does blocking name lookups).
+fn resolve(flag: &str, hostport: &str) -> Result<SocketAddr, UsageError> {
+    hostport
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next())
+        .ok_or_else(|| {
+            UsageError(format!(
+                "--{flag}: cannot resolve {hostport:?} (expected HOST:PORT)"
+            ))
+        })
+}
+
+fn resolve_allowed(hostport: &str) -> Result<AllowedTarget, UsageError> {
+    let addr = resolve("allow", hostport)?;
+    let (host, _) = hostport
+        .rsplit_once(':')
+        .ok_or_else(|| UsageError(format!("--allow: {hostport:?} is not HOST:PORT")))?;
+    Ok(AllowedTarget {
+        host: host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_ascii_lowercase(),
+        port: addr.port(),
+        addr,
+    })
+}
