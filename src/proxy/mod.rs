@@ -20,6 +20,8 @@
 //! Every timer names its exchange and generation and checks the state before acting, so no
 //! timer ever sends anything for a finished exchange.
 
+#[cfg(test)]
+mod behaviour_tests;
 mod client_leg;
 mod config;
 mod counters;

@@ -1,0 +1,417 @@
+//! The engine's rules one at a time, in virtual time: each test is one behaviour.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use crate::coap::option::{self, encode_uint, HOP_LIMIT, OBSERVE, PROXY_URI, URI_PATH};
+use crate::coap::{decode_uint, Code, Message, MessageBuilder, MessageType};
+use crate::time::Timestamp;
+
+use super::{AllowedTarget, Destination, Proxy, ProxyConfig, RetryPolicy, Routing, Transmit};
+
+fn client() -> SocketAddr {
+    "127.0.0.1:40000".parse().unwrap()
+}
+
+fn upstream_addr() -> SocketAddr {
+    "127.0.0.1:5684".parse().unwrap()
+}
+
+fn t(ms: u64) -> Timestamp {
+    Timestamp::from_nanos(1_000_000_000) + Duration::from_millis(ms)
+}
+
+fn reverse() -> Proxy {
+    Proxy::new(ProxyConfig {
+        routing: Routing {
+            upstream: Some(upstream_addr()),
+            allow: Vec::new(),
+            forward: false,
+        },
+        policy: RetryPolicy {
+            jitter: 0.0,
+            ..RetryPolicy::DEFAULT
+        },
+        seed: 1,
+        ..ProxyConfig::default()
+    })
+}
+
+fn forward() -> Proxy {
+    Proxy::new(ProxyConfig {
+        routing: Routing {
+            upstream: None,
+            allow: vec![AllowedTarget {
+                host: "127.0.0.1".into(),
+                port: 5690,
+                addr: "127.0.0.1:5690".parse().unwrap(),
+            }],
+            forward: true,
+        },
+        seed: 1,
+        ..ProxyConfig::default()
+    })
+}
+
+fn request(ty: MessageType, code: Code, mid: u16, options: &[(u16, &[u8])]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut b = MessageBuilder::new(&mut out, ty, code, mid, b"tk");
+    for &(n, v) in options {
+        b.option(n, v);
+    }
+    b.finish().unwrap();
+    out
+}
+
+fn drain(p: &mut Proxy) -> Vec<Transmit> {
+    std::iter::from_fn(|| p.poll_transmit()).collect()
+}
+
+fn only_to_client(out: &[Transmit]) -> Message<'_> {
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert_eq!(out[0].to, Destination::Client(client()));
+    Message::parse(&out[0].payload).unwrap()
+}
+
+#[test]
+fn unrecognised_critical_option_gets_4_02_and_nothing_goes_upstream() {
+    let mut p = reverse();
+    p.handle_client_datagram(
+        t(0),
+        client(),
+        &request(MessageType::Con, Code::GET, 1, &[(9, b"x")]),
+    );
+    let out = drain(&mut p);
+    let m = only_to_client(&out);
+    assert_eq!(
+        (m.msg_type(), m.code(), m.message_id()),
+        (MessageType::Ack, Code::BAD_OPTION, 1)
+    );
+    assert_eq!(m.token(), b"tk");
+    assert_eq!(p.live_exchanges(), 0);
+}
+
+#[test]
+fn unrecognised_elective_safe_option_is_forwarded() {
+    let mut p = reverse();
+    p.handle_client_datagram(
+        t(0),
+        client(),
+        &request(MessageType::Con, Code::GET, 1, &[(2048, b"x")]),
+    );
+    let out = drain(&mut p);
+    assert_eq!(out[0].to, Destination::Upstream(0));
+    assert_eq!(
+        Message::parse(&out[0].payload).unwrap().option(2048),
+        Some(&b"x"[..])
+    );
+}
+
+#[test]
+fn hop_limit_1_gets_5_08_and_others_are_decremented() {
+    let mut p = reverse();
+    p.handle_client_datagram(
+        t(0),
+        client(),
+        &request(MessageType::Con, Code::GET, 1, &[(HOP_LIMIT, &[1])]),
+    );
+    assert_eq!(
+        only_to_client(&drain(&mut p)).code(),
+        Code::HOP_LIMIT_REACHED
+    );
+    p.handle_client_datagram(
+        t(0),
+        client(),
+        &request(MessageType::Con, Code::GET, 2, &[(HOP_LIMIT, &[5])]),
+    );
+    let out = drain(&mut p);
+    let up = Message::parse(&out[0].payload).unwrap();
+    assert_eq!(up.option(HOP_LIMIT), Some(&[4u8][..]));
+}
+
+#[test]
+fn missing_hop_limit_is_added_with_16() {
+    let mut p = reverse();
+    p.handle_client_datagram(
+        t(0),
+        client(),
+        &request(MessageType::Con, Code::GET, 1, &[]),
+    );
+    let out = drain(&mut p);
+    let up = Message::parse(&out[0].payload).unwrap();
+    assert_eq!(
+        up.option(HOP_LIMIT).map(|v| decode_uint(v).unwrap()),
+        Some(16)
+    );
+}
+
+#[test]
+fn upstream_request_uses_the_proxys_own_mid_and_token() {
+    let mut p = reverse();
+    p.handle_client_datagram(
+        t(0),
+        client(),
+        &request(MessageType::Non, Code::GET, 0xabcd, &[(URI_PATH, b"a")]),
+    );
+    let out = drain(&mut p);
+    let up = Message::parse(&out[0].payload).unwrap();
+    assert_eq!(up.msg_type(), MessageType::Con);
+    assert_ne!(up.token(), b"tk");
+    assert_eq!(up.token().len(), 8);
+    assert_eq!(up.option(URI_PATH), Some(&b"a"[..]));
+}
+
+#[test]
+fn retries_follow_the_policy_then_5_04() {
+    let mut p = reverse();
+    p.handle_client_datagram(
+        t(0),
+        client(),
+        &request(MessageType::Con, Code::GET, 1, &[]),
+    );
+    assert_eq!(drain(&mut p).len(), 1);
+    // No jitter: retransmissions at 2 s, 2+3 s, 5+4.5 s, 9.5+6.75 s; give-up after 16.25+10.125 s.
+    let mut sent_at = Vec::new();
+    let mut now = t(0);
+    while let Some(next) = p.poll_timeout() {
+        now = next;
+        p.handle_timeout(now);
+        for tx in drain(&mut p) {
+            sent_at.push((now.saturating_since(t(0)).as_millis(), tx.to));
+        }
+        if sent_at
+            .iter()
+            .any(|(_, to)| *to == Destination::Client(client()))
+            && p.in_flight() == 0
+        {
+            break;
+        }
+    }
+    let upstream: Vec<u128> = sent_at
+        .iter()
+        .filter(|(_, to)| *to == Destination::Upstream(0))
+        .map(|(ms, _)| *ms)
+        .collect();
+    assert_eq!(upstream, vec![2000, 5000, 9500, 16250]);
+    let empty_ack_then_504: Vec<u128> = sent_at
+        .iter()
+        .filter(|(_, to)| *to == Destination::Client(client()))
+        .map(|(ms, _)| *ms)
+        .collect();
+    assert_eq!(empty_ack_then_504, vec![100, 26375]);
+}
+
+#[test]
+fn total_timeout_cuts_the_schedule_short() {
+    let mut p = Proxy::new(ProxyConfig {
+        policy: RetryPolicy {
+            total_timeout: Duration::from_secs(4),
+            jitter: 0.0,
+            ..RetryPolicy::DEFAULT
+        },
+        ..reverse().config.clone()
+    });
+    p.handle_client_datagram(
+        t(0),
+        client(),
+        &request(MessageType::Non, Code::GET, 1, &[]),
+    );
+    drain(&mut p);
+    p.handle_timeout(t(3999));
+    assert_eq!(drain(&mut p).len(), 1, "one retransmission at 2 s");
+    p.handle_timeout(t(4000));
+    let out = drain(&mut p);
+    assert_eq!(only_to_client(&out).code(), Code::GATEWAY_TIMEOUT);
+}
+
+#[test]
+fn upstream_rst_answers_5_02() {
+    let mut p = reverse();
+    p.handle_client_datagram(
+        t(0),
+        client(),
+        &request(MessageType::Con, Code::GET, 1, &[]),
+    );
+    let up = drain(&mut p).remove(0);
+    let mid = Message::parse(&up.payload).unwrap().message_id();
+    let mut rst = Vec::new();
+    crate::coap::rst(&mut rst, mid);
+    p.handle_upstream_datagram(t(10), 0, &rst);
+    let out = drain(&mut p);
+    let m = only_to_client(&out);
+    assert_eq!(
+        (m.msg_type(), m.code(), m.message_id()),
+        (MessageType::Ack, Code::BAD_GATEWAY, 1)
+    );
+}
+
+#[test]
+fn response_with_unknown_critical_option_answers_5_02() {
+    let mut p = reverse();
+    p.handle_client_datagram(
+        t(0),
+        client(),
+        &request(MessageType::Con, Code::GET, 1, &[]),
+    );
+    let up = drain(&mut p).remove(0);
+    let req = Message::parse(&up.payload).unwrap();
+    let mut resp = Vec::new();
+    let mut b = MessageBuilder::new(
+        &mut resp,
+        MessageType::Ack,
+        Code::CONTENT,
+        req.message_id(),
+        req.token(),
+    );
+    b.option(65001, b"?");
+    b.finish().unwrap();
+    p.handle_upstream_datagram(t(5), 0, &resp);
+    assert_eq!(only_to_client(&drain(&mut p)).code(), Code::BAD_GATEWAY);
+}
+
+#[test]
+fn forward_proxy_decomposes_proxy_uri_for_allowed_targets() {
+    let mut p = forward();
+    let uri = b"coap://127.0.0.1:5690/sensors/temp?u=c";
+    p.handle_client_datagram(
+        t(0),
+        client(),
+        &request(MessageType::Con, Code::GET, 1, &[(PROXY_URI, uri)]),
+    );
+    let out = drain(&mut p);
+    assert_eq!(out[0].to, Destination::Upstream(0));
+    let up = Message::parse(&out[0].payload).unwrap();
+    assert!(up.option(PROXY_URI).is_none());
+    assert!(
+        up.option(option::URI_HOST).is_none(),
+        "IP literal: no Uri-Host"
+    );
+    let paths: Vec<&[u8]> = up
+        .options()
+        .filter(|(n, _)| *n == URI_PATH)
+        .map(|(_, v)| v)
+        .collect();
+    assert_eq!(paths, vec![&b"sensors"[..], b"temp"]);
+    assert_eq!(up.option(option::URI_PORT), Some(&encode_uint(5690)[..]));
+}
+
+#[test]
+fn forward_proxy_is_not_an_open_relay() {
+    let mut p = forward();
+    let uri = b"coap://10.0.0.1/x";
+    p.handle_client_datagram(
+        t(0),
+        client(),
+        &request(MessageType::Con, Code::GET, 1, &[(PROXY_URI, uri)]),
+    );
+    assert_eq!(only_to_client(&drain(&mut p)).code(), Code::FORBIDDEN);
+    let uri = b"http://127.0.0.1:5690/x";
+    p.handle_client_datagram(
+        t(0),
+        client(),
+        &request(MessageType::Con, Code::GET, 2, &[(PROXY_URI, uri)]),
+    );
+    assert_eq!(
+        only_to_client(&drain(&mut p)).code(),
+        Code::PROXYING_NOT_SUPPORTED
+    );
+}
+
+#[test]
+fn reverse_proxy_refuses_proxy_uri() {
+    let mut p = reverse();
+    let uri = b"coap://127.0.0.1:5690/x";
+    p.handle_client_datagram(
+        t(0),
+        client(),
+        &request(MessageType::Con, Code::GET, 1, &[(PROXY_URI, uri)]),
+    );
+    assert_eq!(
+        only_to_client(&drain(&mut p)).code(),
+        Code::PROXYING_NOT_SUPPORTED
+    );
+}
+
+#[test]
+fn notifications_are_relayed_with_the_clients_token_until_deregistration() {
+    let mut p = reverse();
+    p.handle_client_datagram(
+        t(0),
+        client(),
+        &request(MessageType::Con, Code::GET, 1, &[(OBSERVE, &[])]),
+    );
+    let req = drain(&mut p).remove(0);
+    let req = Message::parse(&req.payload).unwrap();
+    let (token, mid) = (req.token().to_vec(), req.message_id());
+    let notify = |ty: MessageType, mid: u16, seq: u32| {
+        let mut out = Vec::new();
+        let mut b = MessageBuilder::new(&mut out, ty, Code::CONTENT, mid, &token);
+        b.option(OBSERVE, &encode_uint(seq));
+        b.payload(&seq.to_be_bytes());
+        b.finish().unwrap();
+        out
+    };
+    p.handle_upstream_datagram(t(5), 0, &notify(MessageType::Ack, mid, 1));
+    let first = drain(&mut p);
+    assert_eq!(only_to_client(&first).msg_type(), MessageType::Ack);
+    for (i, seq) in [2u32, 3, 4].into_iter().enumerate() {
+        p.handle_upstream_datagram(
+            t(100 * (i as u64 + 1)),
+            0,
+            &notify(MessageType::Non, 900 + seq as u16, seq),
+        );
+        let out = drain(&mut p);
+        let m = only_to_client(&out);
+        assert_eq!(
+            (m.token(), m.payload()),
+            (&b"tk"[..], &seq.to_be_bytes()[..])
+        );
+    }
+    // An out-of-order older notification is dropped.
+    p.handle_upstream_datagram(t(450), 0, &notify(MessageType::Non, 950, 3));
+    assert!(drain(&mut p).is_empty());
+    // Deregistration (same token, Observe: 1) ends the observation; later notifications get RST.
+    p.handle_client_datagram(
+        t(500),
+        client(),
+        &request(MessageType::Con, Code::GET, 2, &[(OBSERVE, &[1])]),
+    );
+    drain(&mut p);
+    p.handle_upstream_datagram(t(600), 0, &notify(MessageType::Non, 960, 9));
+    let out = drain(&mut p);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].to, Destination::Upstream(0));
+    assert_eq!(
+        Message::parse(&out[0].payload).unwrap().msg_type(),
+        MessageType::Rst
+    );
+}
+
+#[test]
+fn all_state_is_freed_by_the_last_deadline() {
+    let mut p = reverse();
+    for mid in 0..50u16 {
+        let ty = if mid % 2 == 0 {
+            MessageType::Con
+        } else {
+            MessageType::Non
+        };
+        p.handle_client_datagram(
+            t(u64::from(mid)),
+            client(),
+            &request(ty, Code::GET, mid, &[]),
+        );
+    }
+    drain(&mut p);
+    while let Some(next) = p.poll_timeout() {
+        p.handle_timeout(next);
+        drain(&mut p);
+    }
+    assert_eq!(p.live_exchanges(), 0);
+    assert_eq!(p.pending_timers(), 0);
+    let c = p.counters();
+    assert_eq!(
+        (c.gateway_timeout_5_04, c.cached_answers, c.observations),
+        (50, 0, 0)
+    );
+}
