@@ -1,0 +1,47 @@
+//! Arbitrary datagrams from clients and the upstream, interleaved with time: the engine never
+//! panics and its state stays bounded.
+#![no_main]
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use backoffd::proxy::{Proxy, ProxyConfig, Routing};
+use backoffd::time::Timestamp;
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let mut proxy = Proxy::new(ProxyConfig {
+        routing: Routing {
+            upstream: Some("127.0.0.1:5684".parse().unwrap()),
+            allow: Vec::new(),
+            forward: false,
+        },
+        max_inflight: 64,
+        max_cached: 64,
+        seed: 1,
+        ..ProxyConfig::default()
+    });
+    let mut now = Timestamp::from_nanos(1);
+    // Records: [selector, len, bytes...]; selector picks client/upstream/time step.
+    let mut rest = data;
+    while let [selector, len, tail @ ..] = rest {
+        let len = usize::from(*len).min(tail.len());
+        let (datagram, next) = tail.split_at(len);
+        rest = next;
+        match selector % 4 {
+            0 | 1 => {
+                let from: SocketAddr = format!("127.0.0.1:{}", 40000 + u16::from(selector / 4 % 8))
+                    .parse()
+                    .unwrap();
+                proxy.handle_client_datagram(now, from, datagram);
+            }
+            2 => proxy.handle_upstream_datagram(now, 0, datagram),
+            _ => {
+                now += Duration::from_millis(u64::from(*selector) * 97);
+                proxy.handle_timeout(now);
+            }
+        }
+        while proxy.poll_transmit().is_some() {}
+        assert!(proxy.live_exchanges() <= 64 + 64 + 1000);
+    }
+});
