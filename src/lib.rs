@@ -6,6 +6,7 @@
 //! timer wheel ([`timer`]).
 
 pub mod cli;
+pub mod grpc;
 pub mod http2;
 pub mod reactor;
 pub mod stats;
