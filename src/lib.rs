@@ -9,6 +9,7 @@ pub mod cli;
 pub mod grpc;
 pub mod http2;
 pub mod reactor;
+pub mod reconnect;
 pub mod stats;
 pub mod time;
 pub mod timer;
