@@ -7,9 +7,11 @@
 
 pub mod cli;
 pub mod coap;
+pub mod grpc;
 pub mod http2;
 pub mod proxy;
 pub mod reactor;
+pub mod reconnect;
 pub mod stats;
 pub mod time;
 pub mod timer;

@@ -1,0 +1,11 @@
+//! gRPC's connection-backoff interop test (doc/connection-backoff-interop-test-description.md)
+//! as sans-IO cores: the server's Verify and ReconnectService sessions, and the client's
+//! backoff connector.
+
+pub mod backoff;
+pub mod service;
+pub mod verify;
+
+pub use backoff::{Action, AttemptRecord, Backoff, BackoffConfig};
+pub use service::{CallId, ReconnectService, ServiceConfig, Session, StartOutcome, StopOutcome};
+pub use verify::{verify, Verdict};
