@@ -1023,6 +1023,30 @@ fn fuzz_one(seed: u64) -> usize {
     300
 }
 
+/// The same frames fed to a client with requests in flight: no panic, bounded.
+fn fuzz_client_one(seed: u64) {
+    let mut peer = FuzzClient {
+        rng: StdRng::seed_from_u64(seed),
+        encoder: Encoder::new(),
+        next_id: 1,
+    };
+    let mut client = client_with_peer_settings(&[]);
+    for _ in 0..300 {
+        while client.open_streams() < 4 {
+            let Ok(id) = client.open_stream() else { break };
+            client.send_headers(id, REQUEST, false).unwrap();
+            client.send_data(id, &[3; 500], true).unwrap();
+        }
+        client.handle_input(T0, &peer.frame());
+        events(&mut client);
+        drain(&mut client);
+        assert!(client.buffered_bytes() < 1 << 20);
+        if client.is_closed() {
+            return;
+        }
+    }
+}
+
 /// Prints the seed when a fuzz run panics.
 struct SeedGuard(u64);
 
@@ -1030,7 +1054,7 @@ impl Drop for SeedGuard {
     fn drop(&mut self) {
         if std::thread::panicking() {
             eprintln!(
-                "failing seed: {} (rerun with H2_FUZZ_SEED={})",
+                "failing seed: {} (rerun with H2_FUZZ_SEED={}; H2_FUZZ_RUNS=n runs more)",
                 self.0, self.0
             );
         }
@@ -1039,16 +1063,16 @@ impl Drop for SeedGuard {
 
 #[test]
 fn random_and_mutated_input_never_panics_and_memory_stays_bounded() {
-    let base = std::env::var("H2_FUZZ_SEED").map_or(0x5eed_0002, |s| s.parse().unwrap());
-    let runs = if std::env::var("H2_FUZZ_SEED").is_ok() {
-        1
-    } else {
-        5000
+    let env = |name| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
+    let (base, runs) = match env("H2_FUZZ_SEED") {
+        Some(seed) => (seed, 1),
+        None => (0x5eed_0002, env("H2_FUZZ_RUNS").unwrap_or(5000)),
     };
     let mut rounds = 0;
     for seed in base..base + runs {
         let _guard = SeedGuard(seed);
         rounds += fuzz_one(seed);
+        fuzz_client_one(seed);
     }
     // The client is well-behaved enough to get deep into most connections.
     assert!(
