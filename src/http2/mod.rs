@@ -1,5 +1,11 @@
 //! HTTP/2 (RFC 9113) as sans-IO pieces: frame codec, HPACK, and the connection state machine.
 
+pub mod conn;
 pub mod error;
+mod flow;
 pub mod frame;
+mod headers;
 pub mod hpack;
+mod stream;
+
+pub use conn::{Config, Connection, Event, Role, SendError};
