@@ -186,9 +186,17 @@ fn stale_handles_never_cancel_a_reused_slot() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(256))]
+    #![proptest_config(ProptestConfig::with_cases(3000))]
     #[test]
     fn wheel_matches_model_for_arbitrary_seeds(seed in any::<u64>(), len in 1usize..400) {
+        check(seed, &random_ops(seed, len));
+    }
+}
+
+#[test]
+fn regression_seed_18427223729965485254() {
+    let seed = 18427223729965485254;
+    for len in 1..400 {
         check(seed, &random_ops(seed, len));
     }
 }

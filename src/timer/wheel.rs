@@ -31,9 +31,9 @@ pub const TICK_NANOS: u64 = 1 << TICK_SHIFT;
 /// log2 of the slots per level.
 const SLOT_BITS: u32 = 6;
 const SLOTS: usize = 1 << SLOT_BITS;
-/// 8 levels x 6 bits cover 2^48 ticks = 2^58 ns (about 9 years); later deadlines are parked in
-/// the top level's furthest slot and re-placed when it comes due, with no scan.
-pub const LEVELS: usize = 8;
+/// 9 levels x 6 bits cover all 54 bits of a nanosecond `u64` in ticks, so every deadline up to
+/// 584 years ahead has its own slot: no overflow list, no clamping, nothing to rescan.
+pub const LEVELS: usize = 9;
 /// End-of-list marker for the intrusive slot lists.
 const NIL: u32 = u32::MAX;
 
@@ -159,13 +159,9 @@ impl<T> TimerWheel<T> {
     /// lower bound of it (never later) when the earliest timer of a coarse slot was cancelled.
     pub fn next_deadline(&self) -> Option<Timestamp> {
         let (level, slot, start) = self.next_slot()?;
-        let start_ns = start << TICK_SHIFT;
         let ns = match level {
             0 => self.nodes[self.levels[0].slots[slot].head as usize].deadline,
-            // Top-level slots may hold over-range timers parked at different horizons, so a
-            // slot's own minimum is not a bound for the later slots: wake at the slot start.
-            l if l == LEVELS - 1 => start_ns,
-            l => start_ns.max(self.levels[l].earliest[slot]),
+            l => (start << TICK_SHIFT).max(self.levels[l].earliest[slot]),
         };
         Some(Timestamp::from_nanos(ns))
     }
@@ -237,7 +233,8 @@ impl<T> TimerWheel<T> {
     /// Links node `index` into the slot its deadline belongs to, relative to `elapsed`.
     fn place(&mut self, index: u32) {
         let deadline = self.nodes[index as usize].deadline;
-        let tick = self.placement_tick(deadline >> TICK_SHIFT);
+        // A deadline already past goes to the current tick (it fires at the next poll).
+        let tick = (deadline >> TICK_SHIFT).max(self.elapsed);
         let level = level_for(self.elapsed, tick);
         let slot = ((tick >> (SLOT_BITS * level as u32)) as usize) % SLOTS;
         let lvl = &mut self.levels[level];
@@ -248,19 +245,6 @@ impl<T> TimerWheel<T> {
             self.link_sorted(index);
         } else {
             self.link_after(index, self.list(level, slot).tail);
-        }
-    }
-
-    /// Past deadlines go to the current tick; deadlines beyond the wheel's range go to the top
-    /// level's furthest slot (63 slots ahead), from where they are placed again when it is due.
-    fn placement_tick(&self, tick: u64) -> u64 {
-        let top_shift = SLOT_BITS * (LEVELS as u32 - 1);
-        let current_top = self.elapsed >> top_shift;
-        let horizon = (current_top + SLOTS as u64 - 1) << top_shift;
-        if tick >> top_shift >= current_top + SLOTS as u64 {
-            horizon
-        } else {
-            tick.max(self.elapsed)
         }
     }
 
@@ -382,7 +366,8 @@ impl<T> TimerWheel<T> {
 fn level_for(elapsed: u64, tick: u64) -> usize {
     let masked = (elapsed ^ tick) | (SLOTS as u64 - 1);
     let significant = 63 - masked.leading_zeros();
-    ((significant / SLOT_BITS) as usize).min(LEVELS - 1)
+    // Ticks have at most 54 significant bits, so this is at most LEVELS - 1.
+    (significant / SLOT_BITS) as usize
 }
 
 #[cfg(test)]
