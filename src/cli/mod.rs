@@ -2,6 +2,7 @@
 
 pub mod flags;
 mod proxy;
+pub mod reconnect_server;
 mod timer_bench;
 
 use flags::UsageError;
@@ -13,8 +14,9 @@ interop server and client, and a precise hashed timer wheel.
 Usage: backoffd <command> [options]
 
 Commands:
-  proxy           CoAP forwarding proxy with its own upstream retry policy
-  timer-bench     measure the reactor's timer wake-up precision on this host
+  proxy             CoAP forwarding proxy with its own upstream retry policy
+  reconnect-server  gRPC connection-backoff interop server (also: reconnect_interop_server)
+  timer-bench       measure the reactor's timer wake-up precision on this host
 
 Run `backoffd <command> --help` for a command's options.
 ";
@@ -31,6 +33,7 @@ pub fn main(args: &[String]) -> i32 {
     };
     let result = match command {
         "proxy" => proxy::main(rest),
+        "reconnect-server" => reconnect_server::main(rest),
         "timer-bench" => timer_bench::main(rest),
         "-h" | "--help" | "help" => {
             print!("{HELP}");
@@ -46,7 +49,7 @@ pub fn main(args: &[String]) -> i32 {
     };
     result.unwrap_or_else(|e| {
         match command {
-            "proxy" | "timer-bench" => eprintln!("backoffd {command}: {e}"),
+            "proxy" | "reconnect-server" | "timer-bench" => eprintln!("backoffd {command}: {e}"),
             _ => eprintln!("backoffd: {e}"),
         }
         2

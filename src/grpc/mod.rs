@@ -5,6 +5,7 @@
 pub mod call;
 pub mod message;
 pub mod proto;
+pub mod server;
 pub mod status;
 pub mod timeout;
 

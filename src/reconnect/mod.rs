@@ -3,6 +3,7 @@
 //! backoff connector.
 
 pub mod backoff;
+pub mod server;
 pub mod service;
 pub mod verify;
 

@@ -1,0 +1,100 @@
+//! `reconnect_interop_server` / `backoffd reconnect-server`: drop-in for grpc's C++ server.
+
+use std::time::Duration;
+
+use super::flags::{value, DurationArg, Flags, Spec, UsageError};
+use crate::reactor::{self, Reactor, WakeMode};
+use crate::reconnect::server::{ReconnectServer, ServerConfig};
+use crate::reconnect::ServiceConfig;
+
+pub const HELP: &str = "\
+Usage: reconnect_interop_server --control_port=PORT --retry_port=PORT [options]
+       backoffd reconnect-server --control_port=PORT --retry_port=PORT [options]
+
+gRPC's connection-backoff interop test server: grpc.testing.ReconnectService (Start/Stop) over
+plaintext HTTP/2 on the control port, and on the retry port a TCP listener that timestamps and
+closes every connection; Stop verifies the intervals exactly like the C++ reference.
+Flags may be written --flag=V, --flag V, -flag=V or -flag V.
+
+Options:
+  --control_port PORT    plaintext gRPC port (required, non-zero)
+  --retry_port PORT      port the client reconnects to (required, non-zero; bound at first Start)
+  --min_intervals N      strict mode: fail a Stop that saw fewer intervals (default 0, like the
+                         reference: 0 or 1 connections pass)
+  --drain D              on SIGINT/SIGTERM, time to say goodbye (default 2s)
+  --wake timerfd|epoll   timer wake-up source (default timerfd)
+  -h, --help             this help
+";
+
+const SPEC: &[Spec] = &[
+    value("control_port"),
+    value("retry_port"),
+    value("min_intervals"),
+    value("drain"),
+    value("wake"),
+];
+
+/// Runs the server; returns the process exit code.
+pub fn main(args: &[String]) -> Result<i32, UsageError> {
+    let flags = Flags::parse(args, SPEC)?;
+    if flags.help {
+        print!("{HELP}");
+        return Ok(0);
+    }
+    let control_port = required_port(&flags, "control_port")?;
+    let retry_port = required_port(&flags, "retry_port")?;
+    if control_port == retry_port {
+        return Err(UsageError(
+            "--retry_port must differ from --control_port".into(),
+        ));
+    }
+    let config = ServerConfig {
+        control_port,
+        retry_port,
+        service: ServiceConfig {
+            min_intervals: flags.get_or("min_intervals", 0)?,
+        },
+        http2: crate::http2::Config::default(),
+    };
+    let drain = flags
+        .get_or("drain", DurationArg(Duration::from_secs(2)))?
+        .0;
+    let wake = flags.get_or("wake", WakeMode::Timerfd)?;
+    Ok(run(config, wake, drain))
+}
+
+fn required_port(flags: &Flags, name: &str) -> Result<u16, UsageError> {
+    match flags.get::<u16>(name)? {
+        None | Some(0) => Err(UsageError(format!(
+            "--{name} is required and must be non-zero"
+        ))),
+        Some(port) => Ok(port),
+    }
+}
+
+fn run(config: ServerConfig, wake: WakeMode, drain: Duration) -> i32 {
+    let port = config.control_port;
+    let server = match ReconnectServer::bind(config) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("reconnect_interop_server: cannot listen on control port {port}: {e}");
+            return 1;
+        }
+    };
+    let reactor = Reactor::new(reactor::Config {
+        wake,
+        signals: true,
+        drain_timeout: drain,
+    });
+    let result = reactor.and_then(|mut r| {
+        r.add(Box::new(server))?;
+        r.run()
+    });
+    match result {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("reconnect_interop_server: {e}");
+            1
+        }
+    }
+}

@@ -1,0 +1,128 @@
+//! Socket set-up the standard library cannot express: dual-stack TCP listeners.
+
+use std::io;
+use std::mem;
+use std::net::{SocketAddr, TcpListener};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+/// Listens on `[::]:port` with `IPV6_V6ONLY` off, so IPv4 clients arrive as v4-mapped
+/// addresses on the same socket (clients dialing `localhost` may try `::1` or `127.0.0.1`).
+/// Falls back to `0.0.0.0:port` where IPv6 is unavailable. Non-blocking, `SO_REUSEADDR`.
+pub fn listen_dual_stack(port: u16) -> io::Result<TcpListener> {
+    match listen_v6_any(port) {
+        Ok(l) => Ok(l),
+        Err(e) if e.raw_os_error() == Some(libc::EAFNOSUPPORT) => listen_v4_any(port),
+        Err(e) => Err(e),
+    }
+}
+
+fn listen_v6_any(port: u16) -> io::Result<TcpListener> {
+    let fd = socket(libc::AF_INET6)?;
+    set_int_option(&fd, libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)?;
+    set_int_option(&fd, libc::IPPROTO_IPV6, libc::IPV6_V6ONLY, 0)?;
+    // SAFETY: sockaddr_in6 is plain data; all-zero is the unspecified address `::`.
+    let mut addr: libc::sockaddr_in6 = unsafe { mem::zeroed() };
+    addr.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+    addr.sin6_port = port.to_be();
+    bind_and_listen(fd, &addr)
+}
+
+fn listen_v4_any(port: u16) -> io::Result<TcpListener> {
+    let fd = socket(libc::AF_INET)?;
+    set_int_option(&fd, libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)?;
+    // SAFETY: sockaddr_in is plain data; all-zero is 0.0.0.0.
+    let mut addr: libc::sockaddr_in = unsafe { mem::zeroed() };
+    addr.sin_family = libc::AF_INET as libc::sa_family_t;
+    addr.sin_port = port.to_be();
+    bind_and_listen(fd, &addr)
+}
+
+fn socket(family: libc::c_int) -> io::Result<OwnedFd> {
+    // SAFETY: plain syscall; the result is checked.
+    let raw = unsafe {
+        libc::socket(
+            family,
+            libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            0,
+        )
+    };
+    if raw < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a fresh descriptor nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}
+
+fn set_int_option(
+    fd: &OwnedFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: libc::c_int,
+) -> io::Result<()> {
+    // SAFETY: passes a pointer to a live c_int and its size.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            (&value as *const libc::c_int).cast(),
+            mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+fn bind_and_listen<A>(fd: OwnedFd, addr: &A) -> io::Result<TcpListener> {
+    // SAFETY: `addr` is a sockaddr_in or sockaddr_in6 matching the socket's family.
+    let rc = unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            (addr as *const A).cast(),
+            mem::size_of::<A>() as libc::socklen_t,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: plain syscall on our socket.
+    if unsafe { libc::listen(fd.as_raw_fd(), 1024) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(TcpListener::from(fd))
+}
+
+/// The address without the v4-mapped IPv6 disguise, for logs and host comparisons.
+pub fn unmap(addr: SocketAddr) -> SocketAddr {
+    match addr {
+        SocketAddr::V6(v6) => match v6.ip().to_ipv4_mapped() {
+            Some(v4) => SocketAddr::new(v4.into(), v6.port()),
+            None => addr,
+        },
+        v4 => v4,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpStream;
+
+    #[test]
+    fn dual_stack_listener_accepts_ipv4_and_ipv6() {
+        let l = listen_dual_stack(0).unwrap();
+        let port = l.local_addr().unwrap().port();
+        TcpStream::connect(("127.0.0.1", port)).unwrap();
+        if TcpStream::connect(("::1", port)).is_ok() {
+            // IPv6 loopback exists here: both families reached one socket.
+        }
+        l.set_nonblocking(false).unwrap();
+        let (_, peer) = l.accept().unwrap();
+        assert_eq!(
+            unmap(peer).ip(),
+            "127.0.0.1".parse::<std::net::IpAddr>().unwrap()
+        );
+    }
+}

@@ -1,0 +1,405 @@
+//! The reconnect interop server as a reactor component: the control port (plaintext HTTP/2
+//! gRPC serving `grpc.testing.ReconnectService`) and the retry port (accept, timestamp, close).
+//!
+//! Only socket plumbing lives here. Sessions and verdicts are [`ReconnectService`]'s, HTTP/2 and
+//! gRPC framing are [`ServerConnection`]'s.
+
+use std::io::{self, Read, Write};
+use std::net::SocketAddr;
+
+use mio::net::{TcpListener, TcpStream};
+use mio::{Interest, Token};
+use prost::Message as _;
+use slab::Slab;
+
+use super::service::{CallId, ReconnectService, ServiceConfig, StartOutcome};
+use crate::grpc::proto::testing::{Empty, ReconnectParams};
+use crate::grpc::server::{Request, ServerConnection, ServerEvent};
+use crate::grpc::{Code, Status};
+use crate::net::{listen_dual_stack, unmap};
+use crate::reactor::{Component, Ctx, Readiness};
+use crate::time::Timestamp;
+use crate::timer::TimerId;
+
+const SERVICE: &str = "grpc.testing.ReconnectService";
+/// Reads per readiness event before yielding to other sources (edge-triggered: we re-arm by
+/// reading until WouldBlock, but one chatty peer must not starve the retry port).
+const READ_CHUNK: usize = 16 * 1024;
+
+/// Server settings.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    pub control_port: u16,
+    pub retry_port: u16,
+    pub service: ServiceConfig,
+    pub http2: crate::http2::Config,
+}
+
+struct ControlConn {
+    stream: TcpStream,
+    token: Token,
+    grpc: ServerConnection,
+    peer: SocketAddr,
+    timer: Option<(TimerId, Timestamp)>,
+    /// Registered for WRITABLE too, because output is waiting.
+    wants_write: bool,
+}
+
+/// The reconnect interop server. See the module docs.
+pub struct ReconnectServer {
+    config: ServerConfig,
+    control: TcpListener,
+    control_token: Option<Token>,
+    /// Bound at the first Start, like the reference, and kept.
+    retry: Option<(TcpListener, Token)>,
+    conns: Slab<ControlConn>,
+    service: ReconnectService,
+    buf: Vec<u8>,
+    shutting_down: bool,
+}
+
+impl ReconnectServer {
+    /// Binds the control port (dual-stack); failures surface at start-up.
+    pub fn bind(config: ServerConfig) -> io::Result<Self> {
+        let control = TcpListener::from_std(listen_dual_stack(config.control_port)?);
+        Ok(ReconnectServer {
+            service: ReconnectService::new(config.service),
+            config,
+            control,
+            control_token: None,
+            retry: None,
+            conns: Slab::new(),
+            buf: vec![0; READ_CHUNK],
+            shutting_down: false,
+        })
+    }
+
+    /// The control port actually bound (useful with port 0).
+    pub fn control_addr(&self) -> io::Result<SocketAddr> {
+        self.control.local_addr()
+    }
+
+    fn accept_control(&mut self, ctx: &mut Ctx<'_>) {
+        loop {
+            match self.control.accept() {
+                Ok((mut stream, peer)) => {
+                    let _ = stream.set_nodelay(true);
+                    let Ok(token) = ctx.register(&mut stream, Interest::READABLE) else {
+                        continue;
+                    };
+                    let grpc = ServerConnection::new(ctx.now(), self.config.http2.clone());
+                    let key = self.conns.insert(ControlConn {
+                        stream,
+                        token,
+                        grpc,
+                        peer: unmap(peer),
+                        timer: None,
+                        wants_write: false,
+                    });
+                    log::debug!("control connection {key} from {}", unmap(peer));
+                    if self.shutting_down {
+                        self.conns[key].grpc.go_away();
+                    }
+                    self.after_io(ctx, key);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    log::warn!("control port accept: {e}");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// The retry port: timestamp first, then close, for every pending connection.
+    fn accept_retry(&mut self) {
+        let Some((listener, _)) = &self.retry else {
+            return;
+        };
+        loop {
+            match listener.accept() {
+                Ok((stream, peer)) => {
+                    let now = Timestamp::now();
+                    drop(stream);
+                    for line in self.service.on_retry_connection(now, unmap(peer).ip()) {
+                        log::info!("{line}");
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    log::warn!("retry port accept: {e}");
+                    return;
+                }
+            }
+        }
+    }
+
+    fn read_conn(&mut self, ctx: &mut Ctx<'_>, key: usize) {
+        let now = ctx.now();
+        let conn = &mut self.conns[key];
+        loop {
+            match conn.stream.read(&mut self.buf) {
+                Ok(0) => return self.close(ctx, key, "peer closed"),
+                Ok(n) => conn.grpc.handle_input(now, &self.buf[..n]),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return self.close(ctx, key, &e.to_string()),
+            }
+        }
+        self.after_io(ctx, key);
+    }
+
+    /// Handles the connection's events, writes what it can, closes it if it is done, and keeps
+    /// its timer and interest up to date.
+    fn after_io(&mut self, ctx: &mut Ctx<'_>, key: usize) {
+        while let Some(event) = self.conns.get_mut(key).and_then(|c| c.grpc.poll_event()) {
+            match event {
+                ServerEvent::Request(req) => self.on_request(ctx, key, req),
+                ServerEvent::Cancelled { stream } => self.cancel_call(ctx, call_id(key, stream)),
+            }
+        }
+        let Some(conn) = self.conns.get_mut(key) else {
+            return;
+        };
+        if let Err(e) = flush(conn) {
+            return self.close(ctx, key, &e.to_string());
+        }
+        if conn.grpc.is_closed() && conn.grpc.pending_output().is_empty() {
+            return self.close(ctx, key, "HTTP/2 connection ended");
+        }
+        let wants_write = !conn.grpc.pending_output().is_empty();
+        if wants_write != conn.wants_write {
+            conn.wants_write = wants_write;
+            let interest = match wants_write {
+                true => Interest::READABLE | Interest::WRITABLE,
+                false => Interest::READABLE,
+            };
+            let _ = ctx.reregister(&mut conn.stream, conn.token, interest);
+        }
+        let wanted = conn.grpc.poll_timeout();
+        if conn.timer.map(|(_, at)| at) != wanted {
+            if let Some((id, _)) = conn.timer.take() {
+                ctx.cancel_timer(id);
+            }
+            conn.timer = wanted.map(|at| (ctx.set_timer(at, key as u32), at));
+        }
+    }
+
+    fn on_request(&mut self, ctx: &mut Ctx<'_>, key: usize, req: Request) {
+        let call = call_id(key, req.stream);
+        let answer = match (req.service.as_str(), req.method.as_str()) {
+            (SERVICE, "Start") => self.start(call, &req.message),
+            (SERVICE, "Stop") => self.stop(ctx, &req.message),
+            (service, method) => Some(Err(Status::new(
+                Code::Unimplemented,
+                format!("unknown method /{service}/{method}"),
+            ))),
+        };
+        if let Some(answer) = answer {
+            self.respond(ctx, call, answer);
+        }
+    }
+
+    /// Start: answered now, or parked (`None`) until the active session's Stop.
+    fn start(&mut self, call: CallId, message: &[u8]) -> Option<Result<Vec<u8>, Status>> {
+        let params = match ReconnectParams::decode(message) {
+            Ok(p) => p,
+            Err(e) => {
+                return Some(Err(Status::new(
+                    Code::InvalidArgument,
+                    format!("bad ReconnectParams: {e}"),
+                )))
+            }
+        };
+        if let Err(status) = self.ensure_retry_listener() {
+            return Some(Err(status));
+        }
+        match self.service.start(call, &params) {
+            StartOutcome::Ready => Some(Ok(Empty {}.encode_to_vec())),
+            StartOutcome::Parked => {
+                log::info!("Start parked until the active session's Stop");
+                None
+            }
+            StartOutcome::ShuttingDown => Some(Err(shutting_down())),
+        }
+    }
+
+    fn stop(&mut self, ctx: &mut Ctx<'_>, message: &[u8]) -> Option<Result<Vec<u8>, Status>> {
+        if let Err(e) = Empty::decode(message) {
+            return Some(Err(Status::new(
+                Code::InvalidArgument,
+                format!("bad Empty: {e}"),
+            )));
+        }
+        let outcome = self.service.stop();
+        for reason in outcome.verdict.reasons() {
+            log::info!("{reason}");
+        }
+        log::info!(
+            "Stop: passed={} backoff_ms={:?}",
+            outcome.info.passed,
+            outcome.info.backoff_ms
+        );
+        if let Some(released) = outcome.released {
+            self.respond(ctx, released, Ok(Empty {}.encode_to_vec()));
+        }
+        Some(Ok(outcome.info.encode_to_vec()))
+    }
+
+    /// Binds the retry port at the first Start, as the reference does; failure is this Start's
+    /// gRPC error rather than a crash.
+    fn ensure_retry_listener(&mut self) -> Result<(), Status> {
+        if self.retry.is_some() {
+            return Ok(());
+        }
+        let port = self.config.retry_port;
+        let listener = listen_dual_stack(port).map_err(|e| {
+            Status::new(
+                Code::Unavailable,
+                format!("cannot listen on retry port {port}: {e}"),
+            )
+        })?;
+        let port = listener.local_addr().map(|a| a.port()).unwrap_or(port);
+        log::info!("test tcp server listening on 0.0.0.0:{port}");
+        // Registered lazily in `on_ready`'s caller: see `register_retry`.
+        self.retry = Some((TcpListener::from_std(listener), Token(usize::MAX)));
+        Ok(())
+    }
+
+    /// Registers a freshly bound retry listener with the loop.
+    fn register_retry(&mut self, ctx: &mut Ctx<'_>) {
+        if let Some((listener, token)) = &mut self.retry {
+            if *token == Token(usize::MAX) {
+                match ctx.register(listener, Interest::READABLE) {
+                    Ok(t) => *token = t,
+                    Err(e) => log::warn!("cannot register the retry port: {e}"),
+                }
+            }
+        }
+    }
+
+    fn respond(&mut self, ctx: &mut Ctx<'_>, call: CallId, answer: Result<Vec<u8>, Status>) {
+        let (key, stream) = split_call_id(call);
+        if let Some(conn) = self.conns.get_mut(key) {
+            conn.grpc.respond(stream, answer);
+            self.after_io(ctx, key);
+        }
+    }
+
+    /// A call went away: a parked Start is dropped; a released waiter is answered.
+    fn cancel_call(&mut self, ctx: &mut Ctx<'_>, call: CallId) {
+        if let Some(released) = self.service.cancel(call) {
+            self.respond(ctx, released, Ok(Empty {}.encode_to_vec()));
+        }
+    }
+
+    fn close(&mut self, ctx: &mut Ctx<'_>, key: usize, why: &str) {
+        let Some(mut conn) = self.conns.try_remove(key) else {
+            return;
+        };
+        log::debug!("control connection {key} from {} closed: {why}", conn.peer);
+        ctx.deregister(&mut conn.stream, conn.token);
+        if let Some((id, _)) = conn.timer {
+            ctx.cancel_timer(id);
+        }
+        let calls: Vec<u32> = conn.grpc.dispatched().collect();
+        for stream in calls {
+            self.cancel_call(ctx, call_id(key, stream));
+        }
+    }
+
+    fn conn_for_token(&self, token: Token) -> Option<usize> {
+        self.conns
+            .iter()
+            .find(|(_, c)| c.token == token)
+            .map(|(k, _)| k)
+    }
+}
+
+impl Component for ReconnectServer {
+    fn on_start(&mut self, ctx: &mut Ctx<'_>) -> io::Result<()> {
+        self.control_token = Some(ctx.register(&mut self.control, Interest::READABLE)?);
+        let port = self.control.local_addr()?.port();
+        log::info!("Server listening on 0.0.0.0:{port}");
+        Ok(())
+    }
+
+    fn on_ready(&mut self, ctx: &mut Ctx<'_>, token: Token, ready: Readiness) {
+        if Some(token) == self.control_token {
+            self.accept_control(ctx);
+        } else if self.retry.as_ref().map(|(_, t)| *t) == Some(token) {
+            self.accept_retry();
+        } else if let Some(key) = self.conn_for_token(token) {
+            if ready.readable || ready.closed || ready.error {
+                self.read_conn(ctx, key);
+            } else {
+                self.after_io(ctx, key);
+            }
+        }
+        self.register_retry(ctx);
+    }
+
+    fn on_timer(&mut self, ctx: &mut Ctx<'_>, timer: TimerId, key: u32) {
+        let key = key as usize;
+        let Some(conn) = self.conns.get_mut(key) else {
+            return;
+        };
+        if conn.timer.map(|(id, _)| id) != Some(timer) {
+            return;
+        }
+        conn.timer = None;
+        conn.grpc.handle_timeout(ctx.now());
+        self.after_io(ctx, key);
+        self.register_retry(ctx);
+    }
+
+    fn on_shutdown(&mut self, ctx: &mut Ctx<'_>) {
+        self.shutting_down = true;
+        for call in self.service.shutdown() {
+            self.respond(ctx, call, Err(shutting_down()));
+        }
+        let keys: Vec<usize> = self.conns.iter().map(|(k, _)| k).collect();
+        for key in keys {
+            if let Some(conn) = self.conns.get_mut(key) {
+                conn.grpc.go_away();
+            }
+            self.after_io(ctx, key);
+        }
+    }
+
+    fn is_drained(&self) -> bool {
+        self.conns.is_empty()
+    }
+}
+
+/// Writes as much pending output as the socket takes.
+fn flush(conn: &mut ControlConn) -> io::Result<()> {
+    loop {
+        let out = conn.grpc.pending_output();
+        if out.is_empty() {
+            return Ok(());
+        }
+        match conn.stream.write(out) {
+            Ok(n) => conn.grpc.consume_output(n),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+fn shutting_down() -> Status {
+    Status::new(Code::Unavailable, "shutting down")
+}
+
+/// Calls are named by connection slot and stream id. Every call of a connection is cancelled
+/// in the service before its slot is reused, so names never collide.
+fn call_id(conn: usize, stream: u32) -> CallId {
+    CallId(((conn as u64) << 32) | u64::from(stream))
+}
+
+fn split_call_id(call: CallId) -> (usize, u32) {
+    ((call.0 >> 32) as usize, call.0 as u32)
+}
