@@ -14,6 +14,8 @@ pub mod proxy;
 pub mod reactor;
 pub mod reconnect;
 pub mod stats;
+#[cfg(test)]
+mod test_support;
 pub mod time;
 pub mod timer;
 pub mod timer_bench;

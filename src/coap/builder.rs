@@ -248,12 +248,9 @@ mod tests {
         assert_eq!(got, [(3, &b"h"[..]), (11, b"x"), (16, &[15])]);
     }
 
-    /// xorshift64, so the fuzz test needs no dependencies.
-    fn rand(s: &mut u64, below: usize) -> usize {
-        *s ^= *s << 13;
-        *s ^= *s >> 7;
-        *s ^= *s << 17;
-        (*s % below.max(1) as u64) as usize
+    /// Uniform in `0..below` from the shared seeded generator.
+    fn rand(rng: &mut crate::test_support::Rng, below: usize) -> usize {
+        rng.below(below)
     }
 
     /// If `bytes` parses, rebuilding it in order and in reverse order gives the same bytes.
@@ -291,7 +288,7 @@ mod tests {
             b"\x60\x45\x00\x01\xc1\x2e\xd1\x0a\x00\xe1\x00\x00\x07\xffx",
             b"\x50\x02\xff\xff\x3d\x00abcdefghijklm\x10\xd0\xe2",
         ];
-        let (mut state, mut valid) = (0x9e37_79b9_7f4a_7c15, 0);
+        let (mut state, mut valid) = (crate::test_support::Rng::new(0x9e37_79b9_7f4a_7c15), 0);
         for i in 0..300_000 {
             let mut m = seeds[i % 3].to_vec();
             if i % 4 == 0 {

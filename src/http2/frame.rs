@@ -807,21 +807,7 @@ mod tests {
         assert_eq!(frames(&buf).0, [(TYPE_DATA, 0, MAX), (TYPE_DATA, 0, 3616)]);
     }
 
-    /// xorshift64: deterministic, dependency-free randomness for the fuzz test.
-    struct Rng(u64);
-
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-
-        fn below(&mut self, n: usize) -> usize {
-            (self.next() % n as u64) as usize
-        }
-    }
+    use crate::test_support::Rng;
 
     /// Checks the decode contract beyond "no panic"; returns the outcome
     /// (0 = contract broken).
@@ -862,7 +848,7 @@ mod tests {
                 encode_headers(b, 3, &[9; 40], false, MAX);
             }),
         ];
-        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let mut rng = Rng::new(0x9e37_79b9_7f4a_7c15);
         let mut outcomes = [0u32; 5];
         for i in 0..300_000 {
             let mut buf = if i % 2 == 0 {

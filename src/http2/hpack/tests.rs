@@ -329,21 +329,15 @@ fn encoder_indexes_repeats_but_not_oversized_entries() {
     assert_eq!(encoder.table().entries().len(), 1);
 }
 
-/// xorshift64: deterministic, dependency-free randomness.
-struct Rng(u64);
+use crate::test_support::Rng;
 
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
+/// Draws shaped like header lists.
+trait HeaderDraws {
+    fn bytes(&mut self, max_len: usize) -> Vec<u8>;
+    fn headers(&mut self) -> Vec<(Vec<u8>, Vec<u8>)>;
+}
 
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-
+impl HeaderDraws for Rng {
     fn bytes(&mut self, max_len: usize) -> Vec<u8> {
         let len = self.below(max_len + 1);
         match self.below(3) {
@@ -379,7 +373,7 @@ impl Rng {
 
 #[test]
 fn random_header_lists_round_trip_with_tables_in_sync() {
-    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    let mut rng = Rng::new(0x2545_f491_4f6c_dd1d);
     for table_size in [0, 64, 256, 4096] {
         let (mut encoder, mut decoder) = (Encoder::new(), Decoder::new(4096, 1 << 20));
         for round in 0..1500 {
@@ -426,7 +420,7 @@ fn every_one_and_two_octet_input_is_handled_without_panic() {
 #[test]
 fn random_and_mutated_blocks_never_panic_and_stay_bounded() {
     const LIMIT: usize = 8 << 10;
-    let mut rng = Rng(0x853c_49e6_748f_ea9b);
+    let mut rng = Rng::new(0x853c_49e6_748f_ea9b);
     let (mut encoder, mut synced) = (Encoder::new(), Decoder::new(4096, LIMIT));
     for _ in 0..2_000 {
         let mut valid = Vec::new();
