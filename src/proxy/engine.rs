@@ -358,7 +358,6 @@ impl Proxy {
             // Cannot happen for parsed input; finish anyway so no state is left behind.
             return self.finish(now, key);
         };
-        self.track_answer_code(msg.code());
         self.send_to_client(now, key, ty, mid, bytes.clone());
         let x = self.get_mut(key).expect("checked above");
         x.answer = bytes;
@@ -441,7 +440,8 @@ impl Proxy {
         self.next_client_mid
     }
 
-    fn track_answer_code(&mut self, code: Code) {
+    /// Counts an upstream's own answer (the proxy's 5.02/5.03/5.04 are counted where made).
+    pub(super) fn track_answer_code(&mut self, code: Code) {
         match code.class() {
             2 => self.counters.relayed_2xx += 1,
             4 => self.counters.relayed_4xx += 1,

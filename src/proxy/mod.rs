@@ -27,6 +27,8 @@ mod engine;
 mod exchange;
 mod observe;
 pub mod route;
+#[cfg(test)]
+mod tests;
 mod upstream_leg;
 
 pub use config::{AllowedTarget, ConfigError, ProxyConfig, RetryPolicy, Routing};
