@@ -517,6 +517,25 @@ impl Proxy {
             .remove(&(x.client, x.client_token, x.client_mid));
     }
 
+    /// Creates the exchange of a new client request and indexes it for duplicates.
+    pub(super) fn insert_exchange(
+        &mut self,
+        now: Timestamp,
+        from: SocketAddr,
+        token: Token,
+        msg: &Message,
+        state: State,
+        policy: super::RetryPolicy,
+    ) -> ExchangeKey {
+        let generation = self.next_generation();
+        let client_id = (msg.message_id(), token, msg.msg_type());
+        let x = Exchange::new(generation, state, now, from, client_id, policy);
+        let index = u32::try_from(self.exchanges.insert(x)).expect("fewer than 2^32 exchanges");
+        let key = ExchangeKey { index, generation };
+        self.by_client.insert((from, token, msg.message_id()), key);
+        key
+    }
+
     /// A fresh generation for a new exchange (never 0, wraps after 2^32 exchanges).
     pub(super) fn next_generation(&mut self) -> u32 {
         let g = self.next_generation;

@@ -128,6 +128,43 @@ pub struct Exchange {
 }
 
 impl Exchange {
+    /// The state of a new client request in `state`, with nothing sent upstream yet.
+    pub fn new(
+        generation: u32,
+        state: State,
+        now: Timestamp,
+        client: SocketAddr,
+        (client_mid, client_token, client_type): (u16, Token, MessageType),
+        policy: RetryPolicy,
+    ) -> Exchange {
+        Exchange {
+            generation,
+            state,
+            created: now,
+            client,
+            client_mid,
+            client_token,
+            client_type,
+            upstream: 0,
+            upstream_mid: 0,
+            upstream_mid_live: false,
+            upstream_token: Token::default(),
+            policy,
+            attempts: 0,
+            request: Vec::new(),
+            client_acked: false,
+            answer: Vec::new(),
+            delivery: None,
+            retransmit_timer: None,
+            total_timer: None,
+            ack_timer: None,
+            life_timer: None,
+            wants_observe: false,
+            last_notification: None,
+            last_upstream_con_mid: None,
+        }
+    }
+
     /// Whether the upstream leg is still open (a retransmission or the total timeout matters).
     pub fn upstream_pending(&self) -> bool {
         matches!(self.state, State::Waiting | State::AwaitingSeparate)

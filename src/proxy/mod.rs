@@ -7,6 +7,8 @@
 //! - **new request** (not a duplicate by source address, token and Message ID): options are
 //!   checked, a route chosen, and a copy goes upstream with the proxy's own Message ID and token
 //!   (`Waiting`). The client's MID, token and type are remembered and restored on the way back.
+//!   A request the proxy answers itself (4.xx, 5.03, ...) gets an exchange too, finished at
+//!   once, so its retransmissions get the same answer and never a second chance upstream.
 //! - **upstream leg**: retransmitted per the [`RetryPolicy`] (POST/PATCH/iPATCH use the
 //!   non-idempotent policy); an empty ACK from upstream stops retransmission
 //!   (`AwaitingSeparate`); RST or ICMP unreachable answers 5.02, retries exhausted or the total
