@@ -17,7 +17,10 @@
 //!   `ack_delay` the client gets an empty ACK and the answer follows as a CON, retransmitted
 //!   until acknowledged. Client retransmissions are answered from state, never forwarded again.
 //! - **finished**: the answer is kept for duplicates until EXCHANGE_LIFETIME (NON_LIFETIME for
-//!   NON) after the request arrived, within a bounded cache; then every trace is freed.
+//!   NON) after the request arrived, within a bounded cache; then every trace is freed. An
+//!   answer with a Message ID of the proxy's own (separate, NON, notification) keeps it that
+//!   long after sending it: those IDs count per client, and none may repeat towards a client
+//!   within its lifetime (RFC 7252 §4.4).
 //!
 //! Every timer names its exchange and generation and checks the state before acting, so no
 //! timer ever sends anything for a finished exchange.

@@ -4,11 +4,11 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use crate::coap::option::URI_PATH;
+use crate::coap::option::{PROXY_URI, URI_PATH};
 use crate::coap::{Code, Message, MessageBuilder, MessageType};
 use crate::time::Timestamp;
 
-use super::{Destination, Proxy, ProxyConfig, Routing, Transmit};
+use super::{Destination, Proxy, ProxyConfig, RetryPolicy, Routing, Transmit};
 
 /// A reverse proxy to one upstream (UpstreamId 0), adjusted by `edit`.
 fn proxy(edit: impl FnOnce(&mut ProxyConfig)) -> Proxy {
@@ -37,6 +37,15 @@ fn request(ty: MessageType, code: Code, mid: u16, token: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
     let mut b = MessageBuilder::new(&mut out, ty, code, mid, token);
     b.option(URI_PATH, b"r");
+    b.finish().unwrap();
+    out
+}
+
+/// A NON forward-proxy request, which a reverse-only proxy answers itself (5.05, as a NON).
+fn forward_request(mid: u16) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut b = MessageBuilder::new(&mut out, MessageType::Non, Code::GET, mid, b"f");
+    b.option(PROXY_URI, b"coap://example.org/r");
     b.finish().unwrap();
     out
 }
@@ -116,4 +125,45 @@ fn a_retransmission_after_5_03_gets_the_same_5_03_and_is_not_forwarded() {
         "a rejected request went upstream"
     );
     assert_eq!(again, first, "the retransmission gets the same answer");
+}
+
+#[test]
+fn message_ids_towards_a_client_count_per_client() {
+    // RFC 7252 §4.4: no MID may repeat towards a client within EXCHANGE_LIFETIME, so other
+    // clients' traffic must not advance (and at scale wrap) this client's numbering.
+    let mut p = proxy(|_| {});
+    let mut answer_mid = |c, mid| {
+        p.handle_client_datagram(secs(1.0), c, &forward_request(mid));
+        let out = sent(&mut p);
+        Message::parse(&out[0].payload).unwrap().message_id()
+    };
+    let first = answer_mid(client(1), 1);
+    for mid in 0..1000 {
+        answer_mid(client(2), mid);
+    }
+    assert_eq!(answer_mid(client(1), 2), first.wrapping_add(1));
+}
+
+#[test]
+fn a_separate_answer_stays_reserved_for_the_lifetime_after_it_was_sent() {
+    let mut p = proxy(|c| {
+        c.policy = RetryPolicy {
+            timeout: Duration::from_secs(10),
+            max_retries: 0,
+            jitter: 0.0,
+            ..RetryPolicy::DEFAULT
+        }
+    });
+    p.handle_client_datagram(
+        secs(0.0),
+        client(1),
+        &request(MessageType::Con, Code::GET, 1, b"t"),
+    );
+    let out = run_until(&mut p, secs(10.0));
+    assert!(codes_to(&out, client(1)).contains(&Code::GATEWAY_TIMEOUT));
+    // The 5.04 went as a CON with the proxy's MID at 10 s: kept until 10 s + 247 s.
+    run_until(&mut p, secs(255.0));
+    assert_eq!(p.live_exchanges(), 1);
+    run_until(&mut p, secs(258.0));
+    assert_eq!(p.live_exchanges(), 0);
 }
