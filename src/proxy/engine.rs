@@ -394,6 +394,10 @@ impl Proxy {
     ) {
         let Some(x) = self.get(key) else { return };
         let client = x.client;
+        if ty == MessageType::Non {
+            self.forget_non_mid(key);
+            self.get_mut(key).expect("checked above").non_mid = Some(mid);
+        }
         if ty != MessageType::Ack {
             self.by_client_mid.insert((client, mid), key);
         }
@@ -445,6 +449,17 @@ impl Proxy {
             let client = x.client;
             self.timers.cancel(d.timer);
             self.by_client_mid.remove(&(client, d.mid));
+        }
+    }
+
+    /// Unmaps the latest NON to the client: superseded, or the exchange is going away.
+    fn forget_non_mid(&mut self, key: ExchangeKey) {
+        let Some(x) = self.get_mut(key) else { return };
+        if let Some(mid) = x.non_mid.take() {
+            let id = (x.client, mid);
+            if self.by_client_mid.get(&id) == Some(&key) {
+                self.by_client_mid.remove(&id);
+            }
         }
     }
 
@@ -525,6 +540,7 @@ impl Proxy {
             self.leave_observing(key);
         }
         self.cancel_delivery(key);
+        self.forget_non_mid(key);
         let x = self.exchanges.remove(key.index as usize);
         for t in [x.retransmit_timer, x.total_timer, x.ack_timer, x.life_timer]
             .into_iter()
@@ -543,6 +559,17 @@ impl Proxy {
         }
         self.by_client
             .remove(&(x.client, x.client_token, x.client_mid));
+        self.trim_finished_order();
+    }
+
+    /// Drops freed exchanges from the front of the finish order, so it drains with them.
+    fn trim_finished_order(&mut self) {
+        while let Some(&front) = self.finished_order.front() {
+            if self.get(front).is_some() {
+                break;
+            }
+            self.finished_order.pop_front();
+        }
     }
 
     /// Creates the exchange of a new client request and indexes it for duplicates.

@@ -114,6 +114,9 @@ pub struct Exchange {
     /// The answer sent to the client (piggybacked ACK or NON), replayed for duplicates.
     pub answer: Vec<u8>,
     pub delivery: Option<ClientDelivery>,
+    /// MID of the latest NON to the client, mapped for the client's RST (RFC 7641 §3.6)
+    /// until the next one replaces it or the exchange goes.
+    pub non_mid: Option<u16>,
     /// Timers that may be pending, cancelled together when the exchange ends.
     pub retransmit_timer: Option<TimerId>,
     pub total_timer: Option<TimerId>,
@@ -155,6 +158,7 @@ impl Exchange {
             client_acked: false,
             answer: Vec::new(),
             delivery: None,
+            non_mid: None,
             retransmit_timer: None,
             total_timer: None,
             ack_timer: None,

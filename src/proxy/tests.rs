@@ -167,3 +167,52 @@ fn a_separate_answer_stays_reserved_for_the_lifetime_after_it_was_sent() {
     run_until(&mut p, secs(258.0));
     assert_eq!(p.live_exchanges(), 0);
 }
+
+/// Every index, queue and gauge of the engine, by name, with its size.
+fn traces(p: &Proxy) -> Vec<(&'static str, usize)> {
+    vec![
+        ("exchanges", p.exchanges.len()),
+        ("timers", p.timers.len()),
+        ("by_client", p.by_client.len()),
+        ("by_upstream_mid", p.by_upstream_mid.len()),
+        ("by_client_mid", p.by_client_mid.len()),
+        ("client_mids", p.client_mids.len()),
+        ("observers", p.observers.len()),
+        ("finished_order", p.finished_order.len()),
+        ("finished", p.finished),
+        ("inflight", p.inflight),
+        ("out", p.out.len()),
+    ]
+}
+
+#[test]
+fn no_trace_is_left_after_every_deadline() {
+    let mut p = proxy(|_| {});
+    let mut upstream = Vec::new();
+    for (n, ty) in [
+        (1, MessageType::Con),
+        (2, MessageType::Non),
+        (3, MessageType::Con),
+    ] {
+        p.handle_client_datagram(secs(0.0), client(n), &request(ty, Code::GET, n, b"t"));
+        upstream.extend(sent(&mut p).into_iter().map(|t| t.payload));
+    }
+    p.handle_client_datagram(secs(0.0), client(4), &forward_request(4));
+    // Client 1 is answered piggybacked, clients 2 (NON) and 3 (after an empty ACK) get
+    // answers with the proxy's MIDs; client 3 acknowledges its CON answer.
+    p.handle_upstream_datagram(secs(0.01), 0, &piggybacked(&upstream[0], Code::CONTENT));
+    p.handle_upstream_datagram(secs(0.01), 0, &piggybacked(&upstream[1], Code::CONTENT));
+    run_until(&mut p, secs(0.5));
+    p.handle_upstream_datagram(secs(1.0), 0, &piggybacked(&upstream[2], Code::CONTENT));
+    for t in sent(&mut p) {
+        let msg = Message::parse(&t.payload).unwrap();
+        if let (Destination::Client(c), MessageType::Con) = (t.to, msg.msg_type()) {
+            let mut ack = Vec::new();
+            crate::coap::empty_ack(&mut ack, msg.message_id());
+            p.handle_client_datagram(secs(1.1), c, &ack);
+        }
+    }
+    run_until(&mut p, secs(1000.0));
+    let left: Vec<_> = traces(&p).into_iter().filter(|&(_, n)| n > 0).collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
