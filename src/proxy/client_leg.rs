@@ -7,7 +7,7 @@ use crate::coap::{decode_uint, peek_header, rewrite, rst, Code, Message, Message
 use crate::time::Timestamp;
 
 use super::engine::{encode_local, Destination, LocalAnswer, Proxy};
-use super::exchange::{Exchange, ExchangeKey, State, TimerKind, Token, UpstreamId};
+use super::exchange::{ExchangeKey, State, TimerKind, Token, UpstreamId};
 use super::route::{self, RouteError, Target};
 
 /// Where a request goes, decided before any state is created.
@@ -94,10 +94,10 @@ impl Proxy {
         self.observation_request(now, from, token, msg);
         let route = match self.route(msg) {
             Ok(route) => route,
-            Err(answer) => return self.answer_locally(from, msg, &answer),
+            Err(answer) => return self.answer_locally(now, from, token, msg, &answer),
         };
         if let Some(answer) = self.over_capacity(route.upstream) {
-            return self.answer_locally(from, msg, &answer);
+            return self.answer_locally(now, from, token, msg, &answer);
         }
         let lifetime = self.config.upstream_exchange_lifetime;
         let Some(mid) = self.upstreams[usize::from(route.upstream)]
@@ -106,7 +106,7 @@ impl Proxy {
         else {
             log::info!("upstream Message IDs exhausted for this lifetime window; answering 5.03");
             let answer = self.unavailable("upstream Message ID space exhausted");
-            return self.answer_locally(from, msg, &answer);
+            return self.answer_locally(now, from, token, msg, &answer);
         };
         self.start_exchange(now, from, token, msg, route, mid);
     }
@@ -254,16 +254,23 @@ impl Proxy {
         }
     }
 
-    /// Answers a request directly (piggybacked on the ACK of a CON, or as a NON).
-    fn answer_locally(&mut self, from: SocketAddr, msg: &Message, a: &LocalAnswer) {
+    /// Answers a request itself, through a finished exchange like any other answer: a
+    /// retransmission then gets this answer again (RFC 7252 §4.5) rather than a second
+    /// chance upstream once the load that caused a 5.03 is gone.
+    fn answer_locally(
+        &mut self,
+        now: Timestamp,
+        from: SocketAddr,
+        token: Token,
+        msg: &Message,
+        a: &LocalAnswer,
+    ) {
         self.count_local(a.code);
-        let (ty, mid) = match msg.msg_type() {
-            MessageType::Con => (MessageType::Ack, msg.message_id()),
-            _ => (MessageType::Non, self.fresh_client_mid()),
-        };
+        let policy = self.config.policy;
+        let key = self.insert_exchange(now, from, token, msg, State::Finished, policy);
         let mut buf = Vec::with_capacity(16 + a.diagnostic.len());
-        encode_local(&mut buf, ty, mid, msg.token(), a);
-        self.push(Destination::Client(from), buf);
+        encode_local(&mut buf, MessageType::Ack, 0, token.as_bytes(), a);
+        self.answer_client(now, key, &buf, false);
     }
 
     fn count_local(&mut self, code: Code) {
@@ -294,12 +301,7 @@ impl Proxy {
             Code::POST | Code::PATCH | Code::IPATCH => self.config.non_idempotent,
             _ => self.config.policy,
         };
-        let generation = self.next_generation();
-        let entry = self.exchanges.vacant_entry();
-        let key = ExchangeKey {
-            index: entry.key() as u32,
-            generation,
-        };
+        let key = self.insert_exchange(now, from, token, msg, State::Waiting, policy);
         // Our token: the slot index (for O(1) lookup) and 32 random bits (RFC 7252 §5.3.1).
         let mut token_bytes = [0u8; 8];
         token_bytes[..4].copy_from_slice(&key.index.to_be_bytes());
@@ -307,33 +309,13 @@ impl Proxy {
         let upstream_token = Token::new(&token_bytes).expect("8 bytes");
         let mut request = Vec::with_capacity(msg.as_bytes().len() + 16);
         encode_upstream_request(&mut request, msg, mid, &upstream_token, &route);
-        entry.insert(Exchange {
-            generation,
-            state: State::Waiting,
-            created: now,
-            client: from,
-            client_mid: msg.message_id(),
-            client_token: token,
-            client_type: msg.msg_type(),
-            upstream: route.upstream,
-            upstream_mid: mid,
-            upstream_mid_live: true,
-            upstream_token,
-            policy,
-            attempts: 0,
-            request,
-            client_acked: false,
-            answer: Vec::new(),
-            delivery: None,
-            retransmit_timer: None,
-            total_timer: None,
-            ack_timer: None,
-            life_timer: None,
-            wants_observe: msg.option(OBSERVE).and_then(|v| decode_uint(v).ok()) == Some(0),
-            last_notification: None,
-            last_upstream_con_mid: None,
-        });
-        self.by_client.insert((from, token, msg.message_id()), key);
+        let x = self.get_mut(key).expect("just inserted");
+        x.upstream = route.upstream;
+        x.upstream_mid = mid;
+        x.upstream_mid_live = true;
+        x.upstream_token = upstream_token;
+        x.request = request;
+        x.wants_observe = msg.option(OBSERVE).and_then(|v| decode_uint(v).ok()) == Some(0);
         self.by_upstream_mid.insert((route.upstream, mid), key);
         self.upstreams[usize::from(route.upstream)].inflight += 1;
         self.inflight += 1;

@@ -5,6 +5,7 @@
 //! The client leg lives in `client_leg.rs`, the upstream leg in `upstream_leg.rs`; this file
 //! holds the state they share and the life cycle of an exchange (answer, give up, expire).
 
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -14,7 +15,7 @@ use rand::{Rng, SeedableRng};
 use slab::Slab;
 
 use crate::coap::option::{encode_uint, MAX_AGE};
-use crate::coap::{params, rewrite, Code, Message, MessageBuilder, MessageType};
+use crate::coap::{params, peek_header, rewrite, Code, Message, MessageBuilder, MessageType};
 use crate::time::Timestamp;
 use crate::timer::{TimerId, TimerWheel};
 
@@ -75,6 +76,18 @@ impl MidAllocator {
     }
 }
 
+/// Message IDs of the proxy's own messages to one client. RFC 7252 §4.4 forbids reusing one
+/// towards an endpoint within EXCHANGE_LIFETIME; a single counter for all clients wraps after
+/// 65536 answers in total, well within that at a few hundred answers per second. Counting per
+/// client, a MID repeats only after 65536 messages to that client. Each exchange holds its
+/// client's entry and outlives the MIDs it sent by their lifetime (see [`Proxy::finish`]), so
+/// the entry goes with the client's last exchange and a returning client starts afresh.
+#[derive(Debug)]
+pub(super) struct ClientMids {
+    next: u16,
+    exchanges: usize,
+}
+
 /// One upstream endpoint.
 #[derive(Debug)]
 pub(super) struct Upstream {
@@ -114,7 +127,7 @@ pub struct Proxy {
     pub(super) finished: usize,
     pub(super) inflight: usize,
     pub(super) observations: usize,
-    pub(super) next_client_mid: u16,
+    pub(super) client_mids: HashMap<SocketAddr, ClientMids>,
     /// Reused encode buffer.
     pub(super) scratch: Vec<u8>,
     /// Shutting down: new requests are refused with 5.03.
@@ -139,13 +152,13 @@ impl Proxy {
             })
             .collect();
         Proxy {
-            next_client_mid: rng.random(),
             config,
             exchanges: Slab::new(),
             next_generation: 1,
             by_client: HashMap::new(),
             by_upstream_mid: HashMap::new(),
             by_client_mid: HashMap::new(),
+            client_mids: HashMap::new(),
             observers: HashMap::new(),
             upstreams,
             timers: TimerWheel::new(),
@@ -355,8 +368,8 @@ impl Proxy {
         let Some(x) = self.get(key) else { return };
         let (ty, mid) = match (x.client_type, x.client_acked) {
             (MessageType::Con, false) => (MessageType::Ack, x.client_mid),
-            (MessageType::Con, true) => (MessageType::Con, self.fresh_client_mid()),
-            _ => (MessageType::Non, self.fresh_client_mid()),
+            (MessageType::Con, true) => (MessageType::Con, self.fresh_client_mid(x.client)),
+            _ => (MessageType::Non, self.fresh_client_mid(x.client)),
         };
         let token = self.get(key).expect("checked above").client_token;
         let mut bytes = Vec::with_capacity(encoded.len());
@@ -371,7 +384,6 @@ impl Proxy {
             // Cannot happen for parsed input; finish anyway so no state is left behind.
             return self.finish(now, key);
         };
-        self.track_answer_code(msg.code());
         self.send_to_client(now, key, ty, mid, bytes.clone());
         let x = self.get_mut(key).expect("checked above");
         x.answer = bytes;
@@ -395,6 +407,10 @@ impl Proxy {
     ) {
         let Some(x) = self.get(key) else { return };
         let client = x.client;
+        if ty == MessageType::Non {
+            self.forget_non_mid(key);
+            self.get_mut(key).expect("checked above").non_mid = Some(mid);
+        }
         if ty != MessageType::Ack {
             self.by_client_mid.insert((client, mid), key);
         }
@@ -449,12 +465,30 @@ impl Proxy {
         }
     }
 
-    pub(super) fn fresh_client_mid(&mut self) -> u16 {
-        self.next_client_mid = self.next_client_mid.wrapping_add(1);
-        self.next_client_mid
+    /// Unmaps the latest NON to the client: superseded, or the exchange is going away.
+    fn forget_non_mid(&mut self, key: ExchangeKey) {
+        let Some(x) = self.get_mut(key) else { return };
+        if let Some(mid) = x.non_mid.take() {
+            let id = (x.client, mid);
+            if self.by_client_mid.get(&id) == Some(&key) {
+                self.by_client_mid.remove(&id);
+            }
+        }
     }
 
-    fn track_answer_code(&mut self, code: Code) {
+    /// The next Message ID towards `client`, whose exchange holds its [`ClientMids`].
+    pub(super) fn fresh_client_mid(&mut self, client: SocketAddr) -> u16 {
+        match self.client_mids.get_mut(&client) {
+            Some(m) => {
+                m.next = m.next.wrapping_add(1);
+                m.next
+            }
+            None => self.rng.random(),
+        }
+    }
+
+    /// Counts an upstream's own answer (the proxy's 5.02/5.03/5.04 are counted where made).
+    pub(super) fn track_answer_code(&mut self, code: Code) {
         match code.class() {
             2 => self.counters.relayed_2xx += 1,
             4 => self.counters.relayed_4xx += 1,
@@ -470,7 +504,10 @@ impl Proxy {
             MessageType::Con => params::EXCHANGE_LIFETIME,
             _ => params::NON_LIFETIME,
         };
-        let expires = (x.created + lifetime).max(now);
+        // A piggybacked answer carries the client's MID; any other carries one of ours, which
+        // must stay reserved towards the client for the lifetime after it was sent (§4.4).
+        let ours = peek_header(&x.answer).is_some_and(|(ty, _, _)| ty != MessageType::Ack);
+        let expires = (if ours { now } else { x.created } + lifetime).max(now);
         if let Some(t) = x.life_timer.take() {
             self.timers.cancel(t);
         }
@@ -516,6 +553,7 @@ impl Proxy {
             self.leave_observing(key);
         }
         self.cancel_delivery(key);
+        self.forget_non_mid(key);
         let x = self.exchanges.remove(key.index as usize);
         for t in [x.retransmit_timer, x.total_timer, x.ack_timer, x.life_timer]
             .into_iter()
@@ -526,8 +564,50 @@ impl Proxy {
         if counted {
             self.finished -= 1;
         }
+        if let Entry::Occupied(mut mids) = self.client_mids.entry(x.client) {
+            mids.get_mut().exchanges -= 1;
+            if mids.get().exchanges == 0 {
+                mids.remove();
+            }
+        }
         self.by_client
             .remove(&(x.client, x.client_token, x.client_mid));
+        self.trim_finished_order();
+    }
+
+    /// Drops freed exchanges from the front of the finish order, so it drains with them.
+    fn trim_finished_order(&mut self) {
+        while let Some(&front) = self.finished_order.front() {
+            if self.get(front).is_some() {
+                break;
+            }
+            self.finished_order.pop_front();
+        }
+    }
+
+    /// Creates the exchange of a new client request and indexes it for duplicates.
+    pub(super) fn insert_exchange(
+        &mut self,
+        now: Timestamp,
+        from: SocketAddr,
+        token: Token,
+        msg: &Message,
+        state: State,
+        policy: super::RetryPolicy,
+    ) -> ExchangeKey {
+        let generation = self.next_generation();
+        let client_id = (msg.message_id(), token, msg.msg_type());
+        let x = Exchange::new(generation, state, now, from, client_id, policy);
+        let index = u32::try_from(self.exchanges.insert(x)).expect("fewer than 2^32 exchanges");
+        let key = ExchangeKey { index, generation };
+        self.by_client.insert((from, token, msg.message_id()), key);
+        let rng = &mut self.rng;
+        let mids = self.client_mids.entry(from).or_insert_with(|| ClientMids {
+            next: rng.random(),
+            exchanges: 0,
+        });
+        mids.exchanges += 1;
+        key
     }
 
     /// A fresh generation for a new exchange (never 0, wraps after 2^32 exchanges).

@@ -114,6 +114,9 @@ pub struct Exchange {
     /// The answer sent to the client (piggybacked ACK or NON), replayed for duplicates.
     pub answer: Vec<u8>,
     pub delivery: Option<ClientDelivery>,
+    /// MID of the latest NON to the client, mapped for the client's RST (RFC 7641 §3.6)
+    /// until the next one replaces it or the exchange goes.
+    pub non_mid: Option<u16>,
     /// Timers that may be pending, cancelled together when the exchange ends.
     pub retransmit_timer: Option<TimerId>,
     pub total_timer: Option<TimerId>,
@@ -128,6 +131,44 @@ pub struct Exchange {
 }
 
 impl Exchange {
+    /// The state of a new client request in `state`, with nothing sent upstream yet.
+    pub fn new(
+        generation: u32,
+        state: State,
+        now: Timestamp,
+        client: SocketAddr,
+        (client_mid, client_token, client_type): (u16, Token, MessageType),
+        policy: RetryPolicy,
+    ) -> Exchange {
+        Exchange {
+            generation,
+            state,
+            created: now,
+            client,
+            client_mid,
+            client_token,
+            client_type,
+            upstream: 0,
+            upstream_mid: 0,
+            upstream_mid_live: false,
+            upstream_token: Token::default(),
+            policy,
+            attempts: 0,
+            request: Vec::new(),
+            client_acked: false,
+            answer: Vec::new(),
+            delivery: None,
+            non_mid: None,
+            retransmit_timer: None,
+            total_timer: None,
+            ack_timer: None,
+            life_timer: None,
+            wants_observe: false,
+            last_notification: None,
+            last_upstream_con_mid: None,
+        }
+    }
+
     /// Whether the upstream leg is still open (a retransmission or the total timeout matters).
     pub fn upstream_pending(&self) -> bool {
         matches!(self.state, State::Waiting | State::AwaitingSeparate)

@@ -7,6 +7,8 @@
 //! - **new request** (not a duplicate by source address, token and Message ID): options are
 //!   checked, a route chosen, and a copy goes upstream with the proxy's own Message ID and token
 //!   (`Waiting`). The client's MID, token and type are remembered and restored on the way back.
+//!   A request the proxy answers itself (4.xx, 5.03, ...) gets an exchange too, finished at
+//!   once, so its retransmissions get the same answer and never a second chance upstream.
 //! - **upstream leg**: retransmitted per the [`RetryPolicy`] (POST/PATCH/iPATCH use the
 //!   non-idempotent policy); an empty ACK from upstream stops retransmission
 //!   (`AwaitingSeparate`); RST or ICMP unreachable answers 5.02, retries exhausted or the total
@@ -15,7 +17,10 @@
 //!   `ack_delay` the client gets an empty ACK and the answer follows as a CON, retransmitted
 //!   until acknowledged. Client retransmissions are answered from state, never forwarded again.
 //! - **finished**: the answer is kept for duplicates until EXCHANGE_LIFETIME (NON_LIFETIME for
-//!   NON) after the request arrived, within a bounded cache; then every trace is freed.
+//!   NON) after the request arrived, within a bounded cache; then every trace is freed. An
+//!   answer with a Message ID of the proxy's own (separate, NON, notification) keeps it that
+//!   long after sending it: those IDs count per client, and none may repeat towards a client
+//!   within its lifetime (RFC 7252 §4.4).
 //!
 //! Every timer names its exchange and generation and checks the state before acting, so no
 //! timer ever sends anything for a finished exchange.
@@ -30,6 +35,8 @@ mod engine;
 mod exchange;
 mod observe;
 pub mod route;
+#[cfg(test)]
+mod tests;
 mod upstream_leg;
 
 pub use config::{AllowedTarget, ConfigError, ProxyConfig, RetryPolicy, Routing};

@@ -44,7 +44,7 @@ impl Proxy {
             MessageType::Con => MessageType::Con,
             _ => MessageType::Non,
         };
-        let mid = self.fresh_client_mid();
+        let mid = self.fresh_client_mid(x.client);
         let x = self.get(key).expect("checked above");
         let token = x.client_token;
         let mut bytes = Vec::with_capacity(msg.as_bytes().len());

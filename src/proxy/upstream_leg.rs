@@ -198,6 +198,7 @@ impl Proxy {
                 "unrecognised critical option in response",
             );
         }
+        self.track_answer_code(msg.code());
         let registers = self.get(key).is_some_and(|x| x.wants_observe)
             && msg.code().class() == 2
             && msg.option(OBSERVE).is_some();

@@ -1,0 +1,218 @@
+//! Engine behaviours driven in virtual time, one per test. Most are regressions found by the
+//! simulation in `tests/proxy_sim.rs`, reduced to the few datagrams that show them.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use crate::coap::option::{PROXY_URI, URI_PATH};
+use crate::coap::{Code, Message, MessageBuilder, MessageType};
+use crate::time::Timestamp;
+
+use super::{Destination, Proxy, ProxyConfig, RetryPolicy, Routing, Transmit};
+
+/// A reverse proxy to one upstream (UpstreamId 0), adjusted by `edit`.
+fn proxy(edit: impl FnOnce(&mut ProxyConfig)) -> Proxy {
+    let mut config = ProxyConfig {
+        routing: Routing {
+            upstream: Some("127.0.0.1:5683".parse().unwrap()),
+            allow: Vec::new(),
+            forward: false,
+        },
+        seed: 7,
+        ..ProxyConfig::default()
+    };
+    edit(&mut config);
+    Proxy::new(config)
+}
+
+fn client(n: u16) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 2], 40_000 + n))
+}
+
+fn secs(s: f64) -> Timestamp {
+    Timestamp::ZERO + Duration::from_secs_f64(s)
+}
+
+fn request(ty: MessageType, code: Code, mid: u16, token: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut b = MessageBuilder::new(&mut out, ty, code, mid, token);
+    b.option(URI_PATH, b"r");
+    b.finish().unwrap();
+    out
+}
+
+/// A NON forward-proxy request, which a reverse-only proxy answers itself (5.05, as a NON).
+fn forward_request(mid: u16) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut b = MessageBuilder::new(&mut out, MessageType::Non, Code::GET, mid, b"f");
+    b.option(PROXY_URI, b"coap://example.org/r");
+    b.finish().unwrap();
+    out
+}
+
+/// A piggybacked answer to the upstream request `req`.
+fn piggybacked(req: &[u8], code: Code) -> Vec<u8> {
+    let req = Message::parse(req).unwrap();
+    let mut out = Vec::new();
+    let b = MessageBuilder::new(
+        &mut out,
+        MessageType::Ack,
+        code,
+        req.message_id(),
+        req.token(),
+    );
+    b.finish().unwrap();
+    out
+}
+
+fn sent(p: &mut Proxy) -> Vec<Transmit> {
+    std::iter::from_fn(|| p.poll_transmit()).collect()
+}
+
+/// Runs every timer due up to `end`, returning what was sent.
+fn run_until(p: &mut Proxy, end: Timestamp) -> Vec<Transmit> {
+    while let Some(at) = p.poll_timeout().filter(|&at| at <= end) {
+        p.handle_timeout(at);
+    }
+    sent(p)
+}
+
+fn to_upstream(out: &[Transmit]) -> Vec<&[u8]> {
+    out.iter()
+        .filter(|t| t.to == Destination::Upstream(0))
+        .map(|t| &t.payload[..])
+        .collect()
+}
+
+fn codes_to(out: &[Transmit], c: SocketAddr) -> Vec<Code> {
+    out.iter()
+        .filter(|t| t.to == Destination::Client(c))
+        .map(|t| Message::parse(&t.payload).unwrap().code())
+        .collect()
+}
+
+#[test]
+fn proxy_made_answers_are_not_counted_as_relayed() {
+    let mut p = proxy(|c| c.policy.max_retries = 0);
+    p.handle_client_datagram(
+        secs(0.0),
+        client(1),
+        &request(MessageType::Con, Code::GET, 1, b"t"),
+    );
+    let out = run_until(&mut p, secs(60.0));
+    assert!(codes_to(&out, client(1)).contains(&Code::GATEWAY_TIMEOUT));
+    let c = p.counters();
+    assert_eq!((c.gateway_timeout_5_04, c.relayed_5xx), (1, 0));
+}
+
+#[test]
+fn a_retransmission_after_5_03_gets_the_same_5_03_and_is_not_forwarded() {
+    let mut p = proxy(|c| c.max_inflight = 1);
+    let (a, b) = (client(1), client(2));
+    p.handle_client_datagram(secs(0.0), a, &request(MessageType::Con, Code::GET, 1, b"a"));
+    let forwarded = sent(&mut p).remove(0).payload;
+    let post = request(MessageType::Con, Code::POST, 7, b"b");
+    p.handle_client_datagram(secs(0.01), b, &post);
+    let first = sent(&mut p);
+    assert_eq!(codes_to(&first, b), [Code::SERVICE_UNAVAILABLE]);
+    // The load goes away, then B's retransmission arrives.
+    p.handle_upstream_datagram(secs(0.02), 0, &piggybacked(&forwarded, Code::CONTENT));
+    sent(&mut p);
+    p.handle_client_datagram(secs(2.5), b, &post);
+    let again = sent(&mut p);
+    assert!(
+        to_upstream(&again).is_empty(),
+        "a rejected request went upstream"
+    );
+    assert_eq!(again, first, "the retransmission gets the same answer");
+}
+
+#[test]
+fn message_ids_towards_a_client_count_per_client() {
+    // RFC 7252 §4.4: no MID may repeat towards a client within EXCHANGE_LIFETIME, so other
+    // clients' traffic must not advance (and at scale wrap) this client's numbering.
+    let mut p = proxy(|_| {});
+    let mut answer_mid = |c, mid| {
+        p.handle_client_datagram(secs(1.0), c, &forward_request(mid));
+        let out = sent(&mut p);
+        Message::parse(&out[0].payload).unwrap().message_id()
+    };
+    let first = answer_mid(client(1), 1);
+    for mid in 0..1000 {
+        answer_mid(client(2), mid);
+    }
+    assert_eq!(answer_mid(client(1), 2), first.wrapping_add(1));
+}
+
+#[test]
+fn a_separate_answer_stays_reserved_for_the_lifetime_after_it_was_sent() {
+    let mut p = proxy(|c| {
+        c.policy = RetryPolicy {
+            timeout: Duration::from_secs(10),
+            max_retries: 0,
+            jitter: 0.0,
+            ..RetryPolicy::DEFAULT
+        }
+    });
+    p.handle_client_datagram(
+        secs(0.0),
+        client(1),
+        &request(MessageType::Con, Code::GET, 1, b"t"),
+    );
+    let out = run_until(&mut p, secs(10.0));
+    assert!(codes_to(&out, client(1)).contains(&Code::GATEWAY_TIMEOUT));
+    // The 5.04 went as a CON with the proxy's MID at 10 s: kept until 10 s + 247 s.
+    run_until(&mut p, secs(255.0));
+    assert_eq!(p.live_exchanges(), 1);
+    run_until(&mut p, secs(258.0));
+    assert_eq!(p.live_exchanges(), 0);
+}
+
+/// Every index, queue and gauge of the engine, by name, with its size.
+fn traces(p: &Proxy) -> Vec<(&'static str, usize)> {
+    vec![
+        ("exchanges", p.exchanges.len()),
+        ("timers", p.timers.len()),
+        ("by_client", p.by_client.len()),
+        ("by_upstream_mid", p.by_upstream_mid.len()),
+        ("by_client_mid", p.by_client_mid.len()),
+        ("client_mids", p.client_mids.len()),
+        ("observers", p.observers.len()),
+        ("finished_order", p.finished_order.len()),
+        ("finished", p.finished),
+        ("inflight", p.inflight),
+        ("out", p.out.len()),
+    ]
+}
+
+#[test]
+fn no_trace_is_left_after_every_deadline() {
+    let mut p = proxy(|_| {});
+    let mut upstream = Vec::new();
+    for (n, ty) in [
+        (1, MessageType::Con),
+        (2, MessageType::Non),
+        (3, MessageType::Con),
+    ] {
+        p.handle_client_datagram(secs(0.0), client(n), &request(ty, Code::GET, n, b"t"));
+        upstream.extend(sent(&mut p).into_iter().map(|t| t.payload));
+    }
+    p.handle_client_datagram(secs(0.0), client(4), &forward_request(4));
+    // Client 1 is answered piggybacked, clients 2 (NON) and 3 (after an empty ACK) get
+    // answers with the proxy's MIDs; client 3 acknowledges its CON answer.
+    p.handle_upstream_datagram(secs(0.01), 0, &piggybacked(&upstream[0], Code::CONTENT));
+    p.handle_upstream_datagram(secs(0.01), 0, &piggybacked(&upstream[1], Code::CONTENT));
+    run_until(&mut p, secs(0.5));
+    p.handle_upstream_datagram(secs(1.0), 0, &piggybacked(&upstream[2], Code::CONTENT));
+    for t in sent(&mut p) {
+        let msg = Message::parse(&t.payload).unwrap();
+        if let (Destination::Client(c), MessageType::Con) = (t.to, msg.msg_type()) {
+            let mut ack = Vec::new();
+            crate::coap::empty_ack(&mut ack, msg.message_id());
+            p.handle_client_datagram(secs(1.1), c, &ack);
+        }
+    }
+    run_until(&mut p, secs(1000.0));
+    let left: Vec<_> = traces(&p).into_iter().filter(|&(_, n)| n > 0).collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}

@@ -1,0 +1,381 @@
+//! A simulated upstream CoAP server. Per request it picks a behaviour from a seeded mix:
+//! piggybacked answer (fast, slow or late), empty ACK then a separate CON (retransmitted until
+//! ACKed or RST) or NON answer, empty ACK and silence, silence, RST, or 4.04. A deduplicating
+//! server remembers (source, MID) for EXCHANGE_LIFETIME, replays its reply to duplicates and
+//! executes each request once (RFC 7252 §4.5); the others execute every copy they receive.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
+
+use backoffd::coap::option::URI_QUERY;
+use backoffd::coap::params::{ACK_RANDOM_FACTOR, ACK_TIMEOUT, EXCHANGE_LIFETIME, MAX_RETRANSMIT};
+use backoffd::coap::{empty_ack, rst, Code, Message, MessageBuilder, MessageType};
+use backoffd::time::Timestamp;
+use rand::Rng;
+
+use super::client::Tok;
+use super::ledger::ReqId;
+use super::{Ctx, Event, Hop, ServerSpec};
+
+/// Relative weights of the behaviours.
+#[derive(Clone, Copy, Debug)]
+pub struct Mix {
+    /// Piggybacked within 0..60 ms (before the proxy's ACK delay, usually).
+    pub piggyback: u32,
+    /// Piggybacked after 0.1..2.5 s: the client gets an empty ACK, the proxy may retransmit.
+    pub slow: u32,
+    /// Piggybacked after 2.5..40 s: retransmissions, and often after the proxy gave up.
+    pub late: u32,
+    /// Empty ACK, then a CON answer after 0.05..20 s.
+    pub separate_con: u32,
+    /// Empty ACK, then a NON answer after 0.05..20 s.
+    pub separate_non: u32,
+    /// Empty ACK, then nothing.
+    pub separate_never: u32,
+    /// Nothing at all.
+    pub never: u32,
+    pub reset: u32,
+    /// A piggybacked 4.04.
+    pub not_found: u32,
+}
+
+impl Default for Mix {
+    fn default() -> Mix {
+        Mix {
+            piggyback: 45,
+            slow: 8,
+            late: 4,
+            separate_con: 15,
+            separate_non: 8,
+            separate_never: 3,
+            never: 4,
+            reset: 4,
+            not_found: 3,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Behaviour {
+    Piggyback(Duration),
+    Separate { con: bool, after: Duration },
+    SeparateNever,
+    Never,
+    Reset,
+    NotFound,
+}
+
+impl Mix {
+    fn pick(&self, ctx: &mut Ctx) -> Behaviour {
+        let ms = |a, b| (Duration::from_millis(a), Duration::from_millis(b));
+        let weights = [
+            self.piggyback,
+            self.slow,
+            self.late,
+            self.separate_con,
+            self.separate_non,
+            self.separate_never,
+            self.never,
+            self.reset,
+            self.not_found,
+        ];
+        let mut x = ctx.rng.random_range(0..weights.iter().sum::<u32>());
+        let mut i = 0;
+        while x >= weights[i] {
+            x -= weights[i];
+            i += 1;
+        }
+        let mut delay = |(lo, hi)| ctx.between(lo, hi);
+        match i {
+            0 => Behaviour::Piggyback(delay(ms(0, 60))),
+            1 => Behaviour::Piggyback(delay(ms(100, 2_500))),
+            2 => Behaviour::Piggyback(delay(ms(2_500, 40_000))),
+            3 | 4 => Behaviour::Separate {
+                con: i == 3,
+                after: delay(ms(50, 20_000)),
+            },
+            5 => Behaviour::SeparateNever,
+            6 => Behaviour::Never,
+            7 => Behaviour::Reset,
+            _ => Behaviour::NotFound,
+        }
+    }
+}
+
+/// A server's delayed work.
+pub enum Action {
+    /// Send this datagram now (a late piggybacked answer).
+    Send(Vec<u8>),
+    /// Send a separate answer with a fresh MID.
+    Separate {
+        con: bool,
+        code: Code,
+        token: Tok,
+        id: ReqId,
+    },
+    /// Retransmit the separate CON answer `mid` unless it was ACKed (generation matches).
+    Retransmit { mid: u16, generation: u32 },
+}
+
+/// What a deduplicating server remembers per request MID.
+struct Seen {
+    until: Timestamp,
+    /// The reply, sendable from `ready` on (a slow answer is not ready yet).
+    ready: Timestamp,
+    reply: Option<Vec<u8>>,
+}
+
+struct PendingCon {
+    bytes: Vec<u8>,
+    retransmits: u32,
+    timeout: Duration,
+    generation: u32,
+}
+
+pub struct Server {
+    index: u16,
+    spec: ServerSpec,
+    next_mid: u16,
+    seen: HashMap<u16, Seen>,
+    seen_order: VecDeque<(Timestamp, u16)>,
+    pending: HashMap<u16, PendingCon>,
+    generation: u32,
+    last_unreachable: Option<Timestamp>,
+}
+
+impl Server {
+    pub fn new(index: u16, spec: ServerSpec) -> Server {
+        Server {
+            index,
+            spec,
+            next_mid: 0x4000 * index,
+            seen: HashMap::new(),
+            seen_order: VecDeque::new(),
+            pending: HashMap::new(),
+            generation: 0,
+            last_unreachable: None,
+        }
+    }
+
+    /// Down 5 s out of every 120 s (phase per server), if it has outages at all.
+    pub fn is_down(&self, now: Timestamp) -> bool {
+        let phase = (now.as_nanos() / 1_000_000_000 + 37 * u64::from(self.index)) % 120;
+        self.spec.outages && phase < 5
+    }
+
+    /// ICMP errors are rate-limited (as kernels do): at most one report per 200 ms.
+    pub fn should_report_unreachable(&mut self, now: Timestamp) -> bool {
+        let due = self
+            .last_unreachable
+            .map_or(true, |t| now >= t + Duration::from_millis(200));
+        if due {
+            self.last_unreachable = Some(now);
+        }
+        due
+    }
+
+    fn send(&self, ctx: &mut Ctx, bytes: Vec<u8>) {
+        ctx.send(Hop::UpstreamToProxy(self.index), bytes, None);
+    }
+
+    pub fn on_datagram(&mut self, ctx: &mut Ctx, bytes: &[u8]) {
+        let Ok(msg) = Message::parse(bytes) else {
+            let text = format!("upstream {} got a malformed datagram", self.index);
+            return ctx.ledger.violation(ctx.now, text);
+        };
+        match msg.msg_type() {
+            MessageType::Ack | MessageType::Rst => {
+                self.pending.remove(&msg.message_id());
+            }
+            _ if msg.code().is_request() => self.on_request(ctx, &msg),
+            _ => {
+                let text = format!("upstream {} got a non-request CON/NON", self.index);
+                ctx.ledger.violation(ctx.now, text);
+            }
+        }
+    }
+
+    fn on_request(&mut self, ctx: &mut Ctx, msg: &Message) {
+        let mid = msg.message_id();
+        if self.spec.dedup && self.replay(ctx, mid) {
+            return;
+        }
+        let Some(id) = request_id(msg) else {
+            let text = format!("upstream {} got a request without its id", self.index);
+            return ctx.ledger.violation(ctx.now, text);
+        };
+        ctx.ledger.executed(id, self.spec.dedup);
+        let code = match msg.code() {
+            Code::POST => Code::CREATED,
+            Code::PUT => Code::CHANGED,
+            _ => Code::CONTENT,
+        };
+        let token = Tok::new(msg.token());
+        let mix = ctx.scenario.mix;
+        let (reply, ready) = match mix.pick(ctx) {
+            Behaviour::Piggyback(after) => {
+                (Some(answer(MessageType::Ack, code, mid, token, id)), after)
+            }
+            Behaviour::NotFound => {
+                let a = answer(MessageType::Ack, Code::NOT_FOUND, mid, token, id);
+                (Some(a), Duration::ZERO)
+            }
+            Behaviour::Separate { con, after } => {
+                let action = Action::Separate {
+                    con,
+                    code,
+                    token,
+                    id,
+                };
+                ctx.schedule(
+                    ctx.now + after,
+                    Event::Server {
+                        up: self.index,
+                        action,
+                    },
+                );
+                (Some(encoded(empty_ack, mid)), Duration::ZERO)
+            }
+            Behaviour::SeparateNever => (Some(encoded(empty_ack, mid)), Duration::ZERO),
+            Behaviour::Never => (None, Duration::ZERO),
+            Behaviour::Reset => (Some(encoded(rst, mid)), Duration::ZERO),
+        };
+        let ready = ctx.now + ready;
+        if let Some(bytes) = &reply {
+            let action = Action::Send(bytes.clone());
+            ctx.schedule(
+                ready,
+                Event::Server {
+                    up: self.index,
+                    action,
+                },
+            );
+        }
+        if self.spec.dedup {
+            let until = ctx.now + EXCHANGE_LIFETIME;
+            self.seen.insert(
+                mid,
+                Seen {
+                    until,
+                    ready,
+                    reply,
+                },
+            );
+            self.seen_order.push_back((until, mid));
+        }
+    }
+
+    /// A duplicate within EXCHANGE_LIFETIME gets the same reply again, once it is ready.
+    fn replay(&mut self, ctx: &mut Ctx, mid: u16) -> bool {
+        while let Some(&(until, old)) = self.seen_order.front() {
+            if until > ctx.now {
+                break;
+            }
+            self.seen_order.pop_front();
+            if self.seen.get(&old).is_some_and(|s| s.until == until) {
+                self.seen.remove(&old);
+            }
+        }
+        let Some(seen) = self.seen.get(&mid) else {
+            return false;
+        };
+        if let Some(reply) = seen.reply.as_ref().filter(|_| seen.ready <= ctx.now) {
+            self.send(ctx, reply.clone());
+        }
+        true
+    }
+
+    pub fn on_action(&mut self, ctx: &mut Ctx, action: Action) {
+        match action {
+            Action::Send(bytes) => self.send(ctx, bytes),
+            Action::Separate {
+                con,
+                code,
+                token,
+                id,
+            } => {
+                let mid = self.next_mid;
+                self.next_mid = mid.wrapping_add(1);
+                let ty = if con {
+                    MessageType::Con
+                } else {
+                    MessageType::Non
+                };
+                let bytes = answer(ty, code, mid, token, id);
+                if con {
+                    let timeout =
+                        ACK_TIMEOUT.mul_f64(ctx.rng.random_range(1.0..=ACK_RANDOM_FACTOR));
+                    self.generation += 1;
+                    let generation = self.generation;
+                    let pending = PendingCon {
+                        bytes: bytes.clone(),
+                        retransmits: 0,
+                        timeout,
+                        generation,
+                    };
+                    self.pending.insert(mid, pending);
+                    let action = Action::Retransmit { mid, generation };
+                    ctx.schedule(
+                        ctx.now + timeout,
+                        Event::Server {
+                            up: self.index,
+                            action,
+                        },
+                    );
+                }
+                self.send(ctx, bytes);
+            }
+            Action::Retransmit { mid, generation } => self.retransmit(ctx, mid, generation),
+        }
+    }
+
+    fn retransmit(&mut self, ctx: &mut Ctx, mid: u16, generation: u32) {
+        let Some(p) = self
+            .pending
+            .get_mut(&mid)
+            .filter(|p| p.generation == generation)
+        else {
+            return;
+        };
+        if p.retransmits == MAX_RETRANSMIT {
+            self.pending.remove(&mid);
+            return;
+        }
+        p.retransmits += 1;
+        p.timeout *= 2;
+        let (bytes, at) = (p.bytes.clone(), ctx.now + p.timeout);
+        let action = Action::Retransmit { mid, generation };
+        ctx.schedule(
+            at,
+            Event::Server {
+                up: self.index,
+                action,
+            },
+        );
+        self.send(ctx, bytes);
+    }
+}
+
+fn encoded(write: fn(&mut Vec<u8>, u16), mid: u16) -> Vec<u8> {
+    let mut out = Vec::with_capacity(4);
+    write(&mut out, mid);
+    out
+}
+
+/// An answer echoing the request id, so a client can tell it got its own.
+fn answer(ty: MessageType, code: Code, mid: u16, token: Tok, id: ReqId) -> Vec<u8> {
+    let mut out = Vec::with_capacity(24);
+    let mut b = MessageBuilder::new(&mut out, ty, code, mid, token.as_bytes());
+    b.payload(format!("id={id}").as_bytes());
+    b.finish().expect("a valid answer");
+    out
+}
+
+/// The request id from Uri-Query `id=N`.
+pub fn request_id(msg: &Message) -> Option<ReqId> {
+    let query = msg
+        .options()
+        .find(|&(n, v)| n == URI_QUERY && v.starts_with(b"id="))?
+        .1;
+    std::str::from_utf8(&query[3..]).ok()?.parse().ok()
+}
