@@ -43,6 +43,8 @@ pub struct Counters {
     pub client_delivery_failures: u64,
     /// Finished exchanges evicted early because the answer cache was full.
     pub cache_evictions: u64,
+    /// Of those, answers evicted while their client could still retransmit (cache too small).
+    pub early_evictions: u64,
     /// Gauges: exchanges alive (any state) and of those, finished answers kept for duplicates.
     pub live_exchanges: u64,
     pub cached_answers: u64,

@@ -515,11 +515,13 @@ impl Proxy {
         self.get_mut(key).expect("checked above").life_timer = Some(timer);
         self.finished += 1;
         self.finished_order.push_back(key);
-        self.enforce_cache_bound();
+        self.enforce_cache_bound(now);
     }
 
-    /// Keeps at most `max_cached` finished exchanges, evicting the oldest first.
-    fn enforce_cache_bound(&mut self) {
+    /// Keeps at most `max_cached` finished exchanges, evicting the oldest first. Memory stays
+    /// bounded; the price of a cache smaller than ~100 s of answers is that a late client
+    /// retransmission of an evicted answer is forwarded again (counted as `early_evictions`).
+    fn enforce_cache_bound(&mut self, now: Timestamp) {
         while let Some(&oldest) = self.finished_order.front() {
             let alive_finished = self.get(oldest).is_some_and(|x| x.state == State::Finished);
             if alive_finished && self.finished <= self.config.max_cached {
@@ -528,6 +530,13 @@ impl Proxy {
             self.finished_order.pop_front();
             if alive_finished {
                 self.counters.cache_evictions += 1;
+                if self.get(oldest).is_some_and(|x| x.created + params::MAX_TRANSMIT_WAIT > now) {
+                    // The client may still retransmit this request; it would be forwarded again.
+                    if self.counters.early_evictions == 0 {
+                        log::warn!("--max-cached is too small for this request rate: evicting answers clients may still retransmit for (size it to >= 100 s of answers)");
+                    }
+                    self.counters.early_evictions += 1;
+                }
                 self.free(oldest);
             }
         }
