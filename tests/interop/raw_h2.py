@@ -1,5 +1,6 @@
-"""Hand-made HTTP/2 requests to the control port with the pure-Python `h2` package: the headers
-grpcio would never send (a wrong content-type), checked at the HTTP level.
+"""Hand-made HTTP/2 requests to the control port with the pure-Python `h2` package: what grpcio
+never sends (a wrong content-type; Huffman-coded, indexed custom metadata), checked at the HTTP
+level.
 
 Run by tests/reconnect_grpcio.rs; prints `RESULT key=value` lines like grpcio_client.py.
 """
@@ -29,11 +30,12 @@ class Client:
         )
         self.conn.initiate_connection()
         self.flush()
+        self.pings_acked = []
 
     def flush(self):
         self.sock.sendall(self.conn.data_to_send())
 
-    def request(self, content_type):
+    def request(self, content_type, metadata=()):
         """One POST with `content_type` (None: no content-type at all); returns
         (":status", headers dict, trailers dict) once the stream ends."""
         stream = self.conn.get_next_available_stream_id()
@@ -46,6 +48,7 @@ class Client:
         ]
         if content_type is not None:
             headers.append(("content-type", content_type))
+        headers.extend(metadata)
         self.conn.send_headers(stream, headers)
         self.conn.send_data(stream, EMPTY_FRAME, end_stream=True)
         self.flush()
@@ -63,6 +66,8 @@ class Client:
                     self.conn.acknowledge_received_data(
                         event.flow_controlled_length, event.stream_id
                     )
+                elif isinstance(event, h2.events.PingAckReceived):
+                    self.pings_acked.append(event.ping_data)
                 elif isinstance(event, h2.events.StreamReset) and event.stream_id == stream:
                     raise RuntimeError(f"stream {stream} reset: {event.error_code!r}")
                 elif isinstance(event, h2.events.ConnectionTerminated):
@@ -92,12 +97,43 @@ def cmd_content_type(args):
     client.sock.close()
 
 
+def cmd_many_calls(args):
+    """Case 5b: many Stop calls on one connection with the `hpack` package's encoder, which,
+    unlike grpcio's, indexes custom metadata in the dynamic table and Huffman-codes every string
+    where that is shorter; a PING between calls, whose ACK must echo its payload."""
+    client = Client(args.control)
+    ok, bad = 0, []
+    for i in range(args.calls):
+        payload = i.to_bytes(8, "big")
+        client.conn.ping(payload)
+        client.flush()
+        metadata = [
+            ("x-backoffd-test", "repeated-metadata-value-for-hpack-indexing"),
+            ("x-backoffd-tenant", "tenant-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"),
+            ("x-call-index", f"call-{i:05d}"),
+        ]
+        status, headers, trailers = client.request("application/grpc", metadata)
+        if status == "200" and trailers.get("grpc-status") == "0":
+            ok += 1
+        else:
+            bad.append(f"{i}:{status}/{headers}/{trailers}")
+    sent = {i.to_bytes(8, "big") for i in range(args.calls)}
+    result("calls_ok", ok)
+    result("pings_acked", len(sent & set(client.pings_acked)))
+    result("bad", ";".join(bad))
+    client.sock.close()
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("content-type")
     p.set_defaults(fn=cmd_content_type)
     p.add_argument("--control", type=int, required=True)
+    p = sub.add_parser("many-calls")
+    p.set_defaults(fn=cmd_many_calls)
+    p.add_argument("--control", type=int, required=True)
+    p.add_argument("--calls", type=int, default=100)
     args = parser.parse_args()
     args.fn(args)
     return 0
