@@ -17,6 +17,7 @@
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -56,6 +57,17 @@ impl Proc {
         cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
+        // Should the test process itself be killed (no unwinding, no Drop), the kernel kills the
+        // child when the spawning thread goes away.
+        // SAFETY: prctl(2) is async-signal-safe; nothing else runs between fork and exec.
+        unsafe {
+            cmd.pre_exec(
+                || match libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) {
+                    0 => Ok(()),
+                    _ => Err(std::io::Error::last_os_error()),
+                },
+            );
+        }
         let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {name}: {e}"));
         let out = Arc::new((Mutex::new(Captured::default()), Condvar::new()));
         let stdout = child.stdout.take().unwrap();
