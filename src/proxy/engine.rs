@@ -530,7 +530,10 @@ impl Proxy {
             self.finished_order.pop_front();
             if alive_finished {
                 self.counters.cache_evictions += 1;
-                if self.get(oldest).is_some_and(|x| x.created + params::MAX_TRANSMIT_WAIT > now) {
+                if self
+                    .get(oldest)
+                    .is_some_and(|x| x.created + params::MAX_TRANSMIT_WAIT > now)
+                {
                     // The client may still retransmit this request; it would be forwarded again.
                     if self.counters.early_evictions == 0 {
                         log::warn!("--max-cached is too small for this request rate: evicting answers clients may still retransmit for (size it to >= 100 s of answers)");
