@@ -9,6 +9,7 @@ pub mod cli;
 pub mod coap;
 pub mod grpc;
 pub mod http2;
+pub mod metrics;
 pub mod net;
 pub mod proxy;
 pub mod reactor;

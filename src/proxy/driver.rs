@@ -12,6 +12,7 @@ use mio::net::UdpSocket;
 use mio::{Interest, Token};
 
 use super::{Destination, Proxy, ProxyConfig, UpstreamId};
+use crate::metrics::MetricsWriter;
 use crate::reactor::{Component, Ctx, Readiness};
 use crate::time::Timestamp;
 use crate::timer::TimerId;
@@ -178,6 +179,117 @@ impl Component for ProxyComponent {
     fn is_drained(&self) -> bool {
         self.engine.in_flight() == 0
     }
+
+    fn write_metrics(&self, out: &mut MetricsWriter) {
+        write_proxy_metrics(&self.engine.counters(), self.send_drops, out);
+    }
+}
+
+/// The proxy's counters under `backoffd_coap_*` names.
+fn write_proxy_metrics(c: &super::Counters, send_drops: u64, out: &mut MetricsWriter) {
+    let counters: [(&str, &str, u64); 11] = [
+        (
+            "requests_total",
+            "Client requests accepted (duplicates excluded).",
+            c.requests,
+        ),
+        (
+            "forwarded_total",
+            "Requests sent upstream for the first time.",
+            c.forwarded,
+        ),
+        (
+            "client_duplicates_total",
+            "Client retransmissions absorbed, never forwarded.",
+            c.client_duplicates,
+        ),
+        (
+            "upstream_retransmissions_total",
+            "Retransmissions to upstreams by the proxy's retry policy.",
+            c.upstream_retransmissions,
+        ),
+        (
+            "client_retransmissions_total",
+            "Retransmissions of confirmable answers to clients.",
+            c.client_retransmissions,
+        ),
+        (
+            "empty_acks_total",
+            "Empty ACKs sent to clients before a separate answer.",
+            c.empty_acks_sent,
+        ),
+        (
+            "notifications_relayed_total",
+            "Observe notifications relayed to clients.",
+            c.notifications_relayed,
+        ),
+        (
+            "unmatched_total",
+            "Datagrams that matched no exchange.",
+            c.unmatched_client + c.unmatched_upstream,
+        ),
+        (
+            "cache_evictions_total",
+            "Finished answers evicted because the cache was full.",
+            c.cache_evictions,
+        ),
+        (
+            "early_evictions_total",
+            "Evicted answers whose client could still retransmit.",
+            c.early_evictions,
+        ),
+        (
+            "send_drops_total",
+            "Datagrams the kernel refused to send (treated as lost).",
+            send_drops,
+        ),
+    ];
+    for (name, help, value) in counters {
+        out.counter(&format!("backoffd_coap_{name}"), help, value);
+    }
+    out.labelled_counter(
+        "backoffd_coap_answers_total",
+        "Answers to clients by code: relayed classes and the proxy's own codes.",
+        "code",
+        &[
+            ("2.xx", c.relayed_2xx),
+            ("4.xx", c.relayed_4xx),
+            ("5.xx", c.relayed_5xx),
+            ("4.00", c.bad_request_4_00),
+            ("4.02", c.bad_option_4_02),
+            ("4.03", c.forbidden_4_03),
+            ("4.04", c.not_found_4_04),
+            ("5.02", c.bad_gateway_5_02),
+            ("5.03", c.service_unavailable_5_03),
+            ("5.04", c.gateway_timeout_5_04),
+            ("5.05", c.proxying_not_supported_5_05),
+            ("5.08", c.hop_limit_5_08),
+        ],
+    );
+    out.labelled_counter(
+        "backoffd_coap_format_errors_total",
+        "Malformed datagrams (RST to a CON, NON dropped), by leg.",
+        "leg",
+        &[
+            ("client", c.client_format_errors),
+            ("upstream", c.upstream_format_errors),
+        ],
+    );
+    out.gauge(
+        "backoffd_coap_live_exchanges",
+        "Exchanges alive in any state.",
+        c.live_exchanges as f64,
+    );
+    out.gauge(
+        "backoffd_coap_cached_answers",
+        "Finished answers kept for retransmissions.",
+        c.cached_answers as f64,
+    );
+    out.gauge(
+        "backoffd_coap_observations",
+        "Observe relays alive.",
+        c.observations as f64,
+    );
 }
 
 fn connected_socket(upstream: SocketAddr) -> io::Result<UdpSocket> {

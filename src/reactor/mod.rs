@@ -28,6 +28,7 @@ use mio::event::Source;
 use mio::{Events, Interest, Poll, Registry, Token};
 use slab::Slab;
 
+use crate::metrics::{LatencyHistogram, MetricsWriter};
 use crate::time::Timestamp;
 use crate::timer::{TimerId, TimerWheel};
 use signals::Signals;
@@ -66,6 +67,8 @@ pub trait Component {
     fn is_drained(&self) -> bool {
         true
     }
+    /// Describes this component's counters and gauges for a metrics scrape.
+    fn write_metrics(&self, _out: &mut MetricsWriter) {}
 }
 
 /// Reactor settings.
@@ -114,12 +117,16 @@ struct Core {
     timers: TimerWheel<TimerTarget>,
     now: Timestamp,
     state: RunState,
+    /// How late timers were dispatched (now - deadline), for metrics.
+    lateness: LatencyHistogram,
 }
 
 /// A component's handle on the loop during one callback.
 pub struct Ctx<'a> {
     core: &'a mut Core,
     component: u32,
+    /// The other components (the one being called is taken out while it runs).
+    others: &'a [Option<Box<dyn Component>>],
 }
 
 impl Ctx<'_> {
@@ -180,6 +187,23 @@ impl Ctx<'_> {
         self.core.timers.len()
     }
 
+    /// Collects the loop's own metrics and every other component's into `out`.
+    pub fn write_metrics(&self, out: &mut MetricsWriter) {
+        out.gauge(
+            "backoffd_timer_wheel_timers",
+            "Timers pending in the reactor's wheel.",
+            self.core.timers.len() as f64,
+        );
+        self.core.lateness.write(
+            out,
+            "backoffd_timer_lateness_seconds",
+            "How late reactor timers were dispatched (dispatch time minus deadline).",
+        );
+        for c in self.others.iter().flatten() {
+            c.write_metrics(out);
+        }
+    }
+
     /// Asks the whole loop to stop gracefully, as SIGTERM would.
     pub fn shutdown(&mut self) {
         if self.core.state == RunState::Running {
@@ -198,7 +222,8 @@ pub struct Reactor {
     poll: Poll,
     events: Events,
     core: Core,
-    components: Vec<Box<dyn Component>>,
+    /// `None` only while that component is being called.
+    components: Vec<Option<Box<dyn Component>>>,
     waker: Waker,
     signals: Option<Signals>,
     drain_timeout: Duration,
@@ -222,6 +247,7 @@ impl Reactor {
                 timers: TimerWheel::new(),
                 now: Timestamp::now(),
                 state: RunState::Running,
+                lateness: LatencyHistogram::default(),
             },
             components: Vec::new(),
             waker,
@@ -233,9 +259,16 @@ impl Reactor {
     /// Adds a component and calls its [`Component::on_start`]; start-up errors surface here.
     pub fn add(&mut self, component: Box<dyn Component>) -> io::Result<()> {
         let id = u32::try_from(self.components.len()).expect("too many components");
-        self.components.push(component);
+        let mut component = component;
         self.core.now = Timestamp::now();
-        self.with_component(id, |c, ctx| c.on_start(ctx))
+        let mut ctx = Ctx {
+            core: &mut self.core,
+            component: id,
+            others: &self.components,
+        };
+        component.on_start(&mut ctx)?;
+        self.components.push(Some(component));
+        Ok(())
     }
 
     /// Runs until every component drained after a stop request, or the drain time ran out.
@@ -297,6 +330,8 @@ impl Reactor {
 
     fn fire_timers(&mut self) {
         while let Some(expired) = self.core.timers.poll(self.core.now) {
+            let late = self.core.now.saturating_since(expired.deadline);
+            self.core.lateness.record_nanos(late.as_nanos() as u64);
             let TimerTarget { component, key } = expired.value;
             self.with_component(component, |c, ctx| c.on_timer(ctx, expired.id, key));
         }
@@ -333,7 +368,7 @@ impl Reactor {
                 self.advance_shutdown();
             }
             RunState::Draining { until } => {
-                if self.components.iter().all(|c| c.is_drained()) {
+                if self.components.iter().flatten().all(|c| c.is_drained()) {
                     self.core.state = RunState::Stopped;
                 } else if self.core.now >= until {
                     log::warn!("drain time ran out; stopping with work in flight");
@@ -344,15 +379,23 @@ impl Reactor {
         }
     }
 
-    fn with_component<R>(
+    /// Calls one component with a `Ctx`; it is taken out of the list meanwhile, so the `Ctx`
+    /// can show it the others (for metrics) without aliasing.
+    fn with_component<R: Default>(
         &mut self,
         id: u32,
         f: impl FnOnce(&mut dyn Component, &mut Ctx) -> R,
     ) -> R {
+        let Some(mut component) = self.components[id as usize].take() else {
+            return R::default();
+        };
         let mut ctx = Ctx {
             core: &mut self.core,
             component: id,
+            others: &self.components,
         };
-        f(self.components[id as usize].as_mut(), &mut ctx)
+        let result = f(component.as_mut(), &mut ctx);
+        self.components[id as usize] = Some(component);
+        result
     }
 }

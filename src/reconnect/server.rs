@@ -16,6 +16,7 @@ use super::service::{CallId, ReconnectService, ServiceConfig, StartOutcome};
 use crate::grpc::proto::testing::{Empty, ReconnectParams};
 use crate::grpc::server::{Request, ServerConnection, ServerEvent};
 use crate::grpc::{Code, Status};
+use crate::metrics::MetricsWriter;
 use crate::net::{listen_dual_stack, unmap};
 use crate::reactor::{Component, Ctx, Readiness};
 use crate::time::Timestamp;
@@ -56,6 +57,17 @@ pub struct ReconnectServer {
     service: ReconnectService,
     buf: Vec<u8>,
     shutting_down: bool,
+    stats: ServerStats,
+}
+
+/// What the server has done, for metrics.
+#[derive(Default)]
+struct ServerStats {
+    control_connections: u64,
+    retry_accepts: u64,
+    starts: u64,
+    stops_passed: u64,
+    stops_failed: u64,
 }
 
 impl ReconnectServer {
@@ -71,6 +83,7 @@ impl ReconnectServer {
             conns: Slab::new(),
             buf: vec![0; READ_CHUNK],
             shutting_down: false,
+            stats: ServerStats::default(),
         })
     }
 
@@ -88,6 +101,7 @@ impl ReconnectServer {
                         continue;
                     };
                     let grpc = ServerConnection::new(ctx.now(), self.config.http2.clone());
+                    self.stats.control_connections += 1;
                     let key = self.conns.insert(ControlConn {
                         stream,
                         token,
@@ -122,6 +136,7 @@ impl ReconnectServer {
                 Ok((stream, peer)) => {
                     let now = Timestamp::now();
                     drop(stream);
+                    self.stats.retry_accepts += 1;
                     for line in self.service.on_retry_connection(now, unmap(peer).ip()) {
                         log::info!("{line}");
                     }
@@ -216,6 +231,7 @@ impl ReconnectServer {
         if let Err(status) = self.ensure_retry_listener() {
             return Some(Err(status));
         }
+        self.stats.starts += 1;
         match self.service.start(call, &params) {
             StartOutcome::Ready => Some(Ok(Empty {}.encode_to_vec())),
             StartOutcome::Parked => {
@@ -234,6 +250,10 @@ impl ReconnectServer {
             )));
         }
         let outcome = self.service.stop();
+        match outcome.info.passed {
+            true => self.stats.stops_passed += 1,
+            false => self.stats.stops_failed += 1,
+        }
         for reason in outcome.verdict.reasons() {
             log::info!("{reason}");
         }
@@ -371,6 +391,46 @@ impl Component for ReconnectServer {
 
     fn is_drained(&self) -> bool {
         self.conns.is_empty()
+    }
+
+    fn write_metrics(&self, out: &mut MetricsWriter) {
+        let s = &self.stats;
+        out.counter(
+            "backoffd_reconnect_control_connections_total",
+            "Control-port connections accepted.",
+            s.control_connections,
+        );
+        out.counter(
+            "backoffd_reconnect_retry_accepts_total",
+            "Retry-port connections accepted, timestamped and closed.",
+            s.retry_accepts,
+        );
+        out.counter(
+            "backoffd_reconnect_starts_total",
+            "Start calls received.",
+            s.starts,
+        );
+        out.labelled_counter(
+            "backoffd_reconnect_verdicts_total",
+            "Stop verdicts.",
+            "passed",
+            &[("true", s.stops_passed), ("false", s.stops_failed)],
+        );
+        out.gauge(
+            "backoffd_reconnect_sessions_active",
+            "Sessions started and not yet stopped.",
+            f64::from(u8::from(self.service.session().is_some())),
+        );
+        out.gauge(
+            "backoffd_reconnect_parked_starts",
+            "Start calls waiting for the active session's Stop.",
+            self.service.parked().count() as f64,
+        );
+        out.gauge(
+            "backoffd_reconnect_control_connections_open",
+            "Open control-port connections.",
+            self.conns.len() as f64,
+        );
     }
 }
 

@@ -167,7 +167,7 @@ impl Server {
     pub fn should_report_unreachable(&mut self, now: Timestamp) -> bool {
         let due = self
             .last_unreachable
-            .map_or(true, |t| now >= t + Duration::from_millis(200));
+            .is_none_or(|t| now >= t + Duration::from_millis(200));
         if due {
             self.last_unreachable = Some(now);
         }

@@ -1,0 +1,161 @@
+//! Metrics in the Prometheus text exposition format (version 0.0.4).
+//!
+//! Every component describes itself with [`crate::reactor::Component::write_metrics`]; the
+//! metrics endpoint asks the reactor to collect them all into one [`MetricsWriter`]. Nothing is
+//! shared or locked: metrics are read from the components' own state when a scrape arrives.
+
+use std::fmt::Write;
+
+/// Builds one exposition document. Each metric family is written once, with HELP and TYPE.
+#[derive(Default)]
+pub struct MetricsWriter {
+    out: String,
+}
+
+impl MetricsWriter {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A monotonically increasing count.
+    pub fn counter(&mut self, name: &str, help: &str, value: u64) {
+        self.family(name, help, "counter");
+        let _ = writeln!(self.out, "{name} {value}");
+    }
+
+    /// A value that goes up and down.
+    pub fn gauge(&mut self, name: &str, help: &str, value: f64) {
+        self.family(name, help, "gauge");
+        let _ = writeln!(self.out, "{name} {value}");
+    }
+
+    /// A counter family with one label, e.g. answers by code.
+    pub fn labelled_counter(
+        &mut self,
+        name: &str,
+        help: &str,
+        label: &str,
+        values: &[(&str, u64)],
+    ) {
+        self.family(name, help, "counter");
+        for (v, count) in values {
+            let _ = writeln!(self.out, "{name}{{{label}=\"{}\"}} {count}", escape(v));
+        }
+    }
+
+    /// A histogram from cumulative `(upper bound, count)` buckets (the last one is `+Inf`).
+    pub fn histogram(
+        &mut self,
+        name: &str,
+        help: &str,
+        buckets: &[(f64, u64)],
+        sum: f64,
+        count: u64,
+    ) {
+        self.family(name, help, "histogram");
+        for (le, c) in buckets {
+            let le = if le.is_infinite() {
+                "+Inf".to_string()
+            } else {
+                le.to_string()
+            };
+            let _ = writeln!(self.out, "{name}_bucket{{le=\"{le}\"}} {c}");
+        }
+        let _ = writeln!(self.out, "{name}_sum {sum}");
+        let _ = writeln!(self.out, "{name}_count {count}");
+    }
+
+    /// The finished document.
+    pub fn finish(self) -> String {
+        self.out
+    }
+
+    fn family(&mut self, name: &str, help: &str, kind: &str) {
+        let _ = writeln!(
+            self.out,
+            "# HELP {name} {}",
+            help.replace('\\', "\\\\").replace('\n', "\\n")
+        );
+        let _ = writeln!(self.out, "# TYPE {name} {kind}");
+    }
+}
+
+/// Label values escape backslash, double quote and newline.
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// A log2 histogram of durations in microseconds, cheap enough to update on every timer.
+#[derive(Clone, Debug, Default)]
+pub struct LatencyHistogram {
+    /// `buckets[i]` counts samples in `(2^(i-1), 2^i]` µs; bucket 0 is `<= 1 µs`.
+    buckets: [u64; 24],
+    sum_us: f64,
+    count: u64,
+}
+
+impl LatencyHistogram {
+    pub fn record_nanos(&mut self, ns: u64) {
+        let us = ns.div_ceil(1000);
+        let i = (64 - us.saturating_sub(1).leading_zeros() as usize).min(self.buckets.len() - 1);
+        self.buckets[i] += 1;
+        self.sum_us += ns as f64 / 1000.0;
+        self.count += 1;
+    }
+
+    /// Writes it in seconds, as Prometheus conventions ask.
+    pub fn write(&self, w: &mut MetricsWriter, name: &str, help: &str) {
+        let mut cumulative = 0;
+        let mut buckets: Vec<(f64, u64)> = self
+            .buckets
+            .iter()
+            .enumerate()
+            .take(self.buckets.len() - 1)
+            .map(|(i, c)| {
+                cumulative += c;
+                ((1u64 << i) as f64 / 1e6, cumulative)
+            })
+            .collect();
+        buckets.push((f64::INFINITY, self.count));
+        w.histogram(name, help, &buckets, self.sum_us / 1e6, self.count);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_help_type_and_samples() {
+        let mut w = MetricsWriter::new();
+        w.counter("a_total", "things", 3);
+        w.labelled_counter("b_total", "by code", "code", &[("5.04", 2), ("we\"ird", 1)]);
+        let text = w.finish();
+        assert!(text.contains("# HELP a_total things\n# TYPE a_total counter\na_total 3\n"));
+        assert!(text.contains("b_total{code=\"5.04\"} 2\n"));
+        assert!(text.contains("b_total{code=\"we\\\"ird\"} 1\n"));
+    }
+
+    #[test]
+    fn histogram_buckets_are_cumulative_and_end_with_inf() {
+        let mut h = LatencyHistogram::default();
+        for ns in [500, 1_500, 3_000, 1_000_000] {
+            h.record_nanos(ns);
+        }
+        let mut w = MetricsWriter::new();
+        h.write(&mut w, "lat_seconds", "lateness");
+        let text = w.finish();
+        assert!(
+            text.contains("lat_seconds_bucket{le=\"0.000001\"} 1\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("lat_seconds_bucket{le=\"0.000002\"} 2\n"),
+            "{text}"
+        );
+        assert!(text.contains("lat_seconds_bucket{le=\"+Inf\"} 4\n"));
+        assert!(text.contains("lat_seconds_count 4\n"));
+    }
+}
