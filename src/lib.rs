@@ -7,6 +7,7 @@
 
 pub mod cli;
 pub mod coap;
+pub mod demo;
 pub mod grpc;
 pub mod http2;
 pub mod metrics;

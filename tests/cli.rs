@@ -81,3 +81,20 @@ fn timer_bench_json_reports_both_sources_with_no_early_timers() {
         }
     }
 }
+
+#[test]
+fn demo_runs_everything_on_loopback_and_passes() {
+    let out = backoffd(&["demo", "--requests", "120"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("Result: PASSED"), "{stdout}");
+    assert!(
+        stdout.contains("requests executed twice upstream           0"),
+        "{stdout}"
+    );
+}

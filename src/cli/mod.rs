@@ -1,5 +1,6 @@
 //! The `backoffd` command line: subcommand dispatch. Each subcommand has its own file.
 
+mod demo;
 pub mod flags;
 mod proxy;
 pub mod reconnect_server;
@@ -14,6 +15,7 @@ interop server and client, and a precise hashed timer wheel.
 Usage: backoffd <command> [options]
 
 Commands:
+  demo              run everything on loopback with built-in defaults and report (start here)
   proxy             CoAP forwarding proxy with its own upstream retry policy
   reconnect-server  gRPC connection-backoff interop server (also: reconnect_interop_server)
   timer-bench       measure the reactor's timer wake-up precision on this host
@@ -32,6 +34,7 @@ pub fn main(args: &[String]) -> i32 {
         }
     };
     let result = match command {
+        "demo" => demo::main(rest),
         "proxy" => proxy::main(rest),
         "reconnect-server" => reconnect_server::main(rest),
         "timer-bench" => timer_bench::main(rest),
@@ -49,7 +52,9 @@ pub fn main(args: &[String]) -> i32 {
     };
     result.unwrap_or_else(|e| {
         match command {
-            "proxy" | "reconnect-server" | "timer-bench" => eprintln!("backoffd {command}: {e}"),
+            "demo" | "proxy" | "reconnect-server" | "timer-bench" => {
+                eprintln!("backoffd {command}: {e}")
+            }
             _ => eprintln!("backoffd: {e}"),
         }
         2

@@ -21,6 +21,7 @@
 mod signals;
 mod wake;
 
+use std::any::Any;
 use std::io;
 use std::time::Duration;
 
@@ -50,7 +51,7 @@ pub struct Readiness {
 
 /// A part of the program driven by the loop. Every method runs on the loop's thread and must not
 /// block: do bounded work and return.
-pub trait Component {
+pub trait Component: Any {
     /// Called once when the component is added: register sockets, arm first timers.
     fn on_start(&mut self, _ctx: &mut Ctx<'_>) -> io::Result<()> {
         Ok(())
@@ -257,7 +258,8 @@ impl Reactor {
     }
 
     /// Adds a component and calls its [`Component::on_start`]; start-up errors surface here.
-    pub fn add(&mut self, component: Box<dyn Component>) -> io::Result<()> {
+    /// Returns the component's index, for [`component`](Self::component) after the run.
+    pub fn add(&mut self, component: Box<dyn Component>) -> io::Result<usize> {
         let id = u32::try_from(self.components.len()).expect("too many components");
         let mut component = component;
         self.core.now = Timestamp::now();
@@ -268,7 +270,13 @@ impl Reactor {
         };
         component.on_start(&mut ctx)?;
         self.components.push(Some(component));
-        Ok(())
+        Ok(id as usize)
+    }
+
+    /// A component by index and type, e.g. to read a report after [`run`](Self::run) returned.
+    pub fn component<T: Component>(&self, index: usize) -> Option<&T> {
+        let c: &dyn Component = self.components.get(index)?.as_deref()?;
+        (c as &dyn Any).downcast_ref::<T>()
     }
 
     /// Runs until every component drained after a stop request, or the drain time ran out.
