@@ -1,5 +1,6 @@
 //! The `backoffd` command line: subcommand dispatch. Each subcommand has its own file.
 
+pub mod config_file;
 mod demo;
 pub mod flags;
 mod proxy;
