@@ -5,6 +5,7 @@
 pub mod backoff;
 pub mod server;
 pub mod service;
+pub mod tls;
 pub mod verify;
 
 pub use backoff::{Action, AttemptRecord, Backoff, BackoffConfig};
