@@ -3,6 +3,7 @@
 //! backoff connector.
 
 pub mod backoff;
+pub mod client;
 pub mod retry;
 pub mod server;
 pub mod service;
