@@ -51,8 +51,8 @@ pub fn main(args: &[String]) -> Result<i32, UsageError> {
         print!("{HELP}");
         return Ok(0);
     }
-    let control_port = required_port(&flags, "server_control_port")?;
-    let retry_port = required_port(&flags, "server_retry_port")?;
+    let control_port = flags.required_port("server_control_port")?;
+    let retry_port = flags.required_port("server_retry_port")?;
     let server_host: String = flags.get_or("server_host", "localhost".to_owned())?;
     if server_host.is_empty() {
         return Err(UsageError("--server_host must not be empty".into()));
@@ -89,15 +89,6 @@ pub fn main(args: &[String]) -> Result<i32, UsageError> {
         stop_timeout: Some(STOP_TIMEOUT),
     };
     Ok(run(config))
-}
-
-fn required_port(flags: &Flags, name: &str) -> Result<u16, UsageError> {
-    match flags.get::<u16>(name)? {
-        None | Some(0) => Err(UsageError(format!(
-            "--{name} is required and must be non-zero"
-        ))),
-        Some(port) => Ok(port),
-    }
 }
 
 fn run(config: ClientConfig) -> i32 {

@@ -19,7 +19,7 @@
 
 use std::cell::RefCell;
 use std::fmt;
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::rc::Rc;
 use std::sync::Arc;
@@ -38,6 +38,7 @@ use crate::grpc::client::{ClientConnection, ClientEvent};
 use crate::grpc::proto::testing::{Empty, ReconnectInfo, ReconnectParams};
 use crate::grpc::{Code, Status};
 use crate::http2::{self, Connection, Event, Role};
+use crate::net::{flush, Outbox};
 use crate::reactor::{Component, Ctx, Readiness};
 use crate::time::Timestamp;
 use crate::timer::TimerId;
@@ -808,13 +809,6 @@ fn interest(write: bool) -> Interest {
     }
 }
 
-/// Something that queues bytes for the socket: the control channel's gRPC connection, or an
-/// attempt's TLS session.
-trait Outbox {
-    fn pending_output(&self) -> &[u8];
-    fn consume_output(&mut self, n: usize);
-}
-
 impl Outbox for ClientConnection {
     fn pending_output(&self) -> &[u8] {
         ClientConnection::pending_output(self)
@@ -830,21 +824,5 @@ impl Outbox for TlsClient {
     }
     fn consume_output(&mut self, n: usize) {
         TlsClient::consume_output(self, n)
-    }
-}
-
-/// Writes as much pending output as the socket takes.
-fn flush(stream: &mut TcpStream, outbox: &mut impl Outbox) -> io::Result<()> {
-    loop {
-        let out = outbox.pending_output();
-        if out.is_empty() {
-            return Ok(());
-        }
-        match stream.write(out) {
-            Ok(n) => outbox.consume_output(n),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        }
     }
 }
