@@ -10,7 +10,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use backoffd::reactor::{Config, Reactor, WakeMode};
-use backoffd::reconnect::client::{ClientConfig, Failure, ReconnectClient};
+use backoffd::reconnect::client::{ClientConfig, Failure, Outcome, ReconnectClient};
 use backoffd::reconnect::server::{ReconnectServer, ServerConfig};
 use backoffd::reconnect::ServiceConfig;
 
@@ -318,12 +318,10 @@ fn tls_settings_server(success: usize, hold: Duration) -> u16 {
     port
 }
 
-#[test]
-fn settings_over_tls_reset_the_backoff_to_one_second() {
-    let hold = Duration::from_millis(300);
-    let retry_port = tls_settings_server(1, hold);
-    // Our server in the same loop, for Start and Stop; it sees no retry connection, so its
-    // verdict is the reference's default pass.
+/// Runs the client in this process against our server in the same loop (for Start and Stop)
+/// and a retry port of the test's choosing. Our server's own retry port sees nothing, so its
+/// verdict is the reference's default pass.
+fn run_in_process(retry_port: u16, duration: Duration, seed: u64) -> Outcome {
     let server = ReconnectServer::bind(ServerConfig {
         control_port: 0,
         retry_port: 0,
@@ -338,8 +336,8 @@ fn settings_over_tls_reset_the_backoff_to_one_second() {
         control_port,
         retry_port,
         max_reconnect_backoff_ms: 0,
-        test_duration: Duration::from_millis(4500),
-        seed: 4,
+        test_duration: duration,
+        seed,
         stop_timeout: Some(Duration::from_secs(10)),
     });
     let mut reactor = Reactor::new(Config {
@@ -351,9 +349,40 @@ fn settings_over_tls_reset_the_backoff_to_one_second() {
     reactor.add(Box::new(server)).unwrap();
     reactor.add(Box::new(client)).unwrap();
     reactor.run().unwrap();
-
     let outcome = outcome.borrow_mut().take().expect("the client finished");
     assert!(outcome.result.is_ok(), "{:?}", outcome.result);
+    outcome
+}
+
+#[test]
+fn refused_connections_fail_at_once_and_keep_the_schedule() {
+    // A port nobody listens on: every connect is refused straight away.
+    let outcome = run_in_process(free_port(), Duration::from_millis(3500), 6);
+    let a = &outcome.attempts;
+    assert_eq!(a.len(), 3, "{a:?}");
+    assert_eq!(
+        a[1].planned_start - a[0].actual_start,
+        Duration::from_secs(1)
+    );
+    let second = a[2].planned_start - a[1].actual_start;
+    assert!(
+        Duration::from_millis(1280) <= second && second <= Duration::from_millis(1920),
+        "{second:?}"
+    );
+    for r in a {
+        let late = r.actual_start - r.planned_start;
+        assert!(
+            late < Duration::from_millis(50),
+            "{r:?} started {late:?} late"
+        );
+    }
+}
+
+#[test]
+fn settings_over_tls_reset_the_backoff_to_one_second() {
+    let hold = Duration::from_millis(300);
+    let retry_port = tls_settings_server(1, hold);
+    let outcome = run_in_process(retry_port, Duration::from_millis(4500), 4);
     let a = &outcome.attempts;
     for r in a {
         println!("{r:?}");
