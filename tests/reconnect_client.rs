@@ -322,6 +322,10 @@ fn tls_settings_server(success: usize, hold: Duration) -> u16 {
 /// and a retry port of the test's choosing. Our server's own retry port sees nothing, so its
 /// verdict is the reference's default pass.
 fn run_in_process(retry_port: u16, duration: Duration, seed: u64) -> Outcome {
+    let _ = env_logger::builder()
+        .is_test(true)
+        .filter_level(log::LevelFilter::Info)
+        .try_init();
     let server = ReconnectServer::bind(ServerConfig {
         control_port: 0,
         retry_port: 0,

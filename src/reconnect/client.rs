@@ -188,7 +188,8 @@ struct Attempt {
 /// What one round of I/O on an attempt found, in order.
 #[derive(Default)]
 struct AttemptProgress {
-    transport_up: bool,
+    /// TLS completed with ALPN h2, in this version.
+    transport_up: Option<rustls::ProtocolVersion>,
     settings: bool,
     ended: Option<String>,
 }
@@ -570,7 +571,11 @@ impl ReconnectClient {
         let Some(run) = self.retry.as_mut() else {
             return;
         };
-        if progress.transport_up {
+        if let Some(version) = progress.transport_up {
+            log::info!(
+                "attempt {number}: {version:?} with ALPN h2 after {:.1} ms; HTTP/2 preface sent",
+                (now - started).as_secs_f64() * 1e3
+            );
             run.on_transport_up(now);
         }
         if progress.settings {
@@ -685,7 +690,7 @@ impl Attempt {
             if tls.alpn_protocol() != Some(ALPN_H2) {
                 return Err("the server did not select ALPN h2".into());
             }
-            progress.transport_up = true;
+            progress.transport_up = tls.protocol_version();
             self.h2 = Some(Connection::new(Role::Client, http2::Config::default(), now));
         }
         if let Some(h2) = &mut self.h2 {

@@ -103,10 +103,6 @@ impl RetryRun {
         self.started
     }
 
-    pub fn ends_at(&self) -> Timestamp {
-        self.ends_at
-    }
-
     /// Every attempt started so far, oldest first.
     pub fn attempts(&self) -> &[AttemptRecord] {
         self.backoff.attempts()

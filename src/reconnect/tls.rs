@@ -173,12 +173,6 @@ impl TlsClient {
         self.peer_closed
     }
 
-    /// Starts an orderly close (close_notify), for a caller that is done.
-    pub fn close(&mut self) {
-        self.conn.send_close_notify();
-        self.collect_output();
-    }
-
     fn read_plaintext(&mut self, plaintext: &mut Vec<u8>) {
         let mut chunk = [0u8; PLAINTEXT_CHUNK];
         loop {
