@@ -1,6 +1,7 @@
-//! Socket set-up the standard library cannot express: dual-stack TCP listeners.
+//! Socket helpers: dual-stack TCP listeners (set-up the standard library cannot express), and
+//! flushing a sans-IO core's output into a non-blocking socket.
 
-use std::io;
+use std::io::{self, Write};
 use std::mem;
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -92,6 +93,29 @@ fn bind_and_listen<A>(fd: OwnedFd, addr: &A) -> io::Result<TcpListener> {
         return Err(io::Error::last_os_error());
     }
     Ok(TcpListener::from(fd))
+}
+
+/// A sans-IO core that queues bytes for its socket (an HTTP/2 connection, a TLS session).
+pub trait Outbox {
+    fn pending_output(&self) -> &[u8];
+    /// The caller wrote the first `n` octets of `pending_output`; more may move in behind them.
+    fn consume_output(&mut self, n: usize);
+}
+
+/// Writes as much of `outbox`'s pending output as the non-blocking `stream` takes.
+pub fn flush(stream: &mut impl Write, outbox: &mut impl Outbox) -> io::Result<()> {
+    loop {
+        let out = outbox.pending_output();
+        if out.is_empty() {
+            return Ok(());
+        }
+        match stream.write(out) {
+            Ok(n) => outbox.consume_output(n),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// The address without the v4-mapped IPv6 disguise, for logs and host comparisons.

@@ -113,6 +113,16 @@ impl Flags {
         Ok(self.get(name)?.unwrap_or(default))
     }
 
+    /// A port that must be given and non-zero.
+    pub fn required_port(&self, name: &str) -> Result<u16, UsageError> {
+        match self.get::<u16>(name)? {
+            None | Some(0) => Err(UsageError(format!(
+                "--{name} is required and must be non-zero"
+            ))),
+            Some(port) => Ok(port),
+        }
+    }
+
     /// Every value of a repeatable flag, parsed, in order.
     pub fn get_all<T: FromStr>(&self, name: &str) -> Result<Vec<T>, UsageError>
     where

@@ -4,6 +4,7 @@ pub mod config_file;
 mod demo;
 pub mod flags;
 mod proxy;
+pub mod reconnect_client;
 pub mod reconnect_server;
 mod timer_bench;
 
@@ -18,6 +19,8 @@ Usage: backoffd <command> [options]
 Commands:
   demo              run everything on loopback with built-in defaults and report (start here)
   proxy             CoAP forwarding proxy with its own upstream retry policy
+  reconnect-client  gRPC connection-backoff interop client (also: reconnect_interop_client;
+                    its TLS retry channel accepts any certificate: for that test's target only)
   reconnect-server  gRPC connection-backoff interop server (also: reconnect_interop_server)
   timer-bench       measure the reactor's timer wake-up precision on this host
 
@@ -37,6 +40,7 @@ pub fn main(args: &[String]) -> i32 {
     let result = match command {
         "demo" => demo::main(rest),
         "proxy" => proxy::main(rest),
+        "reconnect-client" => reconnect_client::main(rest),
         "reconnect-server" => reconnect_server::main(rest),
         "timer-bench" => timer_bench::main(rest),
         "-h" | "--help" | "help" => {
@@ -53,7 +57,7 @@ pub fn main(args: &[String]) -> i32 {
     };
     result.unwrap_or_else(|e| {
         match command {
-            "demo" | "proxy" | "reconnect-server" | "timer-bench" => {
+            "demo" | "proxy" | "reconnect-client" | "reconnect-server" | "timer-bench" => {
                 eprintln!("backoffd {command}: {e}")
             }
             _ => eprintln!("backoffd: {e}"),

@@ -41,8 +41,8 @@ pub fn main(args: &[String]) -> Result<i32, UsageError> {
         print!("{HELP}");
         return Ok(0);
     }
-    let control_port = required_port(&flags, "control_port")?;
-    let retry_port = required_port(&flags, "retry_port")?;
+    let control_port = flags.required_port("control_port")?;
+    let retry_port = flags.required_port("retry_port")?;
     if control_port == retry_port {
         return Err(UsageError(
             "--retry_port must differ from --control_port".into(),
@@ -61,15 +61,6 @@ pub fn main(args: &[String]) -> Result<i32, UsageError> {
         .0;
     let wake = flags.get_or("wake", WakeMode::Timerfd)?;
     Ok(run(config, wake, drain))
-}
-
-fn required_port(flags: &Flags, name: &str) -> Result<u16, UsageError> {
-    match flags.get::<u16>(name)? {
-        None | Some(0) => Err(UsageError(format!(
-            "--{name} is required and must be non-zero"
-        ))),
-        Some(port) => Ok(port),
-    }
 }
 
 fn run(config: ServerConfig, wake: WakeMode, drain: Duration) -> i32 {

@@ -3,6 +3,7 @@
 //! Nothing here depends on the HTTP/2 connection: headers are plain byte pairs.
 
 pub mod call;
+pub mod client;
 pub mod message;
 pub mod proto;
 pub mod server;

@@ -3,10 +3,13 @@
 //! backoff connector.
 
 pub mod backoff;
+pub mod client;
+pub mod retry;
 pub mod server;
 pub mod service;
+pub mod tls;
 pub mod verify;
 
 pub use backoff::{Action, AttemptRecord, Backoff, BackoffConfig};
 pub use service::{CallId, ReconnectService, ServiceConfig, Session, StartOutcome, StopOutcome};
-pub use verify::{verify, Verdict};
+pub use verify::{verify, verify_intervals, Verdict};

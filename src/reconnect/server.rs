@@ -4,7 +4,7 @@
 //! Only socket plumbing lives here. Sessions and verdicts are [`ReconnectService`]'s, HTTP/2 and
 //! gRPC framing are [`ServerConnection`]'s.
 
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::net::SocketAddr;
 
 use mio::net::{TcpListener, TcpStream};
@@ -17,7 +17,7 @@ use crate::grpc::proto::testing::{Empty, ReconnectParams};
 use crate::grpc::server::{Request, ServerConnection, ServerEvent};
 use crate::grpc::{Code, Status};
 use crate::metrics::MetricsWriter;
-use crate::net::{listen_dual_stack, unmap};
+use crate::net::{flush, listen_dual_stack, unmap, Outbox};
 use crate::reactor::{Component, Ctx, Readiness};
 use crate::time::Timestamp;
 use crate::timer::TimerId;
@@ -178,7 +178,7 @@ impl ReconnectServer {
         let Some(conn) = self.conns.get_mut(key) else {
             return;
         };
-        if let Err(e) = flush(conn) {
+        if let Err(e) = flush(&mut conn.stream, &mut conn.grpc) {
             return self.close(ctx, key, &e.to_string());
         }
         if conn.grpc.is_closed() && conn.grpc.pending_output().is_empty() {
@@ -434,19 +434,12 @@ impl Component for ReconnectServer {
     }
 }
 
-/// Writes as much pending output as the socket takes.
-fn flush(conn: &mut ControlConn) -> io::Result<()> {
-    loop {
-        let out = conn.grpc.pending_output();
-        if out.is_empty() {
-            return Ok(());
-        }
-        match conn.stream.write(out) {
-            Ok(n) => conn.grpc.consume_output(n),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        }
+impl Outbox for ServerConnection {
+    fn pending_output(&self) -> &[u8] {
+        ServerConnection::pending_output(self)
+    }
+    fn consume_output(&mut self, n: usize) {
+        ServerConnection::consume_output(self, n)
     }
 }
 

@@ -150,15 +150,28 @@ pub fn verify(
     max_reconnect_backoff_ms: i32,
     min_intervals: usize,
 ) -> Verdict {
+    let intervals: Vec<i32> = timestamps
+        .windows(2)
+        .map(|pair| interval_ms(pair[0], pair[1]))
+        .collect();
+    verify_intervals(&intervals, max_reconnect_backoff_ms, min_intervals)
+}
+
+/// Verify's rules over intervals already in whole ms, e.g. the `backoff_ms` a server returned,
+/// so a client can check a server's verdict.
+pub fn verify_intervals(
+    backoff_ms: &[i32],
+    max_reconnect_backoff_ms: i32,
+    min_intervals: usize,
+) -> Verdict {
     let mut verdict = Verdict {
         passed: true,
-        backoff_ms: Vec::with_capacity(timestamps.len().saturating_sub(1)),
+        backoff_ms: backoff_ms.to_vec(),
         failures: Vec::new(),
         too_few_intervals: None,
     };
     let expected = ExpectedBackoff::for_verify(max_reconnect_backoff_ms);
-    for (index, (pair, e)) in timestamps.windows(2).zip(expected).enumerate() {
-        let b = interval_ms(pair[0], pair[1]);
+    for (index, (&b, e)) in backoff_ms.iter().zip(expected).enumerate() {
         let (min_ms, max_ms) = allowed_range(e);
         let observed = f64::from(b);
         if observed < min_ms || observed > max_ms {
@@ -171,11 +184,10 @@ pub fn verify(
                 max_ms,
             });
         }
-        verdict.backoff_ms.push(b);
     }
-    if verdict.backoff_ms.len() < min_intervals {
+    if backoff_ms.len() < min_intervals {
         verdict.passed = false;
-        verdict.too_few_intervals = Some((verdict.backoff_ms.len(), min_intervals));
+        verdict.too_few_intervals = Some((backoff_ms.len(), min_intervals));
     }
     verdict
 }
@@ -347,6 +359,17 @@ mod tests {
             v.reasons(),
             ["interval 2: 3000 ms outside [1180.00, 2020.00] ms (expected 1600.00 ms)"]
         );
+    }
+
+    #[test]
+    fn intervals_in_ms_get_the_same_verdict_as_timestamps() {
+        let ts = gaps_ms(&[1000, 3000, 2560]);
+        assert_eq!(
+            verify_intervals(&[1000, 3000, 2560], 0, 0),
+            verify(&ts, 0, 0)
+        );
+        assert!(verify_intervals(&[1000, 1600, 2000], 2000, 0).passed);
+        assert!(!verify_intervals(&[], 0, 1).passed);
     }
 
     #[test]

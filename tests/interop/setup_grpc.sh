@@ -5,6 +5,8 @@
 # versions is left alone. Fails loudly (non-zero exit, message on stderr) if anything is missing;
 # the tests treat that as a failure, never as a reason to skip.
 #
+# Prints the venv's python path on stdout (tests/reconnect_client.rs uses it).
+#
 # Usage: tests/interop/setup_grpc.sh [VENV_DIR]
 #   VENV_DIR defaults to ${CARGO_TARGET_DIR:-<repo>/target}/grpc-venv.
 set -euo pipefail
@@ -35,6 +37,7 @@ exec 9>"$venv.lock"
 flock 9 || fail "cannot lock $venv.lock"
 
 if [ -x "$venv/bin/python" ] && check; then
+    echo "$venv/bin/python"
     exit 0
 fi
 
@@ -47,3 +50,4 @@ echo "setup_grpc.sh: creating $venv (grpcio==$GRPCIO_VERSION, h2==$H2_VERSION)" 
     fail "pip install grpcio==$GRPCIO_VERSION h2==$H2_VERSION failed"
 check || fail "$venv does not import grpcio $GRPCIO_VERSION and h2 $H2_VERSION after install"
 echo "setup_grpc.sh: ready: $venv" >&2
+echo "$venv/bin/python"
