@@ -8,6 +8,7 @@ use std::fmt;
 use std::str::FromStr;
 
 /// One accepted flag.
+#[derive(Clone, Copy)]
 pub struct Spec {
     pub name: &'static str,
     /// Whether the flag takes a value (otherwise it is a switch).

@@ -6,6 +6,7 @@ pub mod flags;
 mod proxy;
 pub mod reconnect_client;
 pub mod reconnect_server;
+mod serve;
 mod timer_bench;
 
 use flags::UsageError;
@@ -22,6 +23,7 @@ Commands:
   reconnect-client  gRPC connection-backoff interop client (also: reconnect_interop_client;
                     its TLS retry channel accepts any certificate: for that test's target only)
   reconnect-server  gRPC connection-backoff interop server (also: reconnect_interop_server)
+  serve             any combination of the above plus metrics, in one process and one loop
   timer-bench       measure the reactor's timer wake-up precision on this host
 
 Run `backoffd <command> --help` for a command's options.
@@ -42,6 +44,7 @@ pub fn main(args: &[String]) -> i32 {
         "proxy" => proxy::main(rest),
         "reconnect-client" => reconnect_client::main(rest),
         "reconnect-server" => reconnect_server::main(rest),
+        "serve" => serve::main(rest),
         "timer-bench" => timer_bench::main(rest),
         "-h" | "--help" | "help" => {
             print!("{HELP}");
@@ -57,7 +60,8 @@ pub fn main(args: &[String]) -> i32 {
     };
     result.unwrap_or_else(|e| {
         match command {
-            "demo" | "proxy" | "reconnect-client" | "reconnect-server" | "timer-bench" => {
+            "demo" | "proxy" | "reconnect-client" | "reconnect-server" | "serve"
+            | "timer-bench" => {
                 eprintln!("backoffd {command}: {e}")
             }
             _ => eprintln!("backoffd: {e}"),

@@ -51,7 +51,7 @@ Limits and timing:
 Durations: 500ms, 2s, 1.5s, 250us, 1m. Invalid configuration exits 2 naming the flag.
 ";
 
-const SPEC: &[Spec] = &[
+pub(super) const SPEC: &[Spec] = &[
     value("listen"),
     value("upstream"),
     switch("forward"),

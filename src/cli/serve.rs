@@ -1,0 +1,293 @@
+//! `backoffd serve`: every component in one process, one thread, one mio loop.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use super::config_file::{self, Section};
+use super::flags::{switch, value, DurationArg, Flags, Spec, UsageError};
+use super::proxy::{config_from_flags as proxy_config, SPEC as PROXY_SPEC};
+use crate::proxy::{ProxyComponent, ProxyConfig};
+use crate::reactor::{self, Component, Reactor, WakeMode};
+use crate::reconnect::server::{ReconnectServer, ServerConfig};
+use crate::reconnect::ServiceConfig;
+
+pub const HELP: &str = "\
+Usage: backoffd serve [part flags] [--metrics ADDR]
+       backoffd serve --config FILE [--check-config]
+
+Runs any combination of CoAP proxy listeners, the gRPC reconnect interop server and the
+metrics endpoint in one process, on one thread and one event loop.
+
+The simple case is all flags; any part may be left out:
+  backoffd serve --listen 0.0.0.0:5683 --upstream 127.0.0.1:5684 \\
+                 --control_port 8080 --retry_port 8081 --metrics 127.0.0.1:9102
+  proxy part:      every `backoffd proxy` flag (present when --upstream or --forward is given)
+  reconnect part:  --control_port, --retry_port, --min_intervals
+  metrics part:    --metrics ADDR (GET /metrics, GET /healthz; use a loopback address)
+
+Several proxy routes, each with its own upstream and retry policy, need a config file: sections
+[proxy] (repeatable), [reconnect] and [metrics] whose keys are the flags above (see
+examples/backoffd.conf). Errors name the file, line and key.
+
+Options:
+  --config FILE        read the parts from FILE instead of flags
+  --check-config       validate and print what would run, without binding anything
+  --drain D            on SIGINT/SIGTERM, time to finish in-flight work (default 5s)
+  --wake timerfd|epoll timer wake-up source (default timerfd)
+  -h, --help           this help
+";
+
+const RECONNECT_KEYS: &[&str] = &["control_port", "retry_port", "min_intervals"];
+const SERVE_ONLY: &[Spec] = &[
+    value("control_port"),
+    value("retry_port"),
+    value("min_intervals"),
+    value("metrics"),
+    value("config"),
+    switch("check-config"),
+];
+
+/// What one `serve` process runs.
+#[derive(Debug, Default)]
+pub struct Plan {
+    pub proxies: Vec<(SocketAddr, ProxyConfig)>,
+    pub reconnect: Option<ServerConfig>,
+    pub metrics: Option<SocketAddr>,
+}
+
+/// Runs the subcommand; returns the process exit code.
+pub fn main(args: &[String]) -> Result<i32, UsageError> {
+    let spec: Vec<Spec> = PROXY_SPEC.iter().chain(SERVE_ONLY).copied().collect();
+    let flags = Flags::parse(args, &spec)?;
+    if flags.help {
+        print!("{HELP}");
+        return Ok(0);
+    }
+    let plan = match flags.get::<String>("config")? {
+        Some(path) => plan_from_file(&path)?,
+        None => plan_from_flags(&flags)?,
+    };
+    if plan.proxies.is_empty() && plan.reconnect.is_none() && plan.metrics.is_none() {
+        return Err(UsageError(
+            "nothing to serve: give --upstream/--forward, --control_port/--retry_port, --metrics or --config"
+                .into(),
+        ));
+    }
+    if flags.has("check-config") {
+        print!("{}", describe(&plan));
+        println!("configuration OK");
+        return Ok(0);
+    }
+    let drain = flags
+        .get_or("drain", DurationArg(Duration::from_secs(5)))?
+        .0;
+    let wake = flags.get_or("wake", WakeMode::Timerfd)?;
+    Ok(run(plan, wake, drain))
+}
+
+fn plan_from_flags(flags: &Flags) -> Result<Plan, UsageError> {
+    let mut plan = Plan::default();
+    if flags.has("upstream") || flags.has("forward") {
+        let config = proxy_config(flags)?;
+        warn_all(config.validate().map_err(|e| UsageError(e.0))?);
+        plan.proxies
+            .push((flags.get_or("listen", default_listen())?, config));
+    }
+    if RECONNECT_KEYS.iter().any(|k| flags.has(k)) {
+        plan.reconnect = Some(reconnect_config(flags)?);
+    }
+    plan.metrics = flags.get("metrics")?;
+    Ok(plan)
+}
+
+fn plan_from_file(path: &str) -> Result<Plan, UsageError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| UsageError(format!("--config: cannot read {path}: {e}")))?;
+    // In a file the keys have no leading dashes, so neither do the messages about them.
+    let at = |line: usize, msg: &dyn std::fmt::Display| {
+        UsageError(format!(
+            "{path}:{line}: {}",
+            msg.to_string().replacen("--", "", 1)
+        ))
+    };
+    let sections = config_file::parse(&text, &["proxy", "reconnect", "metrics"])
+        .map_err(|e| at(e.line, &e.message))?;
+    let mut plan = Plan::default();
+    for section in &sections {
+        let in_section = |e: UsageError| at(section.line_of(&flag_named_in(&e)), &e);
+        match section.kind.as_str() {
+            "proxy" => {
+                let flags =
+                    section_flags(section, PROXY_SPEC, &["forward"]).map_err(|e| at(e.0, &e.1))?;
+                let config = proxy_config(&flags).map_err(in_section)?;
+                warn_all(config.validate().map_err(|e| in_section(UsageError(e.0)))?);
+                plan.proxies.push((
+                    flags
+                        .get_or("listen", default_listen())
+                        .map_err(in_section)?,
+                    config,
+                ));
+            }
+            "reconnect" => {
+                let flags =
+                    section_flags(section, &SERVE_ONLY[..3], &[]).map_err(|e| at(e.0, &e.1))?;
+                if plan.reconnect.is_some() {
+                    return Err(at(section.line, &"only one [reconnect] section"));
+                }
+                plan.reconnect = Some(reconnect_config(&flags).map_err(in_section)?);
+            }
+            _ => {
+                let flags =
+                    section_flags(section, &[value("listen")], &[]).map_err(|e| at(e.0, &e.1))?;
+                plan.metrics = Some(
+                    flags
+                        .get_or("listen", "127.0.0.1:9102".parse().expect("literal"))
+                        .map_err(in_section)?,
+                );
+            }
+        }
+    }
+    Ok(plan)
+}
+
+/// A section's entries parsed by the same flag parser as the command line.
+fn section_flags(
+    section: &Section,
+    spec: &[Spec],
+    switches: &[&str],
+) -> Result<Flags, (usize, String)> {
+    let args = section.to_args(switches).map_err(|e| (e.line, e.message))?;
+    Flags::parse(&args, spec).map_err(|e| (section.line_of(&flag_named_in(&e)), e.0))
+}
+
+/// The flag a usage error names (`--name...`), to find its line in the file.
+fn flag_named_in(e: &UsageError) -> String {
+    e.0.split("--")
+        .nth(1)
+        .map(|rest| {
+            rest.chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '-' || *c == '_')
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn reconnect_config(flags: &Flags) -> Result<ServerConfig, UsageError> {
+    let control_port = flags.required_port("control_port")?;
+    let retry_port = flags.required_port("retry_port")?;
+    if control_port == retry_port {
+        return Err(UsageError(
+            "--retry_port must differ from --control_port".into(),
+        ));
+    }
+    Ok(ServerConfig {
+        control_port,
+        retry_port,
+        service: ServiceConfig {
+            min_intervals: flags.get_or("min_intervals", 0)?,
+        },
+        http2: crate::http2::Config::default(),
+    })
+}
+
+fn default_listen() -> SocketAddr {
+    "0.0.0.0:5683".parse().expect("literal")
+}
+
+fn warn_all(warnings: Vec<String>) {
+    for w in warnings {
+        log::warn!("{w}");
+    }
+}
+
+/// One line per part, for `--check-config` and the start-up log.
+pub fn describe(plan: &Plan) -> String {
+    let mut out = String::new();
+    for (listen, c) in &plan.proxies {
+        let target = match (&c.routing.upstream, c.routing.forward) {
+            (Some(u), false) => format!("reverse to {u}"),
+            (Some(u), true) => format!(
+                "reverse to {u}, forward to {} allowed targets",
+                c.routing.allow.len()
+            ),
+            (None, _) => format!("forward to {} allowed targets", c.routing.allow.len()),
+        };
+        let p = &c.policy;
+        out += &format!(
+            "proxy on {listen}: {target}; timeout {:?}, {} retries, x{}, +-{}%, total {:?}\n",
+            p.timeout,
+            p.max_retries,
+            p.backoff_factor,
+            p.jitter * 100.0,
+            p.total_timeout
+        );
+    }
+    if let Some(r) = &plan.reconnect {
+        out += &format!(
+            "reconnect server: control port {}, retry port {}\n",
+            r.control_port, r.retry_port
+        );
+    }
+    if let Some(m) = &plan.metrics {
+        out += &format!("metrics on http://{m}/metrics\n");
+    }
+    out
+}
+
+fn run(plan: Plan, wake: WakeMode, drain: Duration) -> i32 {
+    let fail = |what: String| {
+        eprintln!("backoffd serve: {what}");
+        1
+    };
+    let mut reactor = match Reactor::new(reactor::Config {
+        wake,
+        signals: true,
+        drain_timeout: drain,
+    }) {
+        Ok(r) => r,
+        Err(e) => return fail(format!("cannot start the event loop: {e}")),
+    };
+    let mut parts: Vec<(String, Box<dyn Component>)> = Vec::new();
+    for (listen, config) in plan.proxies {
+        match ProxyComponent::bind(listen, config) {
+            Ok(p) => {
+                let bound = p.local_addr().unwrap_or(listen);
+                parts.push((format!("CoAP proxy listening on {bound}"), Box::new(p)));
+            }
+            Err(e) => return fail(format!("cannot bind CoAP listener {listen}: {e}")),
+        }
+    }
+    if let Some(config) = plan.reconnect {
+        let port = config.control_port;
+        match ReconnectServer::bind(config) {
+            Ok(s) => parts.push((String::new(), Box::new(s))),
+            Err(e) => return fail(format!("cannot listen on control port {port}: {e}")),
+        }
+    }
+    if let Some(addr) = plan.metrics {
+        match metrics_component(addr) {
+            Ok((line, c)) => parts.push((line, c)),
+            Err(e) => return fail(format!("cannot listen for metrics on {addr}: {e}")),
+        }
+    }
+    for (line, part) in parts {
+        if let Err(e) = reactor.add(part) {
+            return fail(format!("cannot register sockets: {e}"));
+        }
+        if !line.is_empty() {
+            log::info!("{line}");
+        }
+    }
+    match reactor.run() {
+        Ok(()) => 0,
+        Err(e) => fail(format!("event loop failed: {e}")),
+    }
+}
+
+/// The metrics endpoint as a component, and its start-up log line.
+fn metrics_component(addr: SocketAddr) -> std::io::Result<(String, Box<dyn Component>)> {
+    Err(std::io::Error::new(
+        std::io::ErrorKind::Unsupported,
+        format!("the metrics endpoint is not built in yet ({addr})"),
+    ))
+}
