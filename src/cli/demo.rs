@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use super::flags::{value, Flags, Spec, UsageError};
-use crate::demo::{run_coap_phase, CoapReport};
+use crate::demo::{run_backoff_phase, run_coap_phase, BackoffReport, CoapReport};
 use crate::stats::Summary;
 use crate::timer_bench::{self, Options};
 
@@ -39,6 +39,10 @@ pub fn main(args: &[String]) -> Result<i32, UsageError> {
         return Err(UsageError("--loss must be >= 0 and < 1".into()));
     }
     let seed: u64 = flags.get_or("seed", 1)?;
+    if std::env::var_os("RUST_LOG").is_none() {
+        // The report is the demo's output; component logs only when asked for (RUST_LOG=info).
+        log::set_max_level(log::LevelFilter::Warn);
+    }
     let started = Instant::now();
     println!("backoffd demo: the real components on the real event loop, loopback only.\n");
     let coap = match run_coap_phase(requests, loss, seed) {
@@ -49,6 +53,14 @@ pub fn main(args: &[String]) -> Result<i32, UsageError> {
         }
     };
     print_coap(&coap, loss);
+    let backoff = match run_backoff_phase(2000, Duration::from_secs(9), seed) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("backoffd demo: backoff phase failed to start: {e}");
+            return Ok(1);
+        }
+    };
+    let backoff_ok = print_backoff(&backoff);
     let timers_ok = match timer_phase(seed) {
         Ok(ok) => ok,
         Err(e) => {
@@ -56,7 +68,7 @@ pub fn main(args: &[String]) -> Result<i32, UsageError> {
             return Ok(1);
         }
     };
-    let passed = coap.passed() && timers_ok;
+    let passed = coap.passed() && backoff_ok && timers_ok;
     println!(
         "\nResult: {} in {:.1} s",
         if passed { "PASSED" } else { "FAILED" },
@@ -118,6 +130,38 @@ fn print_coap(r: &CoapReport, loss: f64) {
         "  exchanges alive after the run         {:>6}   (cached answers, freed by their deadline)",
         c.live_exchanges
     );
+}
+
+fn print_backoff(r: &BackoffReport) -> bool {
+    println!(
+        "\ngRPC connection backoff: reconnect_interop_client against reconnect_interop_server, \
+         max backoff {} ms, TLS attempts to the retry port",
+        r.max_backoff_ms
+    );
+    match &r.result {
+        Ok((passed, backoff_ms)) => {
+            let mut expected = 1000.0f64;
+            println!("  interval  observed  expected  allowed");
+            for (i, b) in backoff_ms.iter().enumerate() {
+                let (lo, hi) = (expected * 0.8 - 100.0, expected * 1.2 + 100.0);
+                let ok = (lo..=hi).contains(&f64::from(*b));
+                println!(
+                    "  {:>8}  {:>6} ms  {:>6.0} ms  [{lo:.0}, {hi:.0}] {}",
+                    i + 1,
+                    b,
+                    expected,
+                    if ok { "ok" } else { "OUT OF RANGE" }
+                );
+                expected = (expected * 1.6).min(f64::from(r.max_backoff_ms));
+            }
+            println!("  server verdict: passed={passed}");
+            *passed
+        }
+        Err(why) => {
+            println!("  FAILED: {why}");
+            false
+        }
+    }
 }
 
 /// A short timer-bench: the reactor's wake-up lateness per source.

@@ -3,7 +3,9 @@
 //!
 //! Phase 1 (CoAP): the proxy in front of a deliberately lossy upstream; a client sends a burst
 //! of requests. Checked: every request got one final answer, no request was executed twice.
-//! Phase 2 (timers): a short timer-bench of the reactor's precise wake-ups.
+//! Phase 2 (backoff): the reconnect interop server and client in one reactor, with a short
+//! maximum backoff. Checked: the server's verdict is `passed`.
+//! Phase 3 (timers): a short timer-bench of the reactor's precise wake-ups.
 
 mod burst;
 mod upstream;
@@ -16,6 +18,9 @@ use std::time::Duration;
 use crate::coap::Code;
 use crate::proxy::{Counters, ProxyComponent, ProxyConfig, RetryPolicy, Routing};
 use crate::reactor::{self, Reactor};
+use crate::reconnect::client::{ClientConfig, ReconnectClient};
+use crate::reconnect::server::{ReconnectServer, ServerConfig};
+use crate::reconnect::ServiceConfig;
 pub use burst::{BurstClient, BurstOutcome};
 pub use upstream::{LossyUpstream, UpstreamLedger};
 
@@ -109,4 +114,64 @@ pub fn run_coap_phase(requests: usize, loss: f64, seed: u64) -> io::Result<CoapR
         upstream_replays: ledger.replayed,
         duplicate_executions: ledger.executions.values().filter(|&&n| n > 1).count(),
     })
+}
+
+/// What phase 2 measured.
+#[derive(Debug)]
+pub struct BackoffReport {
+    pub max_backoff_ms: i32,
+    /// The server's verdict, or why the run failed.
+    pub result: Result<(bool, Vec<i32>), String>,
+}
+
+/// Runs the reconnect interop server and client against each other on loopback.
+pub fn run_backoff_phase(
+    max_backoff_ms: i32,
+    duration: Duration,
+    seed: u64,
+) -> io::Result<BackoffReport> {
+    let retry_port = free_port()?;
+    let server = ReconnectServer::bind(ServerConfig {
+        control_port: 0,
+        retry_port,
+        service: ServiceConfig::default(),
+        http2: crate::http2::Config::default(),
+    })?;
+    let control_port = server.control_addr()?.port();
+    let (client, outcome) = ReconnectClient::new(ClientConfig {
+        server_host: "127.0.0.1".into(),
+        server_ip: "127.0.0.1".parse().expect("literal"),
+        control_port,
+        retry_port,
+        max_reconnect_backoff_ms: max_backoff_ms,
+        test_duration: duration,
+        seed,
+        stop_timeout: Some(Duration::from_secs(10)),
+    });
+    let mut reactor = Reactor::new(reactor::Config {
+        signals: false,
+        drain_timeout: Duration::from_secs(1),
+        ..reactor::Config::default()
+    })?;
+    reactor.add(Box::new(server))?;
+    reactor.add(Box::new(client))?;
+    reactor.run()?;
+    let result = match outcome.borrow_mut().take() {
+        Some(o) => o
+            .result
+            .map(|info| (info.passed, info.backoff_ms))
+            .map_err(|f| format!("{f:?}")),
+        None => Err("the client did not finish".into()),
+    };
+    Ok(BackoffReport {
+        max_backoff_ms,
+        result,
+    })
+}
+
+/// A loopback port nobody listens on right now (the server binds it at the first Start).
+fn free_port() -> io::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
 }
