@@ -11,10 +11,13 @@ Subcommands (every stdout line is flushed at once; the exit code is 0 only on su
       answer counts as the first), then cancels the observation, prints `CANCELLED`, keeps the
       context open for --linger seconds (so aiocoap can answer further notifications with RST)
       and exits.
-  post-many URI --n N --tag PREFIX [--clients C] [--ack-timeout S] [--max-retransmit K]
+  post-many URI --n N --tag PREFIX [--clients C] [--separate-every K] [--ack-timeout S]
+            [--max-retransmit K] [--request-timeout S]
       N POSTs with payloads PREFIX-0 .. PREFIX-(N-1), spread over C client contexts (C source
-      ports) that run concurrently; for each prints `ANSWER <tag> <d.dd> <payload>` or
-      `FAIL <tag> <reason>`, then `DONE`.
+      ports) that run concurrently; every K-th POST goes to URI?delay=0.3 (the server answers
+      it separately); for each prints `ANSWER <tag> <d.dd> <payload>` or
+      `FAIL <tag> <reason>` (`TimeoutError` after --request-timeout, queueing included), then
+      `DONE`.
 
 --timeout bounds the whole run (exit 3 when it is exceeded).
 """
@@ -94,14 +97,20 @@ async def post_many(ctx, args):
 
     async def one(i):
         tag = "%s-%d" % (args.tag, i)
+        # Every --separate-every'th POST asks the server to think (?delay=0.3): separate answer.
+        uri = args.uri
+        if args.separate_every and i % args.separate_every == 0:
+            uri += "?delay=0.3"
         msg = aiocoap.Message(
             code=aiocoap.POST,
-            uri=args.uri,
+            uri=uri,
             payload=tag.encode(),
             transport_tuning=tuning,
         )
         try:
-            response = await contexts[i % len(contexts)].request(msg).response
+            response = await asyncio.wait_for(
+                contexts[i % len(contexts)].request(msg).response, args.request_timeout
+            )
         except Exception as e:  # noqa: BLE001 - every failure is reported, not raised
             say("FAIL", tag, type(e).__name__)
             return
@@ -135,6 +144,8 @@ async def main():
     p.add_argument("--n", type=int, default=50)
     p.add_argument("--tag", default="req")
     p.add_argument("--clients", type=int, default=5)
+    p.add_argument("--separate-every", type=int, default=0)
+    p.add_argument("--request-timeout", type=float, default=30.0)
     p.add_argument("--ack-timeout", type=float, default=2.0)
     p.add_argument("--max-retransmit", type=int, default=4)
     args = parser.parse_args()

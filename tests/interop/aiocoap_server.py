@@ -10,7 +10,8 @@ then serves until killed. Resources:
   /upload     PUT/POST: stores the body (block-wise, Block1), answers 2.04 "stored <len>";
               GET: returns the stored body
   /counter    POST: increments the counter, answers 2.04 with the new value as text and prints
-              `EXEC <request payload> <value>` on stdout; GET: the current value
+              `EXEC <request payload> <value>` on stdout (with `?delay=S`, after sleeping S s,
+              so the answer is separate); GET: the current value
   /clock      observable: an integer incremented every --tick seconds; each change notifies;
               prints `OBSERVERS <n>` on stdout whenever the number of observers changes
 
@@ -84,6 +85,10 @@ class Counter(resource.Resource):
         return aiocoap.Message(payload=str(self.value).encode())
 
     async def render_post(self, request):
+        # `?delay=S`: think first, so aiocoap acknowledges after 0.1 s and answers separately.
+        for query in request.opt.uri_query:
+            if query.startswith("delay="):
+                await asyncio.sleep(float(query[len("delay=") :]))
         self.value += 1
         tag = request.payload.decode("ascii", "replace").replace(" ", "_") or "-"
         say("EXEC", tag, self.value)
