@@ -594,8 +594,8 @@ fn assert_same_bytes(got: &[u8], want: &[u8], what: &str) {
     }
 }
 
-/// The one request (`code`) on a tap's client side and the answer to it, which must be
-/// piggybacked: an ACK with the request's MID and token, with no empty ACK before it.
+/// A tap in front of the proxy saw one GET and its answer `answer_code` piggybacked: an ACK
+/// with the request's MID and token, and no empty ACK.
 fn assert_piggybacked(tap: &Proc, answer_code: &str) {
     let wire = wait_seen(tap, &format!("an ACK {answer_code}"), |s| {
         s.iter().any(|d| d.is(false, "ACK", answer_code))
