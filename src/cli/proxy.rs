@@ -187,6 +187,7 @@ pub fn config_from_flags(flags: &Flags) -> Result<ProxyConfig, UsageError> {
             .0,
         default_hop_limit: flags.get_or("hop-limit", defaults.default_hop_limit)?,
         seed: flags.get_or("seed", 0)?,
+        local_addr: None,
     })
 }
 

@@ -410,3 +410,35 @@ fn all_state_is_freed_by_the_last_deadline() {
         (50, 0, 0)
     );
 }
+
+#[test]
+fn proxy_uri_naming_the_proxy_itself_is_served_locally() {
+    let mut p = Proxy::new(ProxyConfig {
+        local_addr: Some("127.0.0.1:5683".parse().unwrap()),
+        routing: Routing {
+            forward: true,
+            allow: forward().config.routing.allow.clone(),
+            upstream: Some(upstream_addr()),
+        },
+        ..reverse().config.clone()
+    });
+    let uri = b"coap://127.0.0.1:5683/local/thing";
+    p.handle_client_datagram(
+        t(0),
+        client(),
+        &request(MessageType::Con, Code::GET, 1, &[(PROXY_URI, uri)]),
+    );
+    let out = drain(&mut p);
+    assert_eq!(
+        out[0].to,
+        Destination::Upstream(0),
+        "the reverse upstream, not 4.03"
+    );
+    let up = Message::parse(&out[0].payload).unwrap();
+    let paths: Vec<&[u8]> = up
+        .options()
+        .filter(|(n, _)| *n == URI_PATH)
+        .map(|(_, v)| v)
+        .collect();
+    assert_eq!(paths, vec![&b"local"[..], b"thing"]);
+}

@@ -216,6 +216,14 @@ impl Proxy {
                 (host, port, None)
             }
         };
+        if self.names_this_proxy(&host, port) {
+            // §5.7.2: a request whose authority is the proxy itself is served locally, which
+            // for this proxy means its reverse upstream, if it has one.
+            return match routing.upstream {
+                Some(_) => Ok((0, target)),
+                None => Err(answer(Code::NOT_FOUND, "no such resource on this proxy")),
+            };
+        }
         let offset = usize::from(routing.upstream.is_some());
         match route::find_allowed(&routing.allow, &host, port) {
             Some(i) => Ok(((offset + i) as UpstreamId, target)),
@@ -224,6 +232,21 @@ impl Proxy {
                 "target not in the proxy's allowlist",
             )),
         }
+    }
+
+    /// Whether `host:port` is this proxy's own client-facing address (a wildcard listener
+    /// answers to every local address; loopback and the bound address are recognised).
+    fn names_this_proxy(&self, host: &str, port: u16) -> bool {
+        let Some(local) = self.config.local_addr else {
+            return false;
+        };
+        let Ok(ip) = host.parse::<std::net::IpAddr>() else {
+            return host == "localhost" && port == local.port();
+        };
+        port == local.port()
+            && (ip == local.ip()
+                || ip.is_loopback()
+                || (local.ip().is_unspecified() && ip.is_unspecified()))
     }
 
     /// 5.03 with Max-Age when too many exchanges are in flight (RFC 7252 §4.7, §5.9.3.4).

@@ -146,6 +146,9 @@ pub struct ProxyConfig {
     pub default_hop_limit: u8,
     /// Seed for jitter, tokens and Message IDs (0 = from the OS).
     pub seed: u64,
+    /// The client-facing address, so a Proxy-Uri naming the proxy itself is served locally
+    /// (set by the driver once bound).
+    pub local_addr: Option<SocketAddr>,
 }
 
 impl Default for ProxyConfig {
@@ -167,6 +170,7 @@ impl Default for ProxyConfig {
             overload_max_age: Duration::from_secs(2),
             default_hop_limit: 16,
             seed: 0,
+            local_addr: None,
         }
     }
 }

@@ -35,9 +35,10 @@ pub struct ProxyComponent {
 
 impl ProxyComponent {
     /// Binds the client-facing socket and one connected socket per upstream.
-    pub fn bind(listen: SocketAddr, config: ProxyConfig) -> io::Result<Self> {
-        let engine = Proxy::new(config);
+    pub fn bind(listen: SocketAddr, mut config: ProxyConfig) -> io::Result<Self> {
         let listener = UdpSocket::bind(listen)?;
+        config.local_addr = Some(listener.local_addr()?);
+        let engine = Proxy::new(config);
         let upstreams = engine
             .upstream_addrs()
             .into_iter()

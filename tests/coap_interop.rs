@@ -1,0 +1,1271 @@
+//! Interop suite: the real `backoffd proxy` between independently written CoAP peers.
+//!
+//! Peers: aiocoap (Python, pinned from PyPI) driven by the scripts in tests/interop/*.py, and
+//! Debian's libcoap 4.3.1 command-line tools `coap-client-notls` / `coap-server-notls`.
+//! `tests/interop/setup.sh` installs both once per run (quick when present) and fails loudly;
+//! it never skips. Every peer and the proxy bind loopback only, on kernel-chosen or freshly
+//! probed free ports; every child runs in its own process group, which its guard kills on
+//! drop (also when a test panics, after printing the child's output); every wait is bounded.
+//!
+//! Wire-level claims (piggybacked vs. separate answers, block-wise exchanges, datagram loss)
+//! are checked on a *tap*: tests/interop/lossy_relay.py placed between two hops, which logs
+//! each datagram's CoAP header (with `--loss 0` it only observes).
+//!
+//! Who plays which side (each implementation is client and server at least once):
+//!
+//! | test                                                          | client  | server  |
+//! |---------------------------------------------------------------|---------|---------|
+//! | aiocoap_get_is_piggybacked                                    | aiocoap | aiocoap |
+//! | slow_resource_answer_arrives_separately                       | aiocoap | aiocoap |
+//! | libcoap_get_is_piggybacked (IPv4 and IPv6)                    | libcoap | libcoap |
+//! | libcoap_delayed_answer_arrives_separately                     | libcoap | libcoap |
+//! | blockwise_4k_aiocoap_client_through_proxy_to_libcoap_server   | aiocoap | libcoap |
+//! | blockwise_4k_libcoap_client_through_proxy_to_aiocoap_server   | libcoap | aiocoap |
+//! | observe_relays_notifications_until_cancelled                  | both    | aiocoap |
+//! | lossy_network_posts_execute_exactly_once                      | both    | aiocoap |
+//! | forward_proxy_serves_allowed_targets_and_refuses_others_...   | both    | libcoap; aiocoap not allowed |
+
+use std::io::{BufRead, BufReader, Read};
+use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::{mpsc, Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+const MANIFEST_DIR: &str = env!("CARGO_MANIFEST_DIR");
+/// Size of the block-wise bodies.
+const BIG: usize = 4096;
+
+// ------------------------------------------------------------------------------------------
+// Peers: installed once per test process by tests/interop/setup.sh.
+// ------------------------------------------------------------------------------------------
+
+struct Peers {
+    /// The venv's interpreter, which has aiocoap.
+    python: PathBuf,
+}
+
+/// Runs setup.sh on first use; every test fails with its message if it could not install.
+fn peers() -> &'static Peers {
+    static PEERS: OnceLock<Result<Peers, String>> = OnceLock::new();
+    match PEERS.get_or_init(install_peers) {
+        Ok(peers) => peers,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+fn install_peers() -> Result<Peers, String> {
+    let venv = Path::new(MANIFEST_DIR).join("target").join("interop-venv");
+    let script = Path::new(MANIFEST_DIR).join("tests/interop/setup.sh");
+    let mut setup = Proc::spawn("setup.sh", Command::new("bash").arg(&script).arg(&venv));
+    // A first install runs apt-get and pip: allow it minutes; a later one takes ~0.2 s.
+    let status = setup.wait_exit(Duration::from_secs(900));
+    let log = setup.stderr().join("\n");
+    match status {
+        Some(s) if s.success() => {
+            eprintln!("{}", log.lines().last().unwrap_or_default());
+            Ok(Peers {
+                python: venv.join("bin").join("python"),
+            })
+        }
+        Some(s) => Err(format!(
+            "tests/interop/setup.sh failed ({s}); the interop peers are not installed:\n{log}"
+        )),
+        None => Err(format!(
+            "tests/interop/setup.sh did not finish within 900 s:\n{log}"
+        )),
+    }
+}
+
+fn script(name: &str) -> PathBuf {
+    Path::new(MANIFEST_DIR).join("tests/interop").join(name)
+}
+
+/// A per-test scratch directory under Cargo's target tmpdir.
+fn scratch(test: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("interop")
+        .join(format!("{test}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The body used for every 4 KiB transfer; aiocoap_server.py's `big_body` builds the same.
+fn big_body() -> Vec<u8> {
+    (0..BIG).map(|i| ((i * 31 + i / 256) % 251) as u8).collect()
+}
+
+// ------------------------------------------------------------------------------------------
+// Child processes: one guard each, killed (with its whole process group) on drop.
+// ------------------------------------------------------------------------------------------
+
+struct Proc {
+    name: String,
+    child: Child,
+    /// Held open: the Python peers exit when their stdin closes (if this process dies).
+    _stdin: Option<ChildStdin>,
+    out: Arc<Mutex<Vec<String>>>,
+    err: Arc<Mutex<Vec<String>>>,
+    /// One message per output stream when its reader reached EOF.
+    eof: mpsc::Receiver<()>,
+    open_streams: usize,
+    status: Option<ExitStatus>,
+}
+
+fn collect(
+    stream: impl Read + Send + 'static,
+    into: Arc<Mutex<Vec<String>>>,
+    eof: mpsc::Sender<()>,
+) {
+    std::thread::spawn(move || {
+        for line in BufReader::new(stream).lines() {
+            let Ok(line) = line else { break };
+            into.lock().unwrap().push(line);
+        }
+        let _ = eof.send(());
+    });
+}
+
+impl Proc {
+    fn spawn(name: &str, cmd: &mut Command) -> Proc {
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
+        // SAFETY: prctl(2) is async-signal-safe. If this test process dies without running
+        // the guards' drops (killed by a CI timeout), the kernel kills the child.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            })
+        };
+        let mut child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
+        let out = Arc::new(Mutex::new(Vec::new()));
+        let err = Arc::new(Mutex::new(Vec::new()));
+        let (eof_tx, eof) = mpsc::channel();
+        collect(
+            child.stdout.take().unwrap(),
+            Arc::clone(&out),
+            eof_tx.clone(),
+        );
+        collect(child.stderr.take().unwrap(), Arc::clone(&err), eof_tx);
+        Proc {
+            name: name.to_string(),
+            _stdin: child.stdin.take(),
+            child,
+            out,
+            err,
+            eof,
+            open_streams: 2,
+            status: None,
+        }
+    }
+
+    fn stdout(&self) -> Vec<String> {
+        self.out.lock().unwrap().clone()
+    }
+
+    fn stderr(&self) -> Vec<String> {
+        self.err.lock().unwrap().clone()
+    }
+
+    fn stdout_text(&self) -> String {
+        self.stdout().join("\n")
+    }
+
+    /// Last lines of both streams, for failure messages.
+    fn dump(&self) -> String {
+        let tail = |lines: Vec<String>| {
+            let skip = lines.len().saturating_sub(60);
+            lines[skip..].join("\n    ")
+        };
+        format!(
+            "--- {} (status {:?})\n  stdout:\n    {}\n  stderr:\n    {}",
+            self.name,
+            self.status,
+            tail(self.stdout()),
+            tail(self.stderr())
+        )
+    }
+
+    fn exited(&mut self) -> bool {
+        if self.status.is_none() {
+            self.status = self.child.try_wait().unwrap_or(None);
+        }
+        self.status.is_some()
+    }
+
+    /// Waits until `check` finds something in (stdout, stderr); panics on timeout or exit.
+    fn wait_for<T>(
+        &mut self,
+        what: &str,
+        timeout: Duration,
+        check: impl Fn(&[String], &[String]) -> Option<T>,
+    ) -> T {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let exited = self.exited();
+            if let Some(found) = check(&self.stdout(), &self.stderr()) {
+                return found;
+            }
+            if exited {
+                self.join_readers();
+                if let Some(found) = check(&self.stdout(), &self.stderr()) {
+                    return found;
+                }
+                panic!("{} exited before {what}\n{}", self.name, self.dump());
+            }
+            if Instant::now() >= deadline {
+                panic!(
+                    "{} did not show {what} within {timeout:?}\n{}",
+                    self.name,
+                    self.dump()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// The first stdout line starting with `prefix`, rest of the line.
+    fn wait_stdout(&mut self, prefix: &str, timeout: Duration) -> String {
+        self.wait_for(&format!("{prefix:?} on stdout"), timeout, |out, _| {
+            out.iter()
+                .find_map(|l| l.strip_prefix(prefix).map(|r| r.trim().to_string()))
+        })
+    }
+
+    /// Waits until stdout has `n` lines equal to `line`.
+    fn wait_stdout_count(&mut self, line: &str, n: usize, timeout: Duration) {
+        self.wait_for(&format!("{n} x {line:?} on stdout"), timeout, |out, _| {
+            (out.iter().filter(|l| l.trim() == line).count() >= n).then_some(())
+        })
+    }
+
+    /// Waits for exit; on timeout kills the process group and returns `None`.
+    fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        while !self.exited() {
+            if Instant::now() >= deadline {
+                self.kill();
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.join_readers();
+        self.status
+    }
+
+    /// Waits for a successful exit within `timeout`; panics with the output otherwise.
+    fn finish_ok(&mut self, timeout: Duration) -> &mut Self {
+        match self.wait_exit(timeout) {
+            Some(s) if s.success() => self,
+            Some(s) => panic!("{} failed ({s})\n{}", self.name, self.dump()),
+            None => panic!(
+                "{} did not finish within {timeout:?}\n{}",
+                self.name,
+                self.dump()
+            ),
+        }
+    }
+
+    /// SIGTERM, then the exit within `timeout` (killed otherwise).
+    fn terminate(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        if !self.exited() {
+            // SAFETY: kill(2) on our own child's pid.
+            unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        }
+        self.wait_exit(timeout)
+    }
+
+    /// Kills the child's process group (the child and anything it started), then reaps it.
+    fn kill(&mut self) {
+        if self.status.is_none() {
+            // SAFETY: kill(2) on the process group we created for our own child.
+            unsafe { libc::kill(-(self.child.id() as i32), libc::SIGKILL) };
+            let _ = self.child.kill();
+            self.status = self.child.wait().ok();
+        }
+        self.join_readers();
+    }
+
+    /// Waits (briefly: a stray grandchild may hold a pipe open) until both output streams
+    /// are read to the end, so that everything the child printed is in `out`/`err`.
+    fn join_readers(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while self.open_streams > 0 {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.eof.recv_timeout(left) {
+                Ok(()) => self.open_streams -= 1,
+                Err(_) => return,
+            }
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let running = !self.exited();
+        if running {
+            // SAFETY: kill(2) on the process group we created for our own child.
+            unsafe { libc::kill(-(self.child.id() as i32), libc::SIGKILL) };
+            let _ = self.child.kill();
+            self.status = self.child.wait().ok();
+        }
+        if std::thread::panicking() {
+            eprintln!("{}", self.dump());
+        }
+        // The reader threads end at EOF once the group is dead.
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// Starting peers, the proxy and taps.
+// ------------------------------------------------------------------------------------------
+
+const START: Duration = Duration::from_secs(15);
+
+/// tests/interop/aiocoap_server.py on 127.0.0.1 and a kernel-chosen port.
+fn aiocoap_server() -> (Proc, u16) {
+    let mut p = Proc::spawn(
+        "aiocoap server",
+        Command::new(&peers().python).arg(script("aiocoap_server.py")),
+    );
+    let port = p.wait_stdout("READY ", START).parse().unwrap();
+    (p, port)
+}
+
+/// A UDP port free on `host` right now (its TCP twin too: coap-server also listens on TCP).
+fn free_port(host: &str) -> u16 {
+    loop {
+        let udp = UdpSocket::bind((host, 0)).unwrap();
+        let port = udp.local_addr().unwrap().port();
+        if TcpListener::bind((host, port)).is_ok() {
+            return port;
+        }
+    }
+}
+
+/// An empty CON (CoAP ping) must come back as RST with the same Message ID.
+fn answers_ping(addr: SocketAddr) -> bool {
+    let local = if addr.is_ipv4() {
+        "127.0.0.1:0"
+    } else {
+        "[::1]:0"
+    };
+    let sock = UdpSocket::bind(local).unwrap();
+    sock.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let ping = [0x40, 0x00, 0x12, 0x34];
+    if sock.send_to(&ping, addr).is_err() {
+        return false;
+    }
+    let mut buf = [0u8; 64];
+    matches!(sock.recv_from(&mut buf), Ok((4, _)) if buf[0] == 0x70 && buf[2..4] == ping[2..4])
+}
+
+/// libcoap's example server on `host` (127.0.0.1 or ::1) and a free port; ready when it
+/// answers a CoAP ping. It serves `/` (a text naming libcoap), `/time` (observable) and
+/// `/example_data` (GET, and PUT which stores the body; block-wise by libcoap).
+fn libcoap_server(host: &str) -> (Proc, u16) {
+    peers();
+    for _ in 0..5 {
+        let port = free_port(host);
+        let mut p = Proc::spawn(
+            "coap-server-notls",
+            Command::new("coap-server-notls").args(["-A", host, "-p", &port.to_string()]),
+        );
+        let addr = SocketAddr::new(host.parse().unwrap(), port);
+        let deadline = Instant::now() + START;
+        while Instant::now() < deadline && !p.exited() {
+            if answers_ping(addr) {
+                return (p, port);
+            }
+        }
+        eprintln!(
+            "coap-server-notls on port {port} did not come up; trying another\n{}",
+            p.dump()
+        );
+    }
+    panic!("coap-server-notls did not start on {host}");
+}
+
+/// `backoffd proxy --listen <listen> <args>`; returns it and its address.
+fn proxy(listen: &str, args: &[&str]) -> (Proc, SocketAddr) {
+    let mut p = Proc::spawn(
+        "backoffd proxy",
+        Command::new(env!("CARGO_BIN_EXE_backoffd"))
+            .args(["proxy", "--listen", listen])
+            .args(args)
+            .env("RUST_LOG", "debug"),
+    );
+    const MARKER: &str = "CoAP proxy listening on ";
+    let addr = p.wait_for("the listening line", START, |_, err| {
+        err.iter().find_map(|l| {
+            let rest = &l[l.find(MARKER)? + MARKER.len()..];
+            rest.split_whitespace().next()?.parse::<SocketAddr>().ok()
+        })
+    });
+    (p, addr)
+}
+
+/// An observing relay in front of `target` that logs every datagram on its stderr. Returns
+/// it and the address to send to instead of `target`.
+fn tap(name: &str, target: SocketAddr) -> (Proc, SocketAddr) {
+    relay(name, target, &["--loss", "0"])
+}
+
+/// A relay in front of `target` that drops each datagram with probability `loss` (seeded),
+/// the same bytes (a retransmission) at most twice, and logs every datagram.
+fn lossy_relay(name: &str, target: SocketAddr, loss: f64, seed: u64) -> (Proc, SocketAddr) {
+    let (loss, seed) = (loss.to_string(), seed.to_string());
+    relay(
+        name,
+        target,
+        &[
+            "--loss",
+            &loss,
+            "--seed",
+            &seed,
+            "--max-drops-per-datagram",
+            "2",
+        ],
+    )
+}
+
+fn relay(name: &str, target: SocketAddr, args: &[&str]) -> (Proc, SocketAddr) {
+    let host = if target.is_ipv4() { "127.0.0.1" } else { "::1" };
+    let mut p = Proc::spawn(
+        name,
+        Command::new(&peers().python)
+            .arg(script("lossy_relay.py"))
+            .args(["--host", host, "--target", &target.to_string(), "--trace"])
+            .args(args),
+    );
+    let port: u16 = p.wait_stdout("RELAY ", START).parse().unwrap();
+    (p, SocketAddr::new(target.ip(), port))
+}
+
+/// One datagram seen by a tap.
+#[derive(Debug, Clone, PartialEq)]
+struct Seen {
+    /// Toward the relay's target (e.g. client -> proxy), else back toward the source.
+    forward: bool,
+    dropped: bool,
+    ty: String,
+    code: String,
+    mid: u16,
+    token: String,
+    /// The port of the source the relay serves (the client, for a tap in front of the proxy).
+    peer: u16,
+}
+
+impl Seen {
+    fn is(&self, forward: bool, ty: &str, code: &str) -> bool {
+        self.forward == forward && self.ty == ty && self.code == code
+    }
+}
+
+/// Parses the tap's `--trace` lines: `<t> -> pass CON 0.01 mid=1 tok=ab len=20 peer=4711`.
+fn seen(tap: &Proc) -> Vec<Seen> {
+    tap.stderr()
+        .iter()
+        .filter_map(|line| {
+            let w: Vec<&str> = line.split_whitespace().collect();
+            if w.len() < 9 || !(w[1] == "->" || w[1] == "<-") {
+                return None;
+            }
+            Some(Seen {
+                forward: w[1] == "->",
+                dropped: w[2] == "DROP",
+                ty: w[3].to_string(),
+                code: w[4].to_string(),
+                mid: w[5].strip_prefix("mid=")?.parse().ok()?,
+                token: w[6].strip_prefix("tok=")?.to_string(),
+                peer: w[8].strip_prefix("peer=")?.parse().ok()?,
+            })
+        })
+        .collect()
+}
+
+/// Waits until what the tap logged satisfies `pred` (its log trails the relay a little);
+/// returns everything it logged.
+fn wait_seen(tap: &Proc, what: &str, pred: impl Fn(&[Seen]) -> bool) -> Vec<Seen> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let all = seen(tap);
+        if pred(&all) {
+            return all;
+        }
+        if Instant::now() >= deadline {
+            panic!("{} never showed {what}; it saw:\n{all:#?}", tap.name);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// Clients.
+// ------------------------------------------------------------------------------------------
+
+/// Runs tests/interop/aiocoap_client.py to completion (success required) within `timeout`.
+fn aiocoap_client(args: &[&str], timeout: Duration) -> Proc {
+    let mut p = Proc::spawn(
+        &format!("aiocoap client {}", args.join(" ")),
+        Command::new(&peers().python)
+            .arg(script("aiocoap_client.py"))
+            .args([
+                "--timeout",
+                &(timeout.as_secs_f64() - 1.0).max(1.0).to_string(),
+            ])
+            .args(args),
+    );
+    p.finish_ok(timeout);
+    p
+}
+
+/// Starts `coap-client-notls <args>` (`-B` bounds its own wait).
+fn coap_client(args: &[&str]) -> Proc {
+    peers();
+    Proc::spawn(
+        &format!("coap-client-notls {}", args.join(" ")),
+        Command::new("coap-client-notls").args(args),
+    )
+}
+
+/// Runs `coap-client-notls <args>` to a successful exit within `timeout`.
+fn coap_client_ok(args: &[&str], timeout: Duration) -> Proc {
+    let mut p = coap_client(args);
+    p.finish_ok(timeout);
+    p
+}
+
+// ------------------------------------------------------------------------------------------
+// Assertions on outputs.
+// ------------------------------------------------------------------------------------------
+
+const T10: Duration = Duration::from_secs(10);
+const T20: Duration = Duration::from_secs(20);
+
+/// The text libcoap's example server answers on `/`.
+const LIBCOAP_INDEX: &str = "This is a test server made with libcoap";
+
+fn assert_line(p: &Proc, line: &str) {
+    assert!(
+        p.stdout().iter().any(|l| l == line),
+        "{} did not print {line:?}\n{}",
+        p.name,
+        p.dump()
+    );
+}
+
+/// `NOTIFY <n>` lines of an aiocoap observe run, or the lines of `coap-client -s -w`.
+fn numbers(lines: &[String], prefix: &str) -> Vec<u64> {
+    lines
+        .iter()
+        .filter_map(|l| l.strip_prefix(prefix))
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            l.trim()
+                .parse()
+                .unwrap_or_else(|_| panic!("not a number: {l:?}"))
+        })
+        .collect()
+}
+
+fn assert_increasing(values: &[u64], who: &str) {
+    assert!(
+        values.windows(2).all(|w| w[0] < w[1]),
+        "{who}: values not strictly increasing: {values:?}"
+    );
+}
+
+fn assert_same_bytes(got: &[u8], want: &[u8], what: &str) {
+    if got != want {
+        let first = got.iter().zip(want).position(|(a, b)| a != b);
+        panic!(
+            "{what}: got {} bytes, want {}; first difference at {first:?}",
+            got.len(),
+            want.len()
+        );
+    }
+}
+
+/// A tap in front of the proxy saw one GET and its answer `answer_code` piggybacked: an ACK
+/// with the request's MID and token, and no empty ACK.
+fn assert_piggybacked(tap: &Proc, answer_code: &str) {
+    let wire = wait_seen(tap, &format!("an ACK {answer_code}"), |s| {
+        s.iter().any(|d| d.is(false, "ACK", answer_code))
+    });
+    let requests: Vec<&Seen> = wire.iter().filter(|d| d.is(true, "CON", "0.01")).collect();
+    assert_eq!(requests.len(), 1, "one GET, no retransmission: {wire:#?}");
+    let ack = wire
+        .iter()
+        .find(|d| d.is(false, "ACK", answer_code))
+        .unwrap();
+    assert_eq!(
+        (ack.mid, &ack.token),
+        (requests[0].mid, &requests[0].token),
+        "the answer rides on the ACK of the request: {wire:#?}"
+    );
+    assert!(
+        !wire.iter().any(|d| d.is(false, "ACK", "0.00")),
+        "no empty ACK for a quick answer: {wire:#?}"
+    );
+}
+
+// ------------------------------------------------------------------------------------------
+// 1-3: plain GETs, piggybacked and separate.
+// ------------------------------------------------------------------------------------------
+
+/// aiocoap client -> proxy -> aiocoap server: the server's piggybacked 2.05 reaches the client
+/// piggybacked on the ACK of its CON.
+#[test]
+fn aiocoap_get_is_piggybacked() {
+    let (_server, port) = aiocoap_server();
+    let upstream = format!("127.0.0.1:{port}");
+    // A generous ack-delay: the claim is "a quick upstream answer is piggybacked", and a
+    // loaded CI machine must not turn a quick answer into a slow one.
+    let (_proxy, addr) = proxy(
+        "127.0.0.1:0",
+        &["--upstream", &upstream, "--ack-delay", "1s"],
+    );
+    let (tap, via) = tap("tap client->proxy", addr);
+
+    let client = aiocoap_client(&["request", "get", &format!("coap://{via}/hello")], T10);
+    assert_line(&client, "CODE 2.05 18");
+    assert_line(&client, "TEXT hello from aiocoap");
+    assert_piggybacked(&tap, "2.05");
+}
+
+/// aiocoap client -> proxy (--ack-delay 100ms) -> aiocoap server whose resource takes 1.5 s:
+/// upstream, aiocoap sends an empty ACK and a separate CON 2.05, which the proxy ACKs; the
+/// request goes upstream once; the client gets an empty ACK after ~100 ms and the answer as a
+/// separate CON with its own token, which it ACKs.
+#[test]
+fn slow_resource_answer_arrives_separately() {
+    let (_server, port) = aiocoap_server();
+    let server_addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let (up_tap, up_via) = tap("tap proxy->server", server_addr);
+    let (_proxy, addr) = proxy(
+        "127.0.0.1:0",
+        &["--upstream", &up_via.to_string(), "--ack-delay", "100ms"],
+    );
+    let (client_tap, via) = tap("tap client->proxy", addr);
+
+    let started = Instant::now();
+    let client = aiocoap_client(&["request", "get", &format!("coap://{via}/slow")], T20);
+    assert!(started.elapsed() >= Duration::from_millis(1400));
+    assert_line(&client, "TEXT slow hello after 1.5 s");
+    assert!(
+        client.stdout_text().contains("CODE 2.05"),
+        "{}",
+        client.dump()
+    );
+
+    // Upstream leg.
+    let up = wait_seen(&up_tap, "the proxy's ACK of the separate response", |s| {
+        s.iter().any(|d| d.is(true, "ACK", "0.00"))
+    });
+    let forwarded: Vec<&Seen> = up.iter().filter(|d| d.is(true, "CON", "0.01")).collect();
+    assert_eq!(forwarded.len(), 1, "forwarded exactly once: {up:#?}");
+    let empty = up.iter().find(|d| d.is(false, "ACK", "0.00"));
+    assert_eq!(
+        empty.map(|d| d.mid),
+        Some(forwarded[0].mid),
+        "server's empty ACK: {up:#?}"
+    );
+    let separate = up
+        .iter()
+        .find(|d| d.is(false, "CON", "2.05"))
+        .unwrap_or_else(|| panic!("no separate CON 2.05 from the server: {up:#?}"));
+    assert_eq!(separate.token, forwarded[0].token);
+    assert!(
+        up.iter()
+            .any(|d| d.is(true, "ACK", "0.00") && d.mid == separate.mid),
+        "the proxy ACKs the separate response: {up:#?}"
+    );
+
+    // Client leg.
+    let down = wait_seen(
+        &client_tap,
+        "the client's ACK of the separate response",
+        |s| s.iter().any(|d| d.is(true, "ACK", "0.00")),
+    );
+    let request = down
+        .iter()
+        .find(|d| d.is(true, "CON", "0.01"))
+        .expect("request");
+    assert!(
+        down.iter()
+            .any(|d| d.is(false, "ACK", "0.00") && d.mid == request.mid),
+        "empty ACK to the client's CON: {down:#?}"
+    );
+    assert!(
+        !down.iter().any(|d| d.is(false, "ACK", "2.05")),
+        "after an empty ACK the answer must not be piggybacked: {down:#?}"
+    );
+    let answer = down
+        .iter()
+        .find(|d| d.is(false, "CON", "2.05"))
+        .unwrap_or_else(|| panic!("no separate CON 2.05 to the client: {down:#?}"));
+    assert_eq!(
+        answer.token, request.token,
+        "the client's token is restored"
+    );
+    assert!(
+        down.iter()
+            .any(|d| d.is(true, "ACK", "0.00") && d.mid == answer.mid),
+        "the client ACKs the separate response: {down:#?}"
+    );
+}
+
+/// coap-client-notls -> proxy -> coap-server-notls: GET `/` piggybacked; then the same over
+/// IPv6 loopback on both legs.
+#[test]
+fn libcoap_get_is_piggybacked() {
+    let (_server, port) = libcoap_server("127.0.0.1");
+    let upstream = format!("127.0.0.1:{port}");
+    let (_proxy, addr) = proxy(
+        "127.0.0.1:0",
+        &["--upstream", &upstream, "--ack-delay", "1s"],
+    );
+    let (tap, via) = tap("tap client->proxy", addr);
+    let client = coap_client_ok(&["-B", "10", &format!("coap://{via}/")], T20);
+    assert!(
+        client.stdout_text().contains(LIBCOAP_INDEX),
+        "{}",
+        client.dump()
+    );
+    assert_piggybacked(&tap, "2.05");
+
+    let (_server6, port6) = libcoap_server("::1");
+    let upstream6 = format!("[::1]:{port6}");
+    let (_proxy6, addr6) = proxy("[::1]:0", &["--upstream", &upstream6]);
+    assert!(addr6.is_ipv6());
+    let client6 = coap_client_ok(&["-B", "10", &format!("coap://{addr6}/")], T20);
+    assert!(
+        client6.stdout_text().contains(LIBCOAP_INDEX),
+        "{}",
+        client6.dump()
+    );
+}
+
+/// coap-client-notls -> proxy (--ack-delay 100ms) -> coap-server-notls `/async?1`, which libcoap
+/// answers after 1 s with an empty ACK first and a separate response: the client gets `done`,
+/// on the client leg as an empty ACK and then a separate CON with its token.
+#[test]
+fn libcoap_delayed_answer_arrives_separately() {
+    let (_server, port) = libcoap_server("127.0.0.1");
+    let upstream = format!("127.0.0.1:{port}");
+    let (_proxy, addr) = proxy(
+        "127.0.0.1:0",
+        &["--upstream", &upstream, "--ack-delay", "100ms"],
+    );
+    let (tap, via) = tap("tap client->proxy", addr);
+    let client = coap_client_ok(&["-B", "10", &format!("coap://{via}/async?1")], T20);
+    assert!(client.stdout_text().contains("done"), "{}", client.dump());
+    let wire = wait_seen(&tap, "the client's ACK of the separate response", |s| {
+        s.iter().any(|d| d.is(true, "ACK", "0.00"))
+    });
+    let request = wire
+        .iter()
+        .find(|d| d.is(true, "CON", "0.01"))
+        .expect("request");
+    assert!(
+        wire.iter()
+            .any(|d| d.is(false, "ACK", "0.00") && d.mid == request.mid),
+        "empty ACK to the client's CON: {wire:#?}"
+    );
+    let answer = wire
+        .iter()
+        .find(|d| d.is(false, "CON", "2.05"))
+        .unwrap_or_else(|| panic!("no separate CON 2.05: {wire:#?}"));
+    assert_eq!(answer.token, request.token);
+    assert_eq!(
+        count_seen(&wire, true, "CON", "0.01"),
+        1,
+        "no retransmission needed: {wire:#?}"
+    );
+}
+
+// ------------------------------------------------------------------------------------------
+// 4: block-wise, each client implementation against the other server implementation.
+// ------------------------------------------------------------------------------------------
+
+fn count_seen(wire: &[Seen], forward: bool, ty: &str, code: &str) -> usize {
+    wire.iter().filter(|d| d.is(forward, ty, code)).count()
+}
+
+/// aiocoap client -> proxy -> coap-server-notls: a 4 KiB PUT to `/example_data` (Block1,
+/// aiocoap's 1024-byte blocks) and a 4 KiB GET of it (Block2), byte for byte; each block is
+/// its own exchange through the proxy.
+#[test]
+fn blockwise_4k_aiocoap_client_through_proxy_to_libcoap_server() {
+    let dir = scratch("blockwise-aiocoap-client");
+    let body = big_body();
+    let body_path = dir.join("body.bin");
+    let got_path = dir.join("got.bin");
+    std::fs::write(&body_path, &body).unwrap();
+    let (_server, port) = libcoap_server("127.0.0.1");
+    let (_proxy, addr) = proxy("127.0.0.1:0", &["--upstream", &format!("127.0.0.1:{port}")]);
+    let (tap, via) = tap("tap client->proxy", addr);
+    let uri = format!("coap://{via}/example_data");
+
+    let put = aiocoap_client(
+        &["request", "put", &uri, "--in", body_path.to_str().unwrap()],
+        T20,
+    );
+    // libcoap answers the last block with 2.01 Created (or 2.04 Changed once it exists).
+    assert!(
+        put.stdout()
+            .iter()
+            .any(|l| l.starts_with("CODE 2.01") || l.starts_with("CODE 2.04")),
+        "{}",
+        put.dump()
+    );
+    let get = aiocoap_client(
+        &["request", "get", &uri, "--out", got_path.to_str().unwrap()],
+        T20,
+    );
+    assert_line(&get, &format!("CODE 2.05 {BIG}"));
+    assert_same_bytes(&std::fs::read(&got_path).unwrap(), &body, "GET after PUT");
+
+    let wire = seen(&tap);
+    assert!(
+        count_seen(&wire, true, "CON", "0.03") >= 4,
+        "PUT in >= 4 blocks: {wire:#?}"
+    );
+    assert!(
+        count_seen(&wire, false, "ACK", "2.31") >= 3,
+        "2.31 Continue relayed: {wire:#?}"
+    );
+    assert!(
+        count_seen(&wire, true, "CON", "0.01") >= 4,
+        "GET in >= 4 blocks: {wire:#?}"
+    );
+}
+
+/// coap-client-notls (-b 256) -> proxy -> aiocoap server: a 4 KiB GET of `/big` (Block2) and
+/// a 4 KiB PUT to `/upload` (Block1) read back with a GET, byte for byte.
+#[test]
+fn blockwise_4k_libcoap_client_through_proxy_to_aiocoap_server() {
+    let dir = scratch("blockwise-libcoap-client");
+    let body = big_body();
+    let body_path = dir.join("body.bin");
+    std::fs::write(&body_path, &body).unwrap();
+    let (mut server, port) = aiocoap_server();
+    let (_proxy, addr) = proxy("127.0.0.1:0", &["--upstream", &format!("127.0.0.1:{port}")]);
+    let (tap, via) = tap("tap client->proxy", addr);
+
+    let big_path = dir.join("big.bin");
+    let big = big_path.to_str().unwrap();
+    coap_client_ok(
+        &[
+            "-B",
+            "15",
+            "-b",
+            "256",
+            "-o",
+            big,
+            &format!("coap://{via}/big"),
+        ],
+        T20,
+    );
+    assert_same_bytes(&std::fs::read(&big_path).unwrap(), &body, "GET /big");
+    let gets = count_seen(&seen(&tap), true, "CON", "0.01");
+    assert!(gets >= 16, "16 blocks of 256 bytes, saw {gets} GETs");
+
+    let upload = format!("coap://{via}/upload");
+    let put = coap_client_ok(
+        &[
+            "-B",
+            "15",
+            "-b",
+            "256",
+            "-m",
+            "put",
+            "-f",
+            body_path.to_str().unwrap(),
+            &upload,
+        ],
+        T20,
+    );
+    assert!(
+        put.stdout_text().contains(&format!("stored {BIG}")),
+        "{}",
+        put.dump()
+    );
+    assert_eq!(server.wait_stdout("UPLOAD ", T10), BIG.to_string());
+    let back_path = dir.join("back.bin");
+    coap_client_ok(
+        &[
+            "-B",
+            "15",
+            "-b",
+            "256",
+            "-o",
+            back_path.to_str().unwrap(),
+            &upload,
+        ],
+        T20,
+    );
+    assert_same_bytes(&std::fs::read(&back_path).unwrap(), &body, "GET after PUT");
+    let wire = seen(&tap);
+    assert!(
+        count_seen(&wire, true, "CON", "0.03") >= 16,
+        "PUT in 16 blocks: {wire:#?}"
+    );
+    assert!(
+        count_seen(&wire, false, "ACK", "2.31") >= 15,
+        "2.31 Continue relayed: {wire:#?}"
+    );
+}
+
+// ------------------------------------------------------------------------------------------
+// 5: Observe.
+// ------------------------------------------------------------------------------------------
+
+/// aiocoap client observes `/clock` (changes every 200 ms) on an aiocoap server through the
+/// proxy: >= 3 notifications after the registration answer, increasing; after the client
+/// cancels (aiocoap answers the next notification with RST) the proxy's RST of the next
+/// upstream notification ends the server's observation. Then `coap-client-notls -s 2`
+/// observes the same resource through the proxy.
+#[test]
+fn observe_relays_notifications_until_cancelled() {
+    let (mut server, port) = aiocoap_server();
+    let (_proxy, addr) = proxy("127.0.0.1:0", &["--upstream", &format!("127.0.0.1:{port}")]);
+    let uri = format!("coap://{addr}/clock");
+
+    let client = aiocoap_client(&["observe", &uri, "--count", "5", "--linger", "1"], T20);
+    let values = numbers(&client.stdout(), "NOTIFY ");
+    assert!(
+        values.len() >= 5,
+        "registration + 4 notifications: {values:?}"
+    );
+    assert_increasing(&values, "aiocoap observe");
+    assert_line(&client, "CANCELLED");
+    server.wait_stdout_count("OBSERVERS 1", 1, T10);
+    server.wait_stdout_count("OBSERVERS 0", 1, T10);
+
+    let lc = coap_client_ok(&["-B", "10", "-s", "2", "-w", &uri], T20);
+    let values = numbers(&lc.stdout(), "");
+    assert!(values.len() >= 4, "coap-client -s 2 saw {values:?}");
+    assert_increasing(&values, "coap-client observe");
+    server.wait_stdout_count("OBSERVERS 1", 2, T10);
+    server.wait_stdout_count("OBSERVERS 0", 2, T10);
+}
+
+// ------------------------------------------------------------------------------------------
+// 6: no duplicate execution on a lossy network.
+// ------------------------------------------------------------------------------------------
+
+/// What one POST's client saw.
+#[derive(Debug, Clone, PartialEq)]
+enum Outcome {
+    /// 2.04 with the counter value the server returned.
+    Answered(u64),
+    /// Anything else: a 5.04 from the proxy, the client's own timeout, ...
+    Failed(String),
+}
+
+/// `STATS ... dropped_to_target=<n> ... dropped_to_source=<n>` of a terminated relay.
+fn relay_drops(relay: &mut Proc) -> (u64, u64) {
+    relay.terminate(T10);
+    let stats = relay.wait_stdout("STATS ", T10);
+    let field = |name: &str| -> u64 {
+        stats
+            .split_whitespace()
+            .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('=')?.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in {stats:?}"))
+    };
+    (field("dropped_to_target"), field("dropped_to_source"))
+}
+
+/// An aiocoap server's `/counter` (POST increments it and returns the new value) behind the
+/// proxy, on a network that drops datagrams:
+/// - 50 aiocoap POSTs from 10 client sockets through a seeded relay dropping 15 % each way
+///   between clients and proxy, and another between proxy and server (each relay drops the
+///   same bytes at most twice, so every exchange can get through). aiocoap retransmits after
+///   0.5-0.75 s, so client retransmissions arrive while the proxy is still retrying upstream
+///   (its POST policy here: 500 ms, up to 4 retries, 20 s total). Every 10th POST makes the
+///   server think 0.3 s, so it is answered separately on both legs (empty ACK, then CON);
+/// - at the same time, 10 `coap-client-notls -l 20%` POSTs straight to the proxy (libcoap drops
+///   20 % of its own datagrams, requests and ACKs alike).
+///
+/// Every POST carries a unique tag; the server logs each execution. Checked: no tag executed
+/// twice; the counter equals the number of executions; every answered POST's value is the
+/// value the server produced for that tag (so no value is repeated to two POSTs), and every
+/// executed value was answered except for POSTs whose client saw a failure (so none is
+/// skipped through the proxy's fault); on the wire, the proxy answers each client request
+/// with one message (one MID per client and token, retransmitted as is) and sends each
+/// upstream request with one MID and token (retransmitted as is).
+#[test]
+fn lossy_network_posts_execute_exactly_once() {
+    const AIOCOAP_POSTS: usize = 50;
+    const LIBCOAP_POSTS: usize = 10;
+    let (server, port) = aiocoap_server();
+    let server_addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let (mut up_relay, up_via) = lossy_relay("lossy relay proxy->server", server_addr, 0.15, 7);
+    let (_proxy, addr) = proxy(
+        "127.0.0.1:0",
+        &[
+            "--upstream",
+            &up_via.to_string(),
+            "--non-idempotent-timeout",
+            "500ms",
+            "--non-idempotent-max-retries",
+            "4",
+            "--non-idempotent-total-timeout",
+            "20s",
+            "--seed",
+            "42",
+        ],
+    );
+    let (mut client_relay, via) = lossy_relay("lossy relay clients->proxy", addr, 0.15, 8);
+
+    let counter = format!("coap://{addr}/counter");
+    let mut libcoap: Vec<(String, Proc)> = (0..LIBCOAP_POSTS)
+        .map(|i| {
+            let tag = format!("lc-{i}");
+            let p = coap_client(&[
+                "-B", "30", "-v", "4", "-l", "20%", "-m", "post", "-e", &tag, &counter,
+            ]);
+            (tag, p)
+        })
+        .collect();
+    let aiocoap = aiocoap_client(
+        &[
+            "post-many",
+            &format!("coap://{via}/counter"),
+            "--n",
+            &AIOCOAP_POSTS.to_string(),
+            "--tag",
+            "ai",
+            "--clients",
+            "10",
+            "--separate-every",
+            "10",
+            "--ack-timeout",
+            "0.5",
+            "--max-retransmit",
+            "5",
+            "--request-timeout",
+            "40",
+        ],
+        Duration::from_secs(60),
+    );
+
+    let mut outcomes: Vec<(String, Outcome)> = Vec::new();
+    for line in aiocoap.stdout() {
+        let w: Vec<&str> = line.splitn(4, ' ').collect();
+        match w.as_slice() {
+            ["ANSWER", tag, "2.04", value] => {
+                outcomes.push((tag.to_string(), Outcome::Answered(value.parse().unwrap())))
+            }
+            ["ANSWER", tag, code, rest @ ..] => {
+                outcomes.push((tag.to_string(), Outcome::Failed(format!("{code} {rest:?}"))))
+            }
+            ["FAIL", tag, rest @ ..] => {
+                outcomes.push((tag.to_string(), Outcome::Failed(rest.join(" "))))
+            }
+            _ => {}
+        }
+    }
+    assert_line(&aiocoap, "DONE");
+    for (tag, p) in &mut libcoap {
+        // coap-client exits 0 whatever the response code; it prints a 2.04's payload on
+        // stdout and an error code on stderr (-v 4).
+        let status = p.wait_exit(Duration::from_secs(40));
+        let out = p.stdout_text();
+        let outcome = match (status, out.trim().parse::<u64>()) {
+            (Some(s), Ok(v)) if s.success() => Outcome::Answered(v),
+            _ => Outcome::Failed(format!("{status:?} {out:?} {:?}", p.stderr())),
+        };
+        outcomes.push((tag.clone(), outcome));
+    }
+    assert_eq!(
+        outcomes.len(),
+        AIOCOAP_POSTS + LIBCOAP_POSTS,
+        "every POST has an outcome: {outcomes:#?}"
+    );
+
+    // What the server executed, in order.
+    let executed: Vec<(String, u64)> = server
+        .stdout()
+        .iter()
+        .filter_map(|l| {
+            let mut w = l.strip_prefix("EXEC ")?.split(' ');
+            Some((w.next()?.to_string(), w.next()?.parse().ok()?))
+        })
+        .collect();
+    let mut tags: Vec<&str> = executed.iter().map(|(t, _)| t.as_str()).collect();
+    tags.sort_unstable();
+    let before = tags.len();
+    tags.dedup();
+    assert_eq!(
+        tags.len(),
+        before,
+        "a POST was executed twice: {executed:?}"
+    );
+    assert!(
+        executed
+            .iter()
+            .enumerate()
+            .all(|(i, (_, v))| *v == i as u64 + 1),
+        "server values 1..=n in order: {executed:?}"
+    );
+    let direct = aiocoap_client(
+        &[
+            "request",
+            "get",
+            &format!("coap://127.0.0.1:{port}/counter"),
+        ],
+        T10,
+    );
+    assert_line(&direct, &format!("TEXT {}", executed.len()));
+
+    let answered = outcomes
+        .iter()
+        .filter(|(_, o)| matches!(o, Outcome::Answered(_)))
+        .count();
+    for (tag, outcome) in &outcomes {
+        let exec = executed.iter().find(|(t, _)| t == tag).map(|(_, v)| *v);
+        match outcome {
+            Outcome::Answered(v) => assert_eq!(
+                exec,
+                Some(*v),
+                "{tag} was answered {v}, but the server executed it as {exec:?}"
+            ),
+            Outcome::Failed(_) => {}
+        }
+    }
+    for (tag, v) in &executed {
+        let outcome = outcomes.iter().find(|(t, _)| t == tag).map(|(_, o)| o);
+        assert!(
+            matches!(outcome, Some(Outcome::Answered(a)) if a == v)
+                || matches!(outcome, Some(Outcome::Failed(_))),
+            "value {v} (executed for {tag}) never reached its client, which saw {outcome:?}"
+        );
+    }
+    // A proxy that answered nothing would pass the checks above: most POSTs must get through.
+    assert!(
+        answered * 10 >= outcomes.len() * 8,
+        "only {answered} of {} POSTs answered: {outcomes:#?}",
+        outcomes.len()
+    );
+
+    // The network really was lossy, and client retransmissions really reached the proxy.
+    let client_wire = seen(&client_relay);
+    let upstream_wire = seen(&up_relay);
+    let (lost_up, lost_down) = relay_drops(&mut up_relay);
+    let (lost_c2p, lost_p2c) = relay_drops(&mut client_relay);
+    assert!(
+        lost_up > 0 && lost_down > 0 && lost_c2p > 0 && lost_p2c > 0,
+        "drops: proxy->server {lost_up}, server->proxy {lost_down}, clients->proxy {lost_c2p}, \
+         proxy->clients {lost_p2c}"
+    );
+    let delivered =
+        |wire: &[Seen], forward: bool, ty: &str, code: &str| -> Vec<(u16, String, u16)> {
+            wire.iter()
+                .filter(|d| d.is(forward, ty, code) && !d.dropped)
+                .map(|d| (d.peer, d.token.clone(), d.mid))
+                .collect()
+        };
+    let requests = delivered(&client_wire, true, "CON", "0.02");
+    let distinct = |mut v: Vec<(u16, String, u16)>| {
+        v.sort_unstable();
+        v.dedup();
+        v
+    };
+    let client_requests = distinct(requests.clone());
+    assert!(
+        requests.len() > client_requests.len(),
+        "some client retransmission reached the proxy"
+    );
+    // One separate answer (one MID) per client request, however often it is retransmitted.
+    let separate = distinct(delivered(&client_wire, false, "CON", "2.04"));
+    let mut per_request: Vec<(u16, String)> =
+        separate.iter().map(|(p, t, _)| (*p, t.clone())).collect();
+    per_request.dedup();
+    assert_eq!(
+        per_request.len(),
+        separate.len(),
+        "a client request was answered by two different messages: {separate:?}"
+    );
+    assert!(!separate.is_empty(), "separate answers were exercised");
+    // Upstream: one MID per token (retransmissions reuse it), one token per MID, and no more
+    // upstream requests than client requests.
+    let upstream = distinct(delivered(&upstream_wire, true, "CON", "0.02"));
+    let mut tokens: Vec<&String> = upstream.iter().map(|(_, t, _)| t).collect();
+    tokens.dedup();
+    let mut mids: Vec<u16> = upstream.iter().map(|(_, _, m)| *m).collect();
+    mids.sort_unstable();
+    mids.dedup();
+    assert_eq!(
+        tokens.len(),
+        upstream.len(),
+        "an upstream token with two MIDs: {upstream:?}"
+    );
+    assert_eq!(
+        mids.len(),
+        upstream.len(),
+        "an upstream MID with two tokens: {upstream:?}"
+    );
+    assert!(
+        upstream.len() <= client_requests.len() + LIBCOAP_POSTS,
+        "{} upstream requests for {} client requests",
+        upstream.len(),
+        client_requests.len() + LIBCOAP_POSTS
+    );
+    eprintln!(
+        "lossy: {answered}/{} answered, {} executed; drops {lost_up}/{lost_down} upstream, \
+         {lost_c2p}/{lost_p2c} client side; {} client retransmissions delivered, {} separate \
+         answers",
+        outcomes.len(),
+        executed.len(),
+        requests.len() - client_requests.len(),
+        separate.len()
+    );
+}
+
+// ------------------------------------------------------------------------------------------
+// 7: forward proxy with an allowlist.
+// ------------------------------------------------------------------------------------------
+
+/// `--forward --allow 127.0.0.1:<libcoap server>`: coap-client-notls `-P` (Proxy-Uri) and
+/// aiocoap's forward-proxy client (Proxy-Scheme + Uri-Host + Uri-Port) both reach the allowed
+/// libcoap server; a real aiocoap server that is not in the allowlist gets 4.03 for both.
+///
+/// libcoap 4.3.1 needs the scheme in `-P`: `-P coap://127.0.0.1:<port>`; a bare
+/// `-P 127.0.0.1:<port>` is refused with "invalid CoAP Proxy definition".
+#[test]
+fn forward_proxy_serves_allowed_targets_and_refuses_others_with_4_03() {
+    let (_allowed, allowed_port) = libcoap_server("127.0.0.1");
+    let (_other, other_port) = aiocoap_server();
+    let allow = format!("127.0.0.1:{allowed_port}");
+    let (_proxy, addr) = proxy("127.0.0.1:0", &["--forward", "--allow", &allow]);
+    let via = format!("coap://{addr}");
+    let allowed_uri = format!("coap://127.0.0.1:{allowed_port}/");
+    let other_uri = format!("coap://127.0.0.1:{other_port}/hello");
+
+    let ok = coap_client_ok(&["-B", "10", "-P", &via, &allowed_uri], T20);
+    assert!(ok.stdout_text().contains(LIBCOAP_INDEX), "{}", ok.dump());
+    let denied = coap_client_ok(&["-B", "10", "-v", "4", "-P", &via, &other_uri], T20);
+    let said = format!("{}\n{}", denied.stdout_text(), denied.stderr().join("\n"));
+    assert!(said.contains("4.03"), "expected 4.03:\n{}", denied.dump());
+    assert!(!said.contains("hello from aiocoap"), "{}", denied.dump());
+
+    let ok = aiocoap_client(&["request", "get", &allowed_uri, "--proxy", &via], T10);
+    assert!(ok.stdout_text().contains("CODE 2.05"), "{}", ok.dump());
+    assert!(ok.stdout_text().contains(LIBCOAP_INDEX), "{}", ok.dump());
+    let denied = aiocoap_client(&["request", "get", &other_uri, "--proxy", &via], T10);
+    assert!(
+        denied.stdout_text().contains("CODE 4.03"),
+        "{}",
+        denied.dump()
+    );
+}

@@ -1,0 +1,151 @@
+"""An aiocoap CoAP server for the interop tests (tests/coap_interop.rs).
+
+Binds UDP on --host, port 0 (the kernel picks a free one), prints `READY <port>` on stdout,
+then serves until killed. Resources:
+
+  /hello      GET: "hello from aiocoap" (piggybacked answer)
+  /slow       GET: sleeps --slow seconds first, so aiocoap sends an empty ACK after 0.1 s and
+              the answer as a separate response
+  /big        GET: --big-size deterministic bytes (block-wise, Block2)
+  /upload     PUT/POST: stores the body (block-wise, Block1), answers 2.04 "stored <len>";
+              GET: returns the stored body
+  /counter    POST: increments the counter, answers 2.04 with the new value as text and prints
+              `EXEC <request payload> <value>` on stdout (with `?delay=S`, after sleeping S s,
+              so the answer is separate); GET: the current value
+  /clock      observable: an integer incremented every --tick seconds; each change notifies;
+              prints `OBSERVERS <n>` on stdout whenever the number of observers changes
+
+Every stdout line is flushed at once: the Rust test reads them as they come.
+"""
+
+import argparse
+import asyncio
+import sys
+
+import aiocoap
+import aiocoap.resource as resource
+from aiocoap.numbers.codes import Code
+
+
+def say(*words):
+    print(*words, flush=True)
+
+
+def big_body(size):
+    """The same pattern the Rust test builds: byte i is (i * 31 + i // 256) % 251."""
+    return bytes((i * 31 + i // 256) % 251 for i in range(size))
+
+
+class Hello(resource.Resource):
+    async def render_get(self, request):
+        return aiocoap.Message(payload=b"hello from aiocoap")
+
+
+class Slow(resource.Resource):
+    def __init__(self, delay):
+        super().__init__()
+        self.delay = delay
+
+    async def render_get(self, request):
+        await asyncio.sleep(self.delay)
+        return aiocoap.Message(payload=b"slow hello after %.1f s" % self.delay)
+
+
+class Big(resource.Resource):
+    def __init__(self, size):
+        super().__init__()
+        self.body = big_body(size)
+
+    async def render_get(self, request):
+        return aiocoap.Message(payload=self.body)
+
+
+class Upload(resource.Resource):
+    def __init__(self):
+        super().__init__()
+        self.body = b""
+
+    async def render_get(self, request):
+        return aiocoap.Message(payload=self.body)
+
+    async def render_put(self, request):
+        self.body = request.payload
+        say("UPLOAD", len(self.body))
+        return aiocoap.Message(code=Code.CHANGED, payload=b"stored %d" % len(self.body))
+
+    render_post = render_put
+
+
+class Counter(resource.Resource):
+    def __init__(self):
+        super().__init__()
+        self.value = 0
+
+    async def render_get(self, request):
+        return aiocoap.Message(payload=str(self.value).encode())
+
+    async def render_post(self, request):
+        # `?delay=S`: think first, so aiocoap acknowledges after 0.1 s and answers separately.
+        for query in request.opt.uri_query:
+            if query.startswith("delay="):
+                await asyncio.sleep(float(query[len("delay=") :]))
+        self.value += 1
+        tag = request.payload.decode("ascii", "replace").replace(" ", "_") or "-"
+        say("EXEC", tag, self.value)
+        return aiocoap.Message(code=Code.CHANGED, payload=str(self.value).encode())
+
+
+class Clock(resource.ObservableResource):
+    def __init__(self, tick):
+        super().__init__()
+        self.value = 0
+        self.tick = tick
+        self.task = None
+
+    async def run(self):
+        while True:
+            await asyncio.sleep(self.tick)
+            self.value += 1
+            self.updated_state()
+
+    def update_observation_count(self, count):
+        say("OBSERVERS", count)
+
+    async def render_get(self, request):
+        return aiocoap.Message(payload=str(self.value).encode())
+
+
+async def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--slow", type=float, default=1.5)
+    parser.add_argument("--tick", type=float, default=0.2)
+    parser.add_argument("--big-size", type=int, default=4096)
+    args = parser.parse_args()
+
+    clock = Clock(args.tick)
+    site = resource.Site()
+    site.add_resource(["hello"], Hello())
+    site.add_resource(["slow"], Slow(args.slow))
+    site.add_resource(["big"], Big(args.big_size))
+    site.add_resource(["upload"], Upload())
+    site.add_resource(["counter"], Counter())
+    site.add_resource(["clock"], clock)
+
+    ctx = await aiocoap.Context.create_server_context(
+        site, bind=(args.host, 0), transports=["udp6"]
+    )
+    sock = ctx.request_interfaces[0].token_interface.message_interface.transport
+    port = sock.get_extra_info("socket").getsockname()[1]
+    clock.task = asyncio.create_task(clock.run())
+    say("READY", port)
+    # Serve until killed, or until the test process goes away (stdin closes).
+    loop = asyncio.get_running_loop()
+    await loop.run_in_executor(None, sys.stdin.read)
+
+
+if __name__ == "__main__":
+    try:
+        asyncio.run(main())
+    except KeyboardInterrupt:
+        pass

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Installs the independently written CoAP peers that tests/coap_interop.rs runs against:
+#   - aiocoap (PyPI, pinned) in a virtualenv under the repo's target/ directory;
+#   - Debian's libcoap3-bin (coap-client-notls, coap-server-notls).
+# Idempotent and quick when both are already there. Never skips: if a peer cannot be
+# installed, it says why and exits non-zero, and the interop tests fail.
+#
+# Usage: tests/interop/setup.sh [VENV_DIR]   (default: <repo>/target/interop-venv)
+set -euo pipefail
+
+AIOCOAP_VERSION=0.4.17
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+VENV="${1:-$ROOT/target/interop-venv}"
+
+die() {
+    echo "interop setup FAILED: $*" >&2
+    exit 1
+}
+
+# Serialise concurrent runs (two test processes, or a developer and CI on one machine).
+mkdir -p "$(dirname "$VENV")"
+exec 9>"$VENV.lock"
+flock -w 600 9 || die "could not lock $VENV.lock within 600 s"
+
+# --- libcoap3-bin --------------------------------------------------------------------------
+if ! command -v coap-client-notls >/dev/null || ! command -v coap-server-notls >/dev/null; then
+    if [ "$(id -u)" != 0 ]; then
+        die "coap-client-notls/coap-server-notls missing and not root: run 'apt-get install libcoap3-bin' as root"
+    fi
+    echo "interop setup: installing libcoap3-bin" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    # Wait for a dpkg/apt lock held by another install instead of failing at once.
+    apt-get -o DPkg::Lock::Timeout=300 update -q >&2 || die "apt-get update failed"
+    apt-get -o DPkg::Lock::Timeout=300 install -y -q --no-install-recommends libcoap3-bin >&2 \
+        || die "apt-get install libcoap3-bin failed"
+    command -v coap-client-notls >/dev/null \
+        || die "libcoap3-bin installed but coap-client-notls is not on PATH"
+    command -v coap-server-notls >/dev/null \
+        || die "libcoap3-bin installed but coap-server-notls is not on PATH"
+fi
+
+# --- aiocoap in a venv ---------------------------------------------------------------------
+venv_ok() {
+    [ -x "$VENV/bin/python" ] && "$VENV/bin/python" - "$AIOCOAP_VERSION" <<'PY' 2>/dev/null
+import sys, aiocoap.meta
+sys.exit(0 if aiocoap.meta.version == sys.argv[1] else 1)
+PY
+}
+
+if ! venv_ok; then
+    # The first interpreter that runs, is >= 3.10 and can make a venv (ensurepip present).
+    usable() {
+        "$1" -c 'import sys, venv, ensurepip; sys.exit(0 if sys.version_info >= (3, 10) else 1)' \
+            >/dev/null 2>&1
+    }
+    PYTHON="${INTEROP_PYTHON:-}"
+    if [ -n "$PYTHON" ]; then
+        usable "$PYTHON" || die "INTEROP_PYTHON=$PYTHON does not run, is older than 3.10 or lacks venv/ensurepip"
+    else
+        for candidate in python3.11 python3 /usr/bin/python3; do
+            if usable "$candidate"; then PYTHON="$candidate"; break; fi
+        done
+        [ -n "$PYTHON" ] || die "no Python >= 3.10 with venv/ensurepip found (tried python3.11, python3, /usr/bin/python3; on Debian: apt-get install python3-venv)"
+    fi
+    echo "interop setup: creating $VENV with $("$PYTHON" --version 2>&1), aiocoap==$AIOCOAP_VERSION" >&2
+    # --clear: a half-made or stale venv (e.g. its interpreter was removed) is rebuilt.
+    "$PYTHON" -m venv --clear "$VENV" >&2 || die "$PYTHON -m venv $VENV failed (python3-venv missing?)"
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check "aiocoap==$AIOCOAP_VERSION" >&2 \
+        || die "pip install aiocoap==$AIOCOAP_VERSION failed"
+    venv_ok || die "aiocoap $AIOCOAP_VERSION still not importable from $VENV/bin/python"
+fi
+
+echo "interop setup: ok (libcoap $(dpkg-query -W -f='${Version}' libcoap3-bin 2>/dev/null || echo '?'), aiocoap $AIOCOAP_VERSION in $VENV)" >&2
