@@ -45,7 +45,7 @@ pub struct ServerConnection {
     stopped: bool,
     /// The refusal to send once the owed answers are out.
     refusal: Option<u16>,
-    /// The refusal already sent, for the driver's counters.
+    /// A refusal sent and not yet reported by [`take_refusal`](Self::take_refusal).
     refused: Option<u16>,
     /// When the head being received started; `None` while no request is in progress.
     head_started: Option<Timestamp>,
@@ -206,9 +206,10 @@ impl ServerConnection {
         self.stopped && self.owed.is_empty() && self.refusal.is_none()
     }
 
-    /// The status of the refusal this connection sent itself (400, 408, 413 or 431), if any.
-    pub fn refused(&self) -> Option<u16> {
-        self.refused
+    /// The status of a refusal the connection answered by itself (400, 408, 413 or 431),
+    /// reported once, for the driver's counters.
+    pub fn take_refusal(&mut self) -> Option<u16> {
+        self.refused.take()
     }
 
     /// Bytes held in buffers, for tests of the memory bounds.

@@ -118,7 +118,9 @@ fn oversized_head_gets_431_and_closes() {
     c.handle_input(at(1), long.as_bytes());
     assert!(c.poll_request().is_none());
     assert_eq!(statuses(&sent(&mut c)), ["431"]);
-    assert!(c.is_closed() && c.refused() == Some(431));
+    assert!(c.is_closed());
+    assert_eq!(c.take_refusal(), Some(431));
+    assert_eq!(c.take_refusal(), None, "reported once");
 }
 
 #[test]
