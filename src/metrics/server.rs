@@ -3,7 +3,7 @@
 //!
 //! Only socket plumbing lives here: routes are [`super::routes`], HTTP rules are
 //! [`crate::http1`]'s. A connection that is done is closed gracefully: its write side is shut
-//! and what the peer still sends is read and dropped until it closes or [`LINGER`] passes, so
+//! and what the peer still sends is read and dropped until it closes or a second (`LINGER`) passes, so
 //! the last answer is not destroyed by a reset (RFC 9112 §9.6).
 
 use std::collections::HashMap;
@@ -18,7 +18,7 @@ use slab::Slab;
 use super::routes::{route, HttpStats, Reply};
 use super::MetricsWriter;
 use crate::http1::{self, ServerConnection};
-use crate::reactor::{Component, Ctx, Readiness};
+use crate::reactor::{Component, Ctx, Readiness, TimerSlot, WriteInterest};
 use crate::time::Timestamp;
 use crate::timer::TimerId;
 
@@ -52,8 +52,8 @@ struct Conn {
     stream: TcpStream,
     token: Token,
     http: ServerConnection,
-    timer: Option<(TimerId, Timestamp)>,
-    wants_write: bool,
+    timer: TimerSlot,
+    interest: WriteInterest,
     /// A readable edge not yet read to `WouldBlock`.
     readable: bool,
     /// The peer closed its side.
@@ -118,8 +118,8 @@ impl MetricsServer {
             stream,
             token,
             http: ServerConnection::new(ctx.now(), self.config.http.clone()),
-            timer: None,
-            wants_write: false,
+            timer: TimerSlot::default(),
+            interest: WriteInterest::default(),
             // The peer may have written before we registered: read at once.
             readable: true,
             eof: false,
@@ -186,16 +186,9 @@ impl MetricsServer {
             return self.drain_lingering(ctx, key);
         }
         let wants_write = !conn.http.pending_output().is_empty();
-        if wants_write != conn.wants_write {
-            conn.wants_write = wants_write;
-            let interest = match wants_write {
-                true => Interest::READABLE | Interest::WRITABLE,
-                false => Interest::READABLE,
-            };
-            let _ = ctx.reregister(&mut conn.stream, conn.token, interest);
-        }
-        let wanted = conn.http.poll_timeout();
-        set_timer(ctx, conn, wanted, key);
+        conn.interest
+            .update(ctx, &mut conn.stream, conn.token, wants_write);
+        conn.timer.set(ctx, conn.http.poll_timeout(), key as u32);
     }
 
     /// Reads and drops input of a closed connection until the peer closes or would block.
@@ -210,8 +203,7 @@ impl MetricsServer {
                 Err(e) => return self.remove(ctx, key, &e.to_string()),
             }
         }
-        let wanted = conn.linger_until;
-        set_timer(ctx, conn, wanted, key);
+        conn.timer.set(ctx, conn.linger_until, key as u32);
     }
 
     fn remove(&mut self, ctx: &mut Ctx<'_>, key: usize, why: &str) {
@@ -221,9 +213,7 @@ impl MetricsServer {
         log::debug!("metrics connection {key} closed: {why}");
         self.by_token.remove(&conn.token);
         ctx.deregister(&mut conn.stream, conn.token);
-        if let Some((id, _)) = conn.timer {
-            ctx.cancel_timer(id);
-        }
+        conn.timer.cancel(ctx);
         if let Some(status) = conn.http.take_refusal() {
             self.stats.count(status);
         }
@@ -262,10 +252,9 @@ impl Component for MetricsServer {
         let Some(conn) = self.conns.get_mut(key) else {
             return;
         };
-        if conn.timer.map(|(id, _)| id) != Some(timer) {
+        if !conn.timer.fired(timer) {
             return;
         }
-        conn.timer = None;
         if conn.linger_until.is_some() {
             return self.remove(ctx, key, "linger time over");
         }
@@ -326,15 +315,4 @@ fn flush(conn: &mut Conn) -> io::Result<()> {
             Err(e) => return Err(e),
         }
     }
-}
-
-/// Keeps one timer per connection, re-armed only when the wanted deadline changes.
-fn set_timer(ctx: &mut Ctx<'_>, conn: &mut Conn, wanted: Option<Timestamp>, key: usize) {
-    if conn.timer.map(|(_, at)| at) == wanted {
-        return;
-    }
-    if let Some((id, _)) = conn.timer.take() {
-        ctx.cancel_timer(id);
-    }
-    conn.timer = wanted.map(|at| (ctx.set_timer(at, key as u32), at));
 }
