@@ -46,8 +46,9 @@ pub struct Config {
     pub max_pipelined: usize,
     /// Answer bytes waiting for the socket; at this many, parsing stops until they drain.
     pub max_pending_output: usize,
-    /// Unparsed input kept while parsing is paused; input beyond it ends the connection (a
-    /// driver that reads only while [`ServerConnection::wants_input`] never gets there).
+    /// Unparsed input kept while parsing is paused; more ends the connection after the owed
+    /// answers. A driver that reads only while [`ServerConnection::wants_input`], at most
+    /// `max_buffered_input - max_head_len` bytes at a time, never gets there.
     pub max_buffered_input: usize,
 }
 

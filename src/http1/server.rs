@@ -10,7 +10,10 @@
 //!
 //! Refused requests (400, 408, 413, 431) are answered by the connection itself, after the
 //! answers still owed to earlier pipelined requests, and end the connection: after such an
-//! error the rest of the byte stream cannot be trusted to hold request boundaries.
+//! error the rest of the byte stream cannot be trusted to hold request boundaries. Input is
+//! parsed when a line feed arrives (no head can end without one), so a slowloris dribble costs
+//! no re-parse per byte; a malformed head is noticed at its next line feed, at the head limit,
+//! at the end of input, or at the header timeout (then it is a 408).
 
 use std::collections::VecDeque;
 
@@ -84,17 +87,17 @@ impl ServerConnection {
             return;
         }
         self.last_activity = now;
-        if self.input.len() + bytes.len() > self.config.max_buffered_input {
-            // The driver read while told not to; refuse to grow. Owed answers still go out.
-            self.input.clear();
-            return self.handle_eof();
-        }
         self.input.extend_from_slice(bytes);
         // A head cannot end without a line feed; skip re-parsing slowloris dribbles.
         if bytes.contains(&b'\n') || self.input.len() >= self.config.max_head_len {
             self.parse_heads();
         } else {
             self.head_started.get_or_insert(now);
+        }
+        if self.input.len() > self.config.max_buffered_input {
+            // The driver read while told not to: refuse to keep it. Owed answers still go out.
+            self.input.clear();
+            self.handle_eof();
         }
     }
 

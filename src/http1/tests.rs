@@ -367,3 +367,19 @@ fn extra_fields_are_sent() {
     );
     assert!(out.contains("Allow: GET, HEAD\r\n"));
 }
+
+#[test]
+fn input_past_the_buffer_bound_ends_the_connection_after_the_owed_answers() {
+    let config = Config {
+        max_pipelined: 1,
+        max_buffered_input: 100,
+        ..Config::default()
+    };
+    let mut c = ServerConnection::new(at(0), config);
+    c.handle_input(at(1), GET);
+    assert!(!c.wants_input(), "backlog full");
+    c.handle_input(at(1), &GET.repeat(4));
+    assert_eq!(c.buffered(), 0, "the overrun is not kept");
+    assert_eq!(answer_all(&mut c).len(), 1);
+    assert!(c.is_closed());
+}
