@@ -67,19 +67,23 @@ pub fn init_logging() {
         .try_init();
 }
 
-/// `--metrics HOST:PORT`: where the metrics endpoint listens, if anywhere. Resolved once here,
-/// like every address, because the loop never does blocking name lookups.
+/// Resolves `HOST:PORT` once at start-up (the loop never does blocking name lookups).
+fn resolve(flag: &str, hostport: &str) -> Result<SocketAddr, UsageError> {
+    hostport
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next())
+        .ok_or_else(|| {
+            UsageError(format!(
+                "--{flag}: cannot resolve {hostport:?} (expected HOST:PORT)"
+            ))
+        })
+}
+
+/// `--metrics HOST:PORT`: where the metrics endpoint listens, if anywhere.
 fn metrics_flag(flags: &Flags) -> Result<Option<SocketAddr>, UsageError> {
-    let Some(hostport) = flags.get::<String>("metrics")? else {
-        return Ok(None);
-    };
-    let addr = hostport.to_socket_addrs().ok().and_then(|mut a| a.next());
-    addr.map(Some).ok_or_else(|| {
-        UsageError(format!(
-            "--metrics: cannot resolve {hostport:?} (expected HOST:PORT, e.g. {})",
-            crate::metrics::server::DEFAULT_ADDR
-        ))
-    })
+    let hostport = flags.get::<String>("metrics")?;
+    hostport.map(|h| resolve("metrics", &h)).transpose()
 }
 
 /// Adds the metrics endpoint to the loop, if one was asked for; the error says what failed.

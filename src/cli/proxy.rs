@@ -1,9 +1,10 @@
 //! `backoffd proxy`: the CoAP forwarding proxy with its own upstream retry policy.
 
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use super::flags::{switch, value, DurationArg, Flags, Spec, UsageError};
+use super::resolve;
 use crate::proxy::{AllowedTarget, ProxyComponent, ProxyConfig, RetryPolicy, Routing};
 use crate::reactor::{self, Reactor, WakeMode};
 
@@ -214,19 +215,6 @@ fn policy_from_flags(
             .get_or(&name("total-timeout"), DurationArg(base.total_timeout))?
             .0,
     })
-}
-
-/// Resolves `HOST:PORT` once at start-up (the loop never does blocking name lookups).
-fn resolve(flag: &str, hostport: &str) -> Result<SocketAddr, UsageError> {
-    hostport
-        .to_socket_addrs()
-        .ok()
-        .and_then(|mut a| a.next())
-        .ok_or_else(|| {
-            UsageError(format!(
-                "--{flag}: cannot resolve {hostport:?} (expected HOST:PORT)"
-            ))
-        })
 }
 
 fn resolve_allowed(hostport: &str) -> Result<AllowedTarget, UsageError> {
