@@ -9,6 +9,7 @@ pub mod cli;
 pub mod coap;
 pub mod demo;
 pub mod grpc;
+pub mod http1;
 pub mod http2;
 pub mod metrics;
 pub mod net;

@@ -9,7 +9,11 @@ pub mod reconnect_server;
 mod serve;
 mod timer_bench;
 
-use flags::UsageError;
+use std::net::{SocketAddr, ToSocketAddrs};
+
+use crate::metrics::{MetricsConfig, MetricsServer};
+use crate::reactor::Reactor;
+use flags::{Flags, UsageError};
 
 const HELP: &str = "\
 backoffd: a single-threaded mio daemon with a CoAP forwarding proxy, gRPC's connection-backoff
@@ -75,4 +79,40 @@ pub fn init_logging() {
     let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
         .format_timestamp_micros()
         .try_init();
+}
+
+/// Resolves `HOST:PORT` once at start-up (the loop never does blocking name lookups).
+fn resolve(flag: &str, hostport: &str) -> Result<SocketAddr, UsageError> {
+    hostport
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next())
+        .ok_or_else(|| {
+            UsageError(format!(
+                "--{flag}: cannot resolve {hostport:?} (expected HOST:PORT)"
+            ))
+        })
+}
+
+/// `--metrics HOST:PORT`: where the metrics endpoint listens, if anywhere.
+fn metrics_flag(flags: &Flags) -> Result<Option<SocketAddr>, UsageError> {
+    let hostport = flags.get::<String>("metrics")?;
+    hostport.map(|h| resolve("metrics", &h)).transpose()
+}
+
+/// Adds the metrics endpoint to the loop, if one was asked for; the error says what failed.
+fn add_metrics(reactor: &mut Reactor, addr: Option<SocketAddr>) -> Result<(), String> {
+    let Some(addr) = addr else {
+        return Ok(());
+    };
+    let config = MetricsConfig {
+        addr,
+        ..MetricsConfig::default()
+    };
+    let server =
+        MetricsServer::bind(config).map_err(|e| format!("cannot bind --metrics {addr}: {e}"))?;
+    reactor
+        .add(Box::new(server))
+        .map(drop)
+        .map_err(|e| format!("cannot start the metrics endpoint: {e}"))
 }

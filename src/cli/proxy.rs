@@ -1,9 +1,10 @@
 //! `backoffd proxy`: the CoAP forwarding proxy with its own upstream retry policy.
 
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use super::flags::{switch, value, DurationArg, Flags, Spec, UsageError};
+use super::resolve;
 use crate::proxy::{AllowedTarget, ProxyComponent, ProxyConfig, RetryPolicy, Routing};
 use crate::reactor::{self, Reactor, WakeMode};
 
@@ -44,6 +45,8 @@ Limits and timing:
   --overload-max-age D           Max-Age of 5.03 answers (default 2s)
   --hop-limit N                  Hop-Limit added when a request has none (default 16)
   --drain D                      on SIGINT/SIGTERM, time to finish requests in flight (default 5s)
+  --metrics HOST:PORT            serve GET /metrics (Prometheus text) and /healthz over HTTP/1.1
+                                 there, e.g. 127.0.0.1:9102 (keep it on loopback or a private net)
   --wake timerfd|epoll           timer wake-up source (default timerfd)
   --seed N                       seed for jitter, tokens and Message IDs (default: random)
   -h, --help                     this help
@@ -78,6 +81,7 @@ pub(super) const SPEC: &[Spec] = &[
     value("drain"),
     value("wake"),
     value("seed"),
+    value("metrics"),
 ];
 
 /// Runs the subcommand; returns the process exit code.
@@ -96,7 +100,8 @@ pub fn main(args: &[String]) -> Result<i32, UsageError> {
     let drain = flags
         .get_or("drain", DurationArg(Duration::from_secs(5)))?
         .0;
-    run(listen, config, wake, drain)
+    let metrics = super::metrics_flag(&flags)?;
+    run(listen, config, wake, drain, metrics)
 }
 
 fn run(
@@ -104,6 +109,7 @@ fn run(
     config: ProxyConfig,
     wake: WakeMode,
     drain: Duration,
+    metrics: Option<SocketAddr>,
 ) -> Result<i32, UsageError> {
     let fail = |what: &str, e: std::io::Error| {
         eprintln!("backoffd proxy: {what}: {e}");
@@ -126,6 +132,10 @@ fn run(
         return fail("cannot register sockets", e);
     }
     log::info!("CoAP proxy listening on {bound}");
+    if let Err(e) = super::add_metrics(&mut reactor, metrics) {
+        eprintln!("backoffd proxy: {e}");
+        return Ok(1);
+    }
     match reactor.run() {
         Ok(()) => Ok(0),
         Err(e) => fail("event loop failed", e),
@@ -206,19 +216,6 @@ fn policy_from_flags(
             .get_or(&name("total-timeout"), DurationArg(base.total_timeout))?
             .0,
     })
-}
-
-/// Resolves `HOST:PORT` once at start-up (the loop never does blocking name lookups).
-fn resolve(flag: &str, hostport: &str) -> Result<SocketAddr, UsageError> {
-    hostport
-        .to_socket_addrs()
-        .ok()
-        .and_then(|mut a| a.next())
-        .ok_or_else(|| {
-            UsageError(format!(
-                "--{flag}: cannot resolve {hostport:?} (expected HOST:PORT)"
-            ))
-        })
 }
 
 fn resolve_allowed(hostport: &str) -> Result<AllowedTarget, UsageError> {

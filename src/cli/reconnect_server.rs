@@ -1,5 +1,7 @@
 //! `reconnect_interop_server` / `backoffd reconnect-server`: drop-in for grpc's C++ server.
 
+use std::io;
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use super::flags::{value, DurationArg, Flags, Spec, UsageError};
@@ -23,6 +25,8 @@ Options:
                          reference: 0 or 1 connections pass)
   --drain D              on SIGINT/SIGTERM, time to say goodbye (default 2s)
   --wake timerfd|epoll   timer wake-up source (default timerfd)
+  --metrics HOST:PORT    serve GET /metrics (Prometheus text) and /healthz over HTTP/1.1 there,
+                         e.g. 127.0.0.1:9102 (keep it on loopback or a private net)
   -h, --help             this help
 ";
 
@@ -32,6 +36,7 @@ const SPEC: &[Spec] = &[
     value("min_intervals"),
     value("drain"),
     value("wake"),
+    value("metrics"),
 ];
 
 /// Runs the server; returns the process exit code.
@@ -60,10 +65,11 @@ pub fn main(args: &[String]) -> Result<i32, UsageError> {
         .get_or("drain", DurationArg(Duration::from_secs(2)))?
         .0;
     let wake = flags.get_or("wake", WakeMode::Timerfd)?;
-    Ok(run(config, wake, drain))
+    let metrics = super::metrics_flag(&flags)?;
+    Ok(run(config, wake, drain, metrics))
 }
 
-fn run(config: ServerConfig, wake: WakeMode, drain: Duration) -> i32 {
+fn run(config: ServerConfig, wake: WakeMode, drain: Duration, metrics: Option<SocketAddr>) -> i32 {
     let port = config.control_port;
     let server = match ReconnectServer::bind(config) {
         Ok(s) => s,
@@ -79,6 +85,7 @@ fn run(config: ServerConfig, wake: WakeMode, drain: Duration) -> i32 {
     });
     let result = reactor.and_then(|mut r| {
         r.add(Box::new(server))?;
+        super::add_metrics(&mut r, metrics).map_err(io::Error::other)?;
         r.run()
     });
     match result {

@@ -96,7 +96,7 @@ fn plan_from_flags(flags: &Flags) -> Result<Plan, UsageError> {
     if RECONNECT_KEYS.iter().any(|k| flags.has(k)) {
         plan.reconnect = Some(reconnect_config(flags)?);
     }
-    plan.metrics = flags.get("metrics")?;
+    plan.metrics = super::metrics_flag(flags)?;
     Ok(plan)
 }
 
@@ -264,12 +264,6 @@ fn run(plan: Plan, wake: WakeMode, drain: Duration) -> i32 {
             Err(e) => return fail(format!("cannot listen on control port {port}: {e}")),
         }
     }
-    if let Some(addr) = plan.metrics {
-        match metrics_component(addr) {
-            Ok((line, c)) => parts.push((line, c)),
-            Err(e) => return fail(format!("cannot listen for metrics on {addr}: {e}")),
-        }
-    }
     for (line, part) in parts {
         if let Err(e) = reactor.add(part) {
             return fail(format!("cannot register sockets: {e}"));
@@ -278,16 +272,11 @@ fn run(plan: Plan, wake: WakeMode, drain: Duration) -> i32 {
             log::info!("{line}");
         }
     }
+    if let Err(e) = super::add_metrics(&mut reactor, plan.metrics) {
+        return fail(e);
+    }
     match reactor.run() {
         Ok(()) => 0,
         Err(e) => fail(format!("event loop failed: {e}")),
     }
-}
-
-/// The metrics endpoint as a component, and its start-up log line.
-fn metrics_component(addr: SocketAddr) -> std::io::Result<(String, Box<dyn Component>)> {
-    Err(std::io::Error::new(
-        std::io::ErrorKind::Unsupported,
-        format!("the metrics endpoint is not built in yet ({addr})"),
-    ))
 }

@@ -4,7 +4,12 @@
 //! metrics endpoint asks the reactor to collect them all into one [`MetricsWriter`]. Nothing is
 //! shared or locked: metrics are read from the components' own state when a scrape arrives.
 
+pub mod routes;
+pub mod server;
+
 use std::fmt::Write;
+
+pub use server::{MetricsConfig, MetricsServer};
 
 /// Builds one exposition document. Each metric family is written once, with HELP and TYPE.
 #[derive(Default)]

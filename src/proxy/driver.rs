@@ -13,7 +13,7 @@ use mio::{Interest, Token};
 
 use super::{Destination, Proxy, ProxyConfig, UpstreamId};
 use crate::metrics::MetricsWriter;
-use crate::reactor::{Component, Ctx, Readiness};
+use crate::reactor::{Component, Ctx, Readiness, TimerSlot};
 use crate::time::Timestamp;
 use crate::timer::TimerId;
 
@@ -27,7 +27,8 @@ pub struct ProxyComponent {
     listener: UdpSocket,
     listener_token: Option<Token>,
     upstreams: Vec<(UdpSocket, Option<Token>)>,
-    timer: Option<(TimerId, Timestamp)>,
+    /// One reactor timer at the engine's earliest deadline.
+    timer: TimerSlot,
     buf: Vec<u8>,
     /// Datagrams the kernel would not take (send buffer full): counted, then treated as lost.
     pub send_drops: u64,
@@ -49,7 +50,7 @@ impl ProxyComponent {
             listener,
             listener_token: None,
             upstreams,
-            timer: None,
+            timer: TimerSlot::default(),
             buf: vec![0; MAX_DATAGRAM],
             send_drops: 0,
         })
@@ -127,21 +128,9 @@ impl ProxyComponent {
         }
     }
 
-    /// Keeps one reactor timer at the engine's earliest deadline.
-    fn rearm(&mut self, ctx: &mut Ctx<'_>) {
-        let wanted = self.engine.poll_timeout();
-        if self.timer.map(|(_, at)| at) == wanted {
-            return;
-        }
-        if let Some((id, _)) = self.timer.take() {
-            ctx.cancel_timer(id);
-        }
-        self.timer = wanted.map(|at| (ctx.set_timer(at, 0), at));
-    }
-
     fn after_input(&mut self, ctx: &mut Ctx<'_>) {
         self.flush(ctx.now());
-        self.rearm(ctx);
+        self.timer.set(ctx, self.engine.poll_timeout(), 0);
     }
 }
 
@@ -165,9 +154,7 @@ impl Component for ProxyComponent {
     }
 
     fn on_timer(&mut self, ctx: &mut Ctx<'_>, timer: TimerId, _: u32) {
-        if self.timer.map(|(id, _)| id) == Some(timer) {
-            self.timer = None;
-        }
+        self.timer.fired(timer);
         self.engine.handle_timeout(ctx.now());
         self.after_input(ctx);
     }

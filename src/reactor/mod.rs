@@ -18,6 +18,7 @@
 //! [`Component::on_shutdown`] on every component and gives them `drain_timeout` to report
 //! [`Component::is_drained`]; a second one stops at once.
 
+mod conn;
 mod signals;
 mod wake;
 
@@ -32,6 +33,7 @@ use slab::Slab;
 use crate::metrics::{LatencyHistogram, MetricsWriter};
 use crate::time::Timestamp;
 use crate::timer::{TimerId, TimerWheel};
+pub use conn::{TimerSlot, WriteInterest};
 use signals::Signals;
 pub use wake::WakeMode;
 use wake::Waker;

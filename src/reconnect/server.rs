@@ -18,7 +18,7 @@ use crate::grpc::server::{Request, ServerConnection, ServerEvent};
 use crate::grpc::{Code, Status};
 use crate::metrics::MetricsWriter;
 use crate::net::{flush, listen_dual_stack, unmap, Outbox};
-use crate::reactor::{Component, Ctx, Readiness};
+use crate::reactor::{Component, Ctx, Readiness, TimerSlot, WriteInterest};
 use crate::time::Timestamp;
 use crate::timer::TimerId;
 
@@ -41,9 +41,8 @@ struct ControlConn {
     token: Token,
     grpc: ServerConnection,
     peer: SocketAddr,
-    timer: Option<(TimerId, Timestamp)>,
-    /// Registered for WRITABLE too, because output is waiting.
-    wants_write: bool,
+    timer: TimerSlot,
+    interest: WriteInterest,
 }
 
 /// The reconnect interop server. See the module docs.
@@ -107,8 +106,8 @@ impl ReconnectServer {
                         token,
                         grpc,
                         peer: unmap(peer),
-                        timer: None,
-                        wants_write: false,
+                        timer: TimerSlot::default(),
+                        interest: WriteInterest::default(),
                     });
                     log::debug!("control connection {key} from {}", unmap(peer));
                     if self.shutting_down {
@@ -185,21 +184,9 @@ impl ReconnectServer {
             return self.close(ctx, key, "HTTP/2 connection ended");
         }
         let wants_write = !conn.grpc.pending_output().is_empty();
-        if wants_write != conn.wants_write {
-            conn.wants_write = wants_write;
-            let interest = match wants_write {
-                true => Interest::READABLE | Interest::WRITABLE,
-                false => Interest::READABLE,
-            };
-            let _ = ctx.reregister(&mut conn.stream, conn.token, interest);
-        }
-        let wanted = conn.grpc.poll_timeout();
-        if conn.timer.map(|(_, at)| at) != wanted {
-            if let Some((id, _)) = conn.timer.take() {
-                ctx.cancel_timer(id);
-            }
-            conn.timer = wanted.map(|at| (ctx.set_timer(at, key as u32), at));
-        }
+        conn.interest
+            .update(ctx, &mut conn.stream, conn.token, wants_write);
+        conn.timer.set(ctx, conn.grpc.poll_timeout(), key as u32);
     }
 
     fn on_request(&mut self, ctx: &mut Ctx<'_>, key: usize, req: Request) {
@@ -321,9 +308,7 @@ impl ReconnectServer {
         };
         log::debug!("control connection {key} from {} closed: {why}", conn.peer);
         ctx.deregister(&mut conn.stream, conn.token);
-        if let Some((id, _)) = conn.timer {
-            ctx.cancel_timer(id);
-        }
+        conn.timer.cancel(ctx);
         let calls: Vec<u32> = conn.grpc.dispatched().collect();
         for stream in calls {
             self.cancel_call(ctx, call_id(key, stream));
@@ -366,10 +351,9 @@ impl Component for ReconnectServer {
         let Some(conn) = self.conns.get_mut(key) else {
             return;
         };
-        if conn.timer.map(|(id, _)| id) != Some(timer) {
+        if !conn.timer.fired(timer) {
             return;
         }
-        conn.timer = None;
         conn.grpc.handle_timeout(ctx.now());
         self.after_io(ctx, key);
         self.register_retry(ctx);

@@ -2,6 +2,9 @@
 
 #![allow(dead_code)]
 
+pub mod exposition;
+pub mod http;
+
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
@@ -35,25 +38,30 @@ impl Daemon {
             }
         });
         let mut daemon = Daemon { child, stderr: rx };
-        let addr = daemon.wait_for(marker, Duration::from_secs(10));
-        let addr = addr
+        let addr = daemon.wait_for_addr(marker);
+        (daemon, addr)
+    }
+
+    /// Waits for a later log line containing `marker` and returns the address after it.
+    pub fn wait_for_addr(&mut self, marker: &str) -> SocketAddr {
+        self.wait_for(marker, Duration::from_secs(10))
             .split(marker)
             .nth(1)
             .and_then(|rest| rest.split_whitespace().next())
             .and_then(|a| a.parse().ok())
-            .unwrap_or_else(|| panic!("no address after {marker:?}"));
-        (daemon, addr)
+            .unwrap_or_else(|| panic!("no address after {marker:?}"))
     }
 
     /// The first stderr line containing `needle` within `timeout` (panics otherwise).
     pub fn wait_for(&mut self, needle: &str, timeout: Duration) -> String {
         let deadline = std::time::Instant::now() + timeout;
+        let mut seen = Vec::new();
         loop {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
             match self.stderr.recv_timeout(left) {
                 Ok(line) if line.contains(needle) => return line,
-                Ok(_) => {}
-                Err(_) => panic!("backoffd never logged {needle:?}"),
+                Ok(line) => seen.push(line),
+                Err(_) => panic!("backoffd never logged {needle:?}; it logged {seen:#?}"),
             }
         }
     }

@@ -1,0 +1,66 @@
+//! Keeping a component's registrations in step with a sans-IO core, per connection: one timer
+//! at the deadline the core wants, and write interest only while output waits.
+
+use mio::event::Source;
+use mio::{Interest, Token};
+
+use super::Ctx;
+use crate::time::Timestamp;
+use crate::timer::TimerId;
+
+/// One reactor timer kept at the deadline a core wants (its `poll_timeout`), re-armed only
+/// when that deadline changes, as quinn's drivers do.
+#[derive(Debug, Default)]
+pub struct TimerSlot(Option<(TimerId, Timestamp)>);
+
+impl TimerSlot {
+    /// Arms, moves or cancels the timer so that it fires at `wanted` with `key`.
+    pub fn set(&mut self, ctx: &mut Ctx<'_>, wanted: Option<Timestamp>, key: u32) {
+        if self.0.map(|(_, at)| at) == wanted {
+            return;
+        }
+        self.cancel(ctx);
+        self.0 = wanted.map(|at| (ctx.set_timer(at, key), at));
+    }
+
+    /// Whether `id` is this slot's timer firing (the slot is then empty); false for a stale id.
+    pub fn fired(&mut self, id: TimerId) -> bool {
+        let ours = self.0.is_some_and(|(t, _)| t == id);
+        if ours {
+            self.0 = None;
+        }
+        ours
+    }
+
+    pub fn cancel(&mut self, ctx: &mut Ctx<'_>) {
+        if let Some((id, _)) = self.0.take() {
+            ctx.cancel_timer(id);
+        }
+    }
+}
+
+/// A stream registered READABLE, plus WRITABLE only while output waits for the socket (so an
+/// idle connection causes no wake-ups).
+#[derive(Debug, Default)]
+pub struct WriteInterest(bool);
+
+impl WriteInterest {
+    /// Re-registers `source` if whether it `wants_write` changed.
+    pub fn update<S: Source + ?Sized>(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        source: &mut S,
+        token: Token,
+        wants_write: bool,
+    ) {
+        if wants_write == self.0 {
+            return;
+        }
+        self.0 = wants_write;
+        let interest = match wants_write {
+            true => Interest::READABLE | Interest::WRITABLE,
+            false => Interest::READABLE,
+        };
+        let _ = ctx.reregister(source, token, interest);
+    }
+}
