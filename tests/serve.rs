@@ -179,3 +179,99 @@ fn a_port_in_use_fails_start_up_with_one_line() {
         "{err}"
     );
 }
+
+/// An upstream that answers each request piggybacked after `delay`.
+fn slow_upstream(delay: Duration) -> std::net::SocketAddr {
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let addr = socket.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 1500];
+        while let Ok((n, from)) = socket.recv_from(&mut buf) {
+            let Ok(req) = Message::parse(&buf[..n]) else {
+                continue;
+            };
+            let mut out = Vec::new();
+            let mut b = MessageBuilder::new(
+                &mut out,
+                MessageType::Ack,
+                Code::CONTENT,
+                req.message_id(),
+                req.token(),
+            );
+            b.payload(b"late");
+            b.finish().unwrap();
+            let reply = socket.try_clone().unwrap();
+            std::thread::spawn(move || {
+                std::thread::sleep(delay);
+                let _ = reply.send_to(&out, from);
+            });
+        }
+    });
+    addr
+}
+
+#[test]
+fn sigterm_under_load_answers_everything_in_flight_then_exits_0() {
+    let up = slow_upstream(Duration::from_millis(400)).to_string();
+    let (mut daemon, proxy) = Daemon::start(
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream",
+            &up,
+            "--ack-delay",
+            "5s",
+            "--drain",
+            "5s",
+        ],
+        "CoAP proxy listening on ",
+    );
+    let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+    client
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let request = |mid: u16| {
+        let mut req = Vec::new();
+        MessageBuilder::new(
+            &mut req,
+            MessageType::Con,
+            Code::GET,
+            mid,
+            &mid.to_be_bytes(),
+        )
+        .finish()
+        .unwrap();
+        req
+    };
+    const IN_FLIGHT: u16 = 100;
+    for mid in 0..IN_FLIGHT {
+        client.send_to(&request(mid), proxy).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(daemon.child.id() as i32, libc::SIGTERM) };
+    daemon.wait_for("shutting down", Duration::from_secs(5));
+    client.send_to(&request(IN_FLIGHT), proxy).unwrap();
+    let mut answers = std::collections::HashMap::new();
+    let mut buf = [0u8; 1500];
+    while answers.len() < usize::from(IN_FLIGHT) + 1 {
+        let n = client.recv(&mut buf).expect("every request is answered");
+        let m = Message::parse(&buf[..n]).unwrap();
+        answers.insert(m.message_id(), m.code());
+    }
+    for mid in 0..IN_FLIGHT {
+        assert_eq!(
+            answers[&mid],
+            Code::CONTENT,
+            "in-flight request {mid} finished during the drain"
+        );
+    }
+    assert_eq!(
+        answers[&IN_FLIGHT],
+        Code::SERVICE_UNAVAILABLE,
+        "new work is refused while draining"
+    );
+    let status = daemon.child.wait().unwrap();
+    assert_eq!(status.code(), Some(0));
+}
