@@ -44,10 +44,13 @@ const SIGNAL_TOKEN: Token = Token(usize::MAX - 2);
 /// What a source is ready for, copied out of mio's event.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Readiness {
+    /// Reading may make progress: read until `WouldBlock`.
     pub readable: bool,
+    /// Writing may make progress: flush until `WouldBlock`.
     pub writable: bool,
     /// The peer closed its side, or the socket failed: reading will return 0 or an error.
     pub closed: bool,
+    /// The socket has a pending error (e.g. `SO_ERROR` after a failed connect or an ICMP error).
     pub error: bool,
 }
 
@@ -77,6 +80,7 @@ pub trait Component: Any {
 /// Reactor settings.
 #[derive(Clone, Debug)]
 pub struct Config {
+    /// How the loop sleeps until the next timer: `timerfd` precision or the `epoll_wait` timeout.
     pub wake: WakeMode,
     /// Handle SIGINT/SIGTERM in the loop (blocks them for this thread).
     pub signals: bool,
@@ -233,6 +237,7 @@ pub struct Reactor {
 }
 
 impl Reactor {
+    /// Creates the `Poll`, the wake source and (if `config.signals`) the signalfd; no components.
     pub fn new(config: Config) -> io::Result<Self> {
         let poll = Poll::new()?;
         let registry = poll.registry().try_clone()?;

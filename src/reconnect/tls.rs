@@ -154,6 +154,7 @@ impl TlsClient {
         self.output.drain(..n.min(self.output.len()));
     }
 
+    /// Whether the TLS handshake is still in progress (no application data yet).
     pub fn is_handshaking(&self) -> bool {
         self.conn.is_handshaking()
     }

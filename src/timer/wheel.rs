@@ -47,8 +47,11 @@ pub struct TimerId {
 /// A timer that [`TimerWheel::poll`] found due.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Expired<T> {
+    /// The handle [`TimerWheel::insert`] returned; it is stale from now on.
     pub id: TimerId,
+    /// The exact deadline it was inserted with (never later than the `now` it was polled at).
     pub deadline: Timestamp,
+    /// The value given to [`TimerWheel::insert`].
     pub value: T,
 }
 
@@ -97,6 +100,7 @@ impl<T> Default for TimerWheel<T> {
 }
 
 impl<T> TimerWheel<T> {
+    /// An empty wheel at tick 0.
     pub fn new() -> Self {
         Self::with_capacity(0)
     }
@@ -121,6 +125,7 @@ impl<T> TimerWheel<T> {
         self.nodes.len()
     }
 
+    /// Whether no timer is pending.
     pub fn is_empty(&self) -> bool {
         self.nodes.is_empty()
     }
