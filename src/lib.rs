@@ -4,6 +4,77 @@
 //! Protocol cores are sans-IO state machines that take `now` and bytes and return what to send
 //! and when to be woken; [`reactor`] is the only place that owns sockets, the clock and the
 //! timer wheel ([`timer`]).
+//!
+//! # Where things live
+//!
+//! - [`time`]: [`Timestamp`](time::Timestamp), the monotonic nanosecond clock cores are driven by.
+//! - [`timer`]: the hashed hierarchical timer wheel: exact deadlines, O(1) insert and cancel.
+//! - [`reactor`]: the event loop (mio `Poll`, `timerfd` wake-ups, signals) and the
+//!   [`Component`](reactor::Component) trait through which drivers plug into it.
+//! - [`coap`]: CoAP (RFC 7252) message codec: validate-once parsing, canonical encoding.
+//! - [`proxy`]: the CoAP forwarding proxy: the sans-IO [`Proxy`](proxy::Proxy) engine and
+//!   [`ProxyComponent`](proxy::ProxyComponent), the driver that owns its sockets.
+//! - [`http2`]: HTTP/2 (RFC 9113): frame codec, HPACK, and the connection state machine.
+//! - [`grpc`]: unary gRPC on top of [`http2`]: status codes, message framing, timeouts, client
+//!   and server connections, and the interop protobuf messages.
+//! - [`reconnect`]: gRPC's connection-backoff interop test: the server's sessions and Verify,
+//!   the client's backoff connector, and both as reactor components.
+//! - [`http1`] and [`metrics`]: a small HTTP/1.1 server core, and the Prometheus `/metrics` and
+//!   `/healthz` endpoint built on it.
+//! - [`net`]: socket helpers: dual-stack listeners, flushing a core's output.
+//! - [`stats`] and [`timer_bench`]: latency summaries and the timer-precision benchmark.
+//! - [`cli`]: the `backoffd` command line and the `serve --config` file format.
+//! - [`demo`]: `backoffd demo`: every component on loopback, with its results checked.
+//!
+//! # Plugging into the reactor
+//!
+//! A component implements [`reactor::Component`] and is added to a [`reactor::Reactor`]. Each
+//! callback runs on the loop's thread, must not block, and gets a [`reactor::Ctx`]: the
+//! component's only handle on the loop, to register sockets, arm timers, read `now` and stop
+//! the loop. This one arms a timer at start and stops the loop when it fires:
+//!
+//! ```
+//! use std::io;
+//! use std::time::Duration;
+//!
+//! use backoffd::reactor::{self, Component, Ctx, Reactor, Readiness};
+//! use backoffd::timer::TimerId;
+//! use mio::Token;
+//!
+//! struct OneShot {
+//!     fired: bool,
+//! }
+//!
+//! impl Component for OneShot {
+//!     fn on_start(&mut self, ctx: &mut Ctx<'_>) -> io::Result<()> {
+//!         ctx.set_timer(ctx.now() + Duration::from_millis(1), 0);
+//!         Ok(())
+//!     }
+//!     // Only called for sources this component registered: none here.
+//!     fn on_ready(&mut self, _ctx: &mut Ctx<'_>, _token: Token, _ready: Readiness) {}
+//!     fn on_timer(&mut self, ctx: &mut Ctx<'_>, _timer: TimerId, _key: u32) {
+//!         self.fired = true;
+//!         ctx.shutdown();
+//!     }
+//! }
+//!
+//! // `signals: false` leaves SIGINT/SIGTERM alone, as a library user or a test wants.
+//! let mut reactor = Reactor::new(reactor::Config {
+//!     signals: false,
+//!     ..reactor::Config::default()
+//! })?;
+//! let index = reactor.add(Box::new(OneShot { fired: false }))?;
+//! reactor.run()?;
+//! assert!(reactor.component::<OneShot>(index).is_some_and(|c| c.fired));
+//! # Ok::<(), io::Error>(())
+//! ```
+//!
+//! Real components own sockets: they [`register`](reactor::Ctx::register) them in
+//! [`on_start`](reactor::Component::on_start) and feed what
+//! [`on_ready`](reactor::Component::on_ready) reads into a sans-IO core; see
+//! [`metrics::MetricsServer`] for a small one.
+
+#![warn(missing_docs)]
 
 pub mod cli;
 pub mod coap;

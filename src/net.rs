@@ -97,6 +97,7 @@ fn bind_and_listen<A>(fd: OwnedFd, addr: &A) -> io::Result<TcpListener> {
 
 /// A sans-IO core that queues bytes for its socket (an HTTP/2 connection, a TLS session).
 pub trait Outbox {
+    /// Bytes waiting to be written to the socket, oldest first.
     fn pending_output(&self) -> &[u8];
     /// The caller wrote the first `n` octets of `pending_output`; more may move in behind them.
     fn consume_output(&mut self, n: usize);

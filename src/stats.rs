@@ -5,14 +5,21 @@ use std::fmt::Write;
 /// Lateness statistics of one sample set, in microseconds.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Summary {
+    /// Number of samples summarised.
     pub samples: usize,
     /// Samples below zero: a timer that fired before its deadline (must never happen).
     pub early: usize,
+    /// Smallest sample.
     pub min_us: f64,
+    /// Median (nearest rank).
     pub p50_us: f64,
+    /// 90th percentile (nearest rank).
     pub p90_us: f64,
+    /// 99th percentile (nearest rank).
     pub p99_us: f64,
+    /// 99.9th percentile (nearest rank).
     pub p999_us: f64,
+    /// Largest sample.
     pub max_us: f64,
 }
 

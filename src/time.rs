@@ -18,10 +18,12 @@ impl Timestamp {
     /// Later than any reachable instant (584 years of nanoseconds).
     pub const MAX: Timestamp = Timestamp(u64::MAX);
 
+    /// The instant `ns` nanoseconds after the clock's origin.
     pub const fn from_nanos(ns: u64) -> Self {
         Timestamp(ns)
     }
 
+    /// Nanoseconds since the clock's origin.
     pub const fn as_nanos(self) -> u64 {
         self.0
     }

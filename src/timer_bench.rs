@@ -24,12 +24,15 @@ pub struct Options {
     pub timers: usize,
     /// Deadlines are drawn uniformly from `now + min .. now + max`.
     pub min: Duration,
+    /// Upper bound of the deadline range (see `min`).
     pub max: Duration,
     /// Timers pending at once.
     pub inflight: usize,
+    /// Wake sources to compare, measured in this order within each round.
     pub sources: Vec<WakeMode>,
     /// Samples per source per round (rounds alternate sources).
     pub round: usize,
+    /// Seed of the deadline generator, so runs are repeatable.
     pub seed: u64,
 }
 
@@ -49,7 +52,9 @@ impl Default for Options {
 
 /// The lateness samples (nanoseconds, negative = early) of one wake source.
 pub struct SourceSamples {
+    /// The wake source measured.
     pub source: WakeMode,
+    /// One sample per timer: dispatch time minus deadline, in nanoseconds.
     pub lateness_ns: Vec<i64>,
 }
 

@@ -21,23 +21,31 @@ use std::fmt;
 /// One `[kind]` section.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Section {
+    /// The name between the brackets, one of the `known` kinds given to [`parse`].
     pub kind: String,
+    /// 1-based line of the `[kind]` header.
     pub line: usize,
+    /// The section's `key = value` lines, in file order.
     pub entries: Vec<Entry>,
 }
 
 /// One `key = value` line.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Entry {
+    /// 1-based line number, for error messages.
     pub line: usize,
+    /// The flag name, without dashes, trimmed.
     pub key: String,
+    /// Everything after the `=`, trimmed, comment removed.
     pub value: String,
 }
 
 /// A mistake in the file, with its line.
 #[derive(Debug, PartialEq, Eq)]
 pub struct FileError {
+    /// 1-based line the mistake is on.
     pub line: usize,
+    /// What is wrong, in one line.
     pub message: String,
 }
 

@@ -10,6 +10,7 @@ use std::str::FromStr;
 /// One accepted flag.
 #[derive(Clone, Copy)]
 pub struct Spec {
+    /// The flag's name without leading dashes.
     pub name: &'static str,
     /// Whether the flag takes a value (otherwise it is a switch).
     pub takes_value: bool,

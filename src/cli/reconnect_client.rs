@@ -8,6 +8,7 @@ use super::flags::{value, Flags, Spec, UsageError};
 use crate::reactor::{self, Reactor, WakeMode};
 use crate::reconnect::client::{resolve, ClientConfig, ReconnectClient};
 
+/// The `--help` text of the reconnect interop client.
 pub const HELP: &str = "\
 Usage: reconnect_interop_client --server_control_port=PORT --server_retry_port=PORT [options]
        backoffd reconnect-client --server_control_port=PORT --server_retry_port=PORT [options]

@@ -9,6 +9,7 @@ use crate::reactor::{self, Reactor, WakeMode};
 use crate::reconnect::server::{ReconnectServer, ServerConfig};
 use crate::reconnect::ServiceConfig;
 
+/// The `--help` text of the reconnect interop server.
 pub const HELP: &str = "\
 Usage: reconnect_interop_server --control_port=PORT --retry_port=PORT [options]
        backoffd reconnect-server --control_port=PORT --retry_port=PORT [options]

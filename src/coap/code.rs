@@ -54,6 +54,7 @@ impl Code {
         self.0 >> 5
     }
 
+    /// The 5-bit detail: the `dd` of `c.dd` (RFC 7252 §3).
     pub const fn detail(self) -> u8 {
         self.0 & 0x1f
     }

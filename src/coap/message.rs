@@ -12,9 +12,13 @@ pub const MAX_TOKEN_LEN: usize = 8;
 /// The 2-bit message type T (RFC 7252 §3, §4).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub enum MessageType {
+    /// Confirmable: retransmitted until acknowledged (RFC 7252 §4.2).
     Con = 0,
+    /// Non-confirmable: sent once, no ACK expected (RFC 7252 §4.3).
     Non = 1,
+    /// Acknowledgement of a Confirmable message, possibly carrying the response (RFC 7252 §4.2).
     Ack = 2,
+    /// Reset: the recipient cannot process a message (RFC 7252 §4.2, §4.3).
     Rst = 3,
 }
 
@@ -86,15 +90,19 @@ impl<'a> Message<'a> {
         })
     }
 
+    /// The message type T.
     pub fn msg_type(&self) -> MessageType {
         MessageType::from_bits(self.first >> 4)
     }
+    /// The request method or response code.
     pub fn code(&self) -> Code {
         self.code
     }
+    /// The Message ID: matches an ACK or RST to its message, detects duplicates (RFC 7252 §4.4).
     pub fn message_id(&self) -> u16 {
         self.mid
     }
+    /// The 0..=8 byte token that matches a response to its request (RFC 7252 §5.3.1).
     pub fn token(&self) -> &'a [u8] {
         self.token
     }

@@ -78,8 +78,11 @@ pub fn decode_uint(value: &[u8]) -> Result<u32, OptionValueError> {
 /// A Block1/Block2 value: block number, more flag and size exponent (RFC 7959 §2.2).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct BlockValue {
+    /// NUM: the block's index, counting from 0 (20 bits).
     pub num: u32,
+    /// M: more blocks follow this one (RFC 7959 §2.2).
     pub more: bool,
+    /// SZX: the size exponent; the block holds 2^(SZX+4) bytes, 7 is reserved.
     pub szx: u8,
 }
 

@@ -27,6 +27,7 @@ const MAX_RETRANSMIT: u32 = 4;
 pub struct BurstOutcome {
     /// Final code per request id (None: the client gave up).
     pub answers: Vec<Option<Code>>,
+    /// Requests the client sent again after an ACK timeout.
     pub retransmissions: u64,
 }
 
@@ -52,6 +53,8 @@ pub struct BurstClient {
 }
 
 impl BurstClient {
+    /// Binds a loopback UDP socket that will send `count` requests to `proxy`, ignoring a
+    /// `loss` share of the proxy's datagrams; answers are written into `outcome`.
     pub fn bind(
         proxy: SocketAddr,
         count: usize,

@@ -27,14 +27,23 @@ pub use upstream::{LossyUpstream, UpstreamLedger};
 /// What phase 1 measured.
 #[derive(Debug)]
 pub struct CoapReport {
+    /// Requests the burst client sent.
     pub requests: usize,
+    /// Requests whose final answer was a 2.xx success.
     pub answered_2xx: usize,
+    /// Requests the proxy gave up on with 5.04 Gateway Timeout.
     pub gateway_timeouts: usize,
+    /// Requests answered with any other code.
     pub other_codes: usize,
+    /// Requests the client gave up on without a final answer.
     pub unanswered: usize,
+    /// Times the client retransmitted a request to the proxy.
     pub client_retransmissions: u64,
+    /// The proxy's counters at the end of the phase.
     pub proxy: Counters,
+    /// Datagrams the lossy upstream dropped, in either direction.
     pub upstream_dropped: u64,
+    /// Retransmitted requests the upstream answered from its cache instead of executing.
     pub upstream_replays: u64,
     /// Request ids the upstream executed more than once (must be 0).
     pub duplicate_executions: usize,
@@ -119,6 +128,7 @@ pub fn run_coap_phase(requests: usize, loss: f64, seed: u64) -> io::Result<CoapR
 /// What phase 2 measured.
 #[derive(Debug)]
 pub struct BackoffReport {
+    /// The `max_reconnect_backoff_ms` the client asked the server to check against.
     pub max_backoff_ms: i32,
     /// The server's verdict, or why the run failed.
     pub result: Result<(bool, Vec<i32>), String>,

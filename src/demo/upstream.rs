@@ -23,8 +23,11 @@ use crate::timer::TimerId;
 pub struct UpstreamLedger {
     /// Executions per request id (the request payload): more than 1 would be a duplicate.
     pub executions: HashMap<Vec<u8>, u32>,
+    /// Datagrams received, before any simulated loss.
     pub datagrams_in: u64,
+    /// Datagrams dropped on purpose, in either direction.
     pub dropped: u64,
+    /// Retransmitted requests answered from the (peer, MID) cache, not executed again.
     pub replayed: u64,
 }
 
@@ -52,6 +55,8 @@ pub struct LossyUpstream {
 }
 
 impl LossyUpstream {
+    /// Binds a loopback UDP socket. `loss` is the chance to drop each datagram (each way),
+    /// `separate_share` the chance to answer with an empty ACK and a separate response.
     pub fn bind(
         loss: f64,
         separate_share: f64,
@@ -72,6 +77,7 @@ impl LossyUpstream {
         })
     }
 
+    /// The address to point the proxy at.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         self.socket.local_addr()
     }

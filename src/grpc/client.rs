@@ -31,7 +31,9 @@ pub enum ClientEvent {
     SettingsReceived,
     /// A call finished: its single response message, or why it failed.
     Response {
+        /// The stream id [`ClientConnection::call`] returned.
         stream: u32,
+        /// The response message (protobuf bytes), or the call's non-OK status.
         result: Result<Vec<u8>, Status>,
     },
 }
@@ -132,14 +134,17 @@ impl ClientConnection {
         self.process();
     }
 
+    /// The next event, in arrival order.
     pub fn poll_event(&mut self) -> Option<ClientEvent> {
         self.events.pop_front()
     }
 
+    /// Bytes to write to the transport; report progress with [`ClientConnection::consume_output`].
     pub fn pending_output(&self) -> &[u8] {
         self.h2.pending_output()
     }
 
+    /// The caller wrote `n` octets of [`ClientConnection::pending_output`].
     pub fn consume_output(&mut self, n: usize) {
         self.h2.consume_output(n);
     }

@@ -23,6 +23,7 @@ const INITIAL_BODY_CAPACITY: usize = 64 * 1024;
 pub struct Message {
     /// Compressed with the call's `grpc-encoding`; only possible when one was negotiated.
     pub compressed: bool,
+    /// The message bytes after the 5-byte length prefix (protobuf, unless compressed).
     pub payload: Vec<u8>,
 }
 

@@ -20,8 +20,11 @@ use crate::time::Timestamp;
 /// A complete unary request.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Request {
+    /// The HTTP/2 stream of the call; pass it to [`ServerConnection::respond`].
     pub stream: u32,
+    /// The fully qualified service from `:path`, e.g. `grpc.testing.ReconnectService`.
     pub service: String,
+    /// The method from `:path`, e.g. `Start`.
     pub method: String,
     /// The single request message (protobuf bytes).
     pub message: Vec<u8>,
@@ -33,7 +36,10 @@ pub enum ServerEvent {
     /// Answer it with [`ServerConnection::respond`], now or later.
     Request(Request),
     /// A dispatched call went away (stream reset or deadline passed): do not answer it.
-    Cancelled { stream: u32 },
+    Cancelled {
+        /// The stream of the cancelled call.
+        stream: u32,
+    },
 }
 
 struct Call {
@@ -53,6 +59,7 @@ pub struct ServerConnection {
 }
 
 impl ServerConnection {
+    /// A server connection; our SETTINGS are queued in the output at once.
     pub fn new(now: Timestamp, config: Config) -> Self {
         ServerConnection {
             h2: Connection::new(Role::Server, config, now),
@@ -67,6 +74,7 @@ impl ServerConnection {
         self.process(now);
     }
 
+    /// The next request or cancellation, in arrival order.
     pub fn poll_event(&mut self) -> Option<ServerEvent> {
         self.events.pop_front()
     }
@@ -87,10 +95,12 @@ impl ServerConnection {
             .map(|(&s, _)| s)
     }
 
+    /// Bytes to write to the socket; report progress with [`ServerConnection::consume_output`].
     pub fn pending_output(&self) -> &[u8] {
         self.h2.pending_output()
     }
 
+    /// The caller wrote `n` octets of [`ServerConnection::pending_output`].
     pub fn consume_output(&mut self, n: usize) {
         self.h2.consume_output(n);
     }

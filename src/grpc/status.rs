@@ -7,22 +7,39 @@ use std::fmt;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum Code {
+    /// Not an error: the call succeeded.
     Ok = 0,
+    /// The call was cancelled, typically by the caller.
     Cancelled = 1,
+    /// An unknown error, e.g. a status from another error space or a malformed `grpc-status`.
     Unknown = 2,
+    /// The client sent an invalid argument, whatever the system state.
     InvalidArgument = 3,
+    /// The deadline passed before the call completed (`grpc-timeout`).
     DeadlineExceeded = 4,
+    /// A requested entity was not found.
     NotFound = 5,
+    /// The entity the client tried to create already exists.
     AlreadyExists = 6,
+    /// The caller may not perform this operation.
     PermissionDenied = 7,
+    /// A resource ran out, e.g. a quota or a message size limit.
     ResourceExhausted = 8,
+    /// The system is not in the state the operation requires.
     FailedPrecondition = 9,
+    /// The operation was aborted, typically by a concurrency conflict.
     Aborted = 10,
+    /// The operation went past the valid range.
     OutOfRange = 11,
+    /// The method is not implemented or not supported by this server.
     Unimplemented = 12,
+    /// An internal invariant was broken.
     Internal = 13,
+    /// The service is currently unavailable; transient, so the call may be retried.
     Unavailable = 14,
+    /// Unrecoverable data loss or corruption.
     DataLoss = 15,
+    /// The request lacks valid authentication credentials.
     Unauthenticated = 16,
 }
 
@@ -116,11 +133,14 @@ impl fmt::Display for Code {
 /// The outcome of a call: a code and a human-readable message (may be empty).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Status {
+    /// The status code, sent as `grpc-status`.
     pub code: Code,
+    /// Human-readable detail, sent percent-encoded as `grpc-message`.
     pub message: String,
 }
 
 impl Status {
+    /// A status with the given code and message.
     pub fn new(code: Code, message: impl Into<String>) -> Self {
         Status {
             code,
@@ -128,10 +148,12 @@ impl Status {
         }
     }
 
+    /// `OK` with an empty message.
     pub fn ok() -> Self {
         Status::new(Code::Ok, "")
     }
 
+    /// Whether the code is [`Code::Ok`].
     pub fn is_ok(&self) -> bool {
         self.code == Code::Ok
     }

@@ -157,6 +157,7 @@ impl ServerConnection {
         true
     }
 
+    /// Response bytes not yet written to the socket.
     pub fn pending_output(&self) -> &[u8] {
         self.output.get(self.written..).unwrap_or_default()
     }

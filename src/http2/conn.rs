@@ -39,9 +39,12 @@ const RECENT_RESETS: usize = 256;
 /// Accounting cost of one queued event beyond its headers or debug data.
 const EVENT_OVERHEAD: usize = 64;
 
+/// Which end of the connection we are; it decides stream id parity and who sends the preface.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Role {
+    /// Accepts the client preface and serves peer-initiated (odd) streams.
     Server,
+    /// Sends the preface and opens odd-numbered streams (§5.1.1).
     Client,
 }
 
@@ -100,31 +103,46 @@ pub enum Event {
     /// Server: a request's headers (pseudo-headers included); client: response
     /// headers or trailers. Informational (1xx) responses come through too.
     Headers {
+        /// The stream the block arrived on.
         stream: u32,
+        /// The decoded field list, in wire order.
         headers: Vec<Header>,
+        /// The peer will send nothing more on this stream.
         end_stream: bool,
     },
     /// Consecutive DATA frames of one stream are merged. Polling this event
     /// returns its flow-control credit to the peer.
     Data {
+        /// The stream the body belongs to.
         stream: u32,
+        /// Body octets, padding removed.
         data: Vec<u8>,
+        /// The peer will send nothing more on this stream.
         end_stream: bool,
     },
     /// The peer reset the stream, or we did for a stream error (or because
     /// the peer's GOAWAY excluded it: REFUSED_STREAM, safe to retry). Forget it.
     StreamReset {
+        /// The stream that ended.
         stream: u32,
+        /// The RST_STREAM error code (§7).
         code: ErrorCode,
     },
     /// A SETTINGS frame (not an ACK) arrived: the gRPC client resets its backoff.
     SettingsReceived,
+    /// The peer sent GOAWAY (§6.8): no new streams. Our streams above
+    /// `last_stream_id` follow as [`Event::StreamReset`] with REFUSED_STREAM.
     GoAway {
+        /// Highest of our streams the peer may have processed.
         last_stream_id: u32,
+        /// Why the peer is closing (§7).
         code: ErrorCode,
+        /// The peer's opaque diagnostic data.
         debug: Vec<u8>,
     },
+    /// The ACK of a PING we sent with [`Connection::ping`] (§6.7).
     PingAcked {
+        /// The data we sent, echoed back.
         data: [u8; 8],
     },
 }
@@ -132,6 +150,7 @@ pub enum Event {
 /// Why a call from the application was refused; the connection is unaffected.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SendError {
+    /// The connection is closed.
     Closed,
     /// A GOAWAY was sent or received: no new streams (§6.8).
     GoingAway,
@@ -198,6 +217,7 @@ struct PeerSettings {
     max_frame_size: u32,
 }
 
+/// One HTTP/2 connection's state: framing, HPACK, streams and flow control. See the module docs.
 pub struct Connection {
     role: Role,
     config: Config,
@@ -373,6 +393,7 @@ impl Connection {
         Some(event)
     }
 
+    /// Bytes to write to the socket, oldest first; report progress with `consume_output`.
     pub fn pending_output(&self) -> &[u8] {
         &self.output[self.output_start..]
     }
@@ -391,6 +412,7 @@ impl Connection {
         self.flush_streams();
     }
 
+    /// When to call `handle_timeout` next (handshake or idle deadline); `None`: nothing is due.
     pub fn poll_timeout(&self) -> Option<Timestamp> {
         if self.closed {
             return None;
@@ -551,6 +573,7 @@ impl Connection {
         self.closed
     }
 
+    /// Streams not yet closed or reset (open or half-closed), ours and the peer's.
     pub fn open_streams(&self) -> usize {
         self.streams.len()
     }

@@ -11,19 +11,33 @@ use std::fmt;
 pub struct ErrorCode(pub u32);
 
 impl ErrorCode {
+    /// Not an error; used in a graceful GOAWAY (§7).
     pub const NO_ERROR: ErrorCode = ErrorCode(0x0);
+    /// An unspecific protocol violation (§7).
     pub const PROTOCOL_ERROR: ErrorCode = ErrorCode(0x1);
+    /// The endpoint hit an unexpected internal error (§7).
     pub const INTERNAL_ERROR: ErrorCode = ErrorCode(0x2);
+    /// The peer violated the flow-control protocol (§7, §5.2).
     pub const FLOW_CONTROL_ERROR: ErrorCode = ErrorCode(0x3);
+    /// SETTINGS were not acknowledged in time (§7, §6.5.3).
     pub const SETTINGS_TIMEOUT: ErrorCode = ErrorCode(0x4);
+    /// A frame arrived after the stream was half-closed (§7, §5.1).
     pub const STREAM_CLOSED: ErrorCode = ErrorCode(0x5);
+    /// A frame had an invalid size (§7, §4.2).
     pub const FRAME_SIZE_ERROR: ErrorCode = ErrorCode(0x6);
+    /// The stream was refused before any processing, so it is safe to retry (§7, §8.7).
     pub const REFUSED_STREAM: ErrorCode = ErrorCode(0x7);
+    /// The stream is no longer needed (§7).
     pub const CANCEL: ErrorCode = ErrorCode(0x8);
+    /// The HPACK compression context could not be maintained (§7, §4.3).
     pub const COMPRESSION_ERROR: ErrorCode = ErrorCode(0x9);
+    /// The connection of a CONNECT request was reset or abnormally closed (§7, §8.5).
     pub const CONNECT_ERROR: ErrorCode = ErrorCode(0xa);
+    /// The peer is generating excessive load (§7, §10.5).
     pub const ENHANCE_YOUR_CALM: ErrorCode = ErrorCode(0xb);
+    /// The TLS connection does not meet the minimum requirements (§7, §9.2).
     pub const INADEQUATE_SECURITY: ErrorCode = ErrorCode(0xc);
+    /// The endpoint requires HTTP/1.1 for this request (§7).
     pub const HTTP_1_1_REQUIRED: ErrorCode = ErrorCode(0xd);
 
     /// The RFC 9113 §7 name, or `None` for codes this implementation does not know.
@@ -69,22 +83,29 @@ impl fmt::Display for ErrorCode {
 pub enum H2Error {
     /// Fatal to the whole connection (§5.4.1).
     Connection {
+        /// The code for the GOAWAY frame.
         code: ErrorCode,
+        /// What went wrong, for logs and GOAWAY debug data.
         reason: &'static str,
     },
     /// Fatal only to `stream_id` (§5.4.2); never 0.
     Stream {
+        /// The stream to reset.
         stream_id: u32,
+        /// The code for the RST_STREAM frame.
         code: ErrorCode,
+        /// What went wrong, for logs.
         reason: &'static str,
     },
 }
 
 impl H2Error {
+    /// A connection error (§5.4.1).
     pub fn connection(code: ErrorCode, reason: &'static str) -> Self {
         H2Error::Connection { code, reason }
     }
 
+    /// A stream error on `stream_id` (§5.4.2).
     pub fn stream(stream_id: u32, code: ErrorCode, reason: &'static str) -> Self {
         H2Error::Stream {
             stream_id,
@@ -100,6 +121,7 @@ impl H2Error {
         }
     }
 
+    /// The static description, for logs and GOAWAY debug data.
     pub fn reason(&self) -> &'static str {
         match *self {
             H2Error::Connection { reason, .. } | H2Error::Stream { reason, .. } => reason,

@@ -19,31 +19,55 @@ pub const MAX_ALLOWED_FRAME_SIZE: u32 = (1 << 24) - 1;
 /// Largest flow-control window, 2^31-1 (§6.9.1).
 pub const MAX_WINDOW_SIZE: u32 = (1 << 31) - 1;
 
-/// Frame types (§6).
+// Frame types (§6).
+
+/// DATA: request or response body octets, flow-controlled (§6.1).
 pub const TYPE_DATA: u8 = 0x0;
+/// HEADERS: opens a stream and carries a field block fragment (§6.2).
 pub const TYPE_HEADERS: u8 = 0x1;
+/// PRIORITY: deprecated stream dependency; parsed and ignored (§6.3).
 pub const TYPE_PRIORITY: u8 = 0x2;
+/// RST_STREAM: terminates one stream with an error code (§6.4).
 pub const TYPE_RST_STREAM: u8 = 0x3;
+/// SETTINGS: connection parameters, acknowledged by the peer (§6.5).
 pub const TYPE_SETTINGS: u8 = 0x4;
+/// PUSH_PROMISE: server push of a reserved stream (§6.6).
 pub const TYPE_PUSH_PROMISE: u8 = 0x5;
+/// PING: round-trip probe, echoed with ACK (§6.7).
 pub const TYPE_PING: u8 = 0x6;
+/// GOAWAY: graceful or error shutdown of the connection (§6.8).
 pub const TYPE_GOAWAY: u8 = 0x7;
+/// WINDOW_UPDATE: flow-control credit for a stream or the connection (§6.9).
 pub const TYPE_WINDOW_UPDATE: u8 = 0x8;
+/// CONTINUATION: further field block fragment after HEADERS or PUSH_PROMISE (§6.10).
 pub const TYPE_CONTINUATION: u8 = 0x9;
 
-/// Frame flags (§6). END_STREAM and ACK share a bit on different frame types.
+// Frame flags (§6). END_STREAM and ACK share a bit on different frame types.
+
+/// END_STREAM on DATA and HEADERS: the sender's last frame on the stream (§6.1, §6.2).
 pub const FLAG_END_STREAM: u8 = 0x1;
+/// ACK on SETTINGS and PING: this frame acknowledges the peer's (§6.5, §6.7).
 pub const FLAG_ACK: u8 = 0x1;
+/// END_HEADERS on HEADERS, PUSH_PROMISE and CONTINUATION: the field block is complete (§6.2).
 pub const FLAG_END_HEADERS: u8 = 0x4;
+/// PADDED on DATA, HEADERS and PUSH_PROMISE: a Pad Length octet and padding are present (§6.1).
 pub const FLAG_PADDED: u8 = 0x8;
+/// PRIORITY on HEADERS: stream dependency fields precede the fragment (§6.2).
 pub const FLAG_PRIORITY: u8 = 0x20;
 
-/// SETTINGS identifiers (§6.5.2).
+// SETTINGS identifiers (§6.5.2).
+
+/// SETTINGS_HEADER_TABLE_SIZE: largest HPACK dynamic table the sender's decoder allows (§6.5.2).
 pub const SETTINGS_HEADER_TABLE_SIZE: u16 = 0x1;
+/// SETTINGS_ENABLE_PUSH: 0 or 1; a server must never send 1 (§6.5.2).
 pub const SETTINGS_ENABLE_PUSH: u16 = 0x2;
+/// SETTINGS_MAX_CONCURRENT_STREAMS: streams the sender lets its peer have open at once (§6.5.2).
 pub const SETTINGS_MAX_CONCURRENT_STREAMS: u16 = 0x3;
+/// SETTINGS_INITIAL_WINDOW_SIZE: each stream's initial flow-control window, <= 2^31-1 (§6.5.2).
 pub const SETTINGS_INITIAL_WINDOW_SIZE: u16 = 0x4;
+/// SETTINGS_MAX_FRAME_SIZE: largest frame payload the sender accepts, 2^14..=2^24-1 (§6.5.2).
 pub const SETTINGS_MAX_FRAME_SIZE: u16 = 0x5;
+/// SETTINGS_MAX_HEADER_LIST_SIZE: advisory limit on a decoded field section (§6.5.2).
 pub const SETTINGS_MAX_HEADER_LIST_SIZE: u16 = 0x6;
 
 /// Stream identifiers, window increments and GOAWAY's last stream are 31 bits
@@ -53,9 +77,13 @@ const U31: u32 = 0x7fff_ffff;
 /// The fixed frame header (§4.1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FrameHeader {
+    /// Payload length in octets (24 bits), not counting the 9-octet header.
     pub length: u32,
+    /// Frame type, one of the `TYPE_*` constants or an unknown extension type.
     pub kind: u8,
+    /// Type-specific flag bits (`FLAG_*`).
     pub flags: u8,
+    /// Stream the frame belongs to, reserved bit cleared; 0 for the connection.
     pub stream_id: u32,
 }
 
@@ -95,7 +123,9 @@ impl FrameHeader {
 /// validated and then ignored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Priority {
+    /// The stream this one depends on (31 bits).
     pub dependency: u32,
+    /// The E bit: the dependency is exclusive.
     pub exclusive: bool,
     /// Wire value; the effective weight is `weight + 1` (§5.3.2 of RFC 7540).
     pub weight: u8,
@@ -135,61 +165,102 @@ impl Iterator for SettingsIter<'_> {
 /// One decoded frame, borrowing its payload from the input buffer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Frame<'a> {
-    /// `data` has padding removed; `flow_len` is the whole payload length,
+    /// DATA (§6.1). `data` has padding removed; `flow_len` is the whole payload length,
     /// padding included, because that is what flow control counts (§6.1).
     Data {
+        /// The stream the octets belong to.
         stream_id: u32,
+        /// END_STREAM: no more DATA or HEADERS from the sender on this stream.
         end_stream: bool,
+        /// Body octets, padding stripped.
         data: &'a [u8],
+        /// Octets charged against the flow-control windows.
         flow_len: u32,
     },
+    /// HEADERS (§6.2): opens a stream or carries trailers.
     Headers {
+        /// The stream being opened or finished.
         stream_id: u32,
+        /// END_STREAM: the field block is the last thing sent on this stream.
         end_stream: bool,
+        /// END_HEADERS: no CONTINUATION follows.
         end_headers: bool,
+        /// Dependency fields if the PRIORITY flag was set; validated, then ignored.
         priority: Option<Priority>,
+        /// HPACK-encoded field block fragment, padding and priority fields stripped.
         fragment: &'a [u8],
     },
+    /// PRIORITY (§6.3): deprecated, validated and ignored.
     Priority {
+        /// The stream whose priority is being set.
         stream_id: u32,
+        /// The dependency fields.
         priority: Priority,
     },
+    /// RST_STREAM (§6.4): the peer abandoned a stream.
     RstStream {
+        /// The stream being reset.
         stream_id: u32,
+        /// Why (§7).
         code: ErrorCode,
     },
+    /// SETTINGS (§6.5), or the acknowledgement of ours.
     Settings {
+        /// ACK flag: this acknowledges our SETTINGS and carries no parameters.
         ack: bool,
+        /// The parameters, already range-checked.
         params: SettingsIter<'a>,
     },
+    /// PUSH_PROMISE (§6.6). The connection never accepts one: servers may not receive it and
+    /// our client disables push (§8.4).
     PushPromise {
+        /// The associated stream the promise was sent on.
         stream_id: u32,
+        /// The stream the server reserves for the pushed response.
         promised_id: u32,
+        /// END_HEADERS: no CONTINUATION follows.
         end_headers: bool,
+        /// HPACK-encoded field block fragment of the promised request.
         fragment: &'a [u8],
     },
+    /// PING (§6.7).
     Ping {
+        /// ACK flag: this is the echo of a PING we sent.
         ack: bool,
+        /// Opaque data, echoed back unchanged.
         data: [u8; 8],
     },
+    /// GOAWAY (§6.8): the peer is closing the connection.
     GoAway {
+        /// Highest stream the sender may have processed; later streams can be retried.
         last_stream_id: u32,
+        /// Why the connection is closing (§7).
         code: ErrorCode,
+        /// Opaque diagnostic data.
         debug: &'a [u8],
     },
+    /// WINDOW_UPDATE (§6.9).
     WindowUpdate {
+        /// The stream whose window grows, or 0 for the connection window.
         stream_id: u32,
+        /// Credit to add, 1..=2^31-1.
         increment: u32,
     },
+    /// CONTINUATION (§6.10): the next fragment of a field block.
     Continuation {
+        /// Must be the stream of the HEADERS or PUSH_PROMISE it continues.
         stream_id: u32,
+        /// END_HEADERS: the field block is complete.
         end_headers: bool,
+        /// HPACK-encoded field block fragment.
         fragment: &'a [u8],
     },
     /// Unknown types MUST be ignored and discarded (§4.1, §5.5), except that
     /// one inside a header block is a sequencing error the connection checks.
     Unknown {
+        /// The unrecognised frame type.
         kind: u8,
+        /// The stream it was sent on.
         stream_id: u32,
     },
 }

@@ -18,6 +18,7 @@ pub struct MetricsWriter {
 }
 
 impl MetricsWriter {
+    /// An empty document.
     pub fn new() -> Self {
         Self::default()
     }
@@ -102,6 +103,7 @@ pub struct LatencyHistogram {
 }
 
 impl LatencyHistogram {
+    /// Adds one sample of `ns` nanoseconds, rounded up to whole microseconds for the bucket.
     pub fn record_nanos(&mut self, ns: u64) {
         let us = ns.div_ceil(1000);
         let i = (64 - us.saturating_sub(1).leading_zeros() as usize).min(self.buckets.len() - 1);

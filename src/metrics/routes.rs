@@ -11,9 +11,13 @@ const ALLOW: &[(&str, &str)] = &[("Allow", "GET, HEAD")];
 /// Where a request goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Route {
+    /// `GET /metrics`: the exposition document.
     Metrics,
+    /// `GET /healthz`: a liveness probe, always `ok`.
     Healthz,
+    /// Any other path: 404.
     NotFound,
+    /// A known path with a method other than GET or HEAD: 405.
     MethodNotAllowed,
 }
 
@@ -33,9 +37,13 @@ pub fn route(method: &str, path: &str) -> Route {
 
 /// An answer ready for [`crate::http1::ServerConnection::respond_with`].
 pub struct Reply {
+    /// HTTP status code.
     pub status: u16,
+    /// Extra header fields, e.g. `Allow` on a 405.
     pub fields: &'static [(&'static str, &'static str)],
+    /// The `Content-Type` of the body.
     pub content_type: &'static str,
+    /// The response body (dropped for HEAD by the connection).
     pub body: Vec<u8>,
 }
 
@@ -78,7 +86,9 @@ const CODES: [(u16, &str); 8] = [
 #[derive(Clone, Debug, Default)]
 pub struct HttpStats {
     by_code: [u64; CODES.len()],
+    /// Connections accepted.
     pub connections: u64,
+    /// Connections closed right after accept because `max_connections` were open.
     pub connections_refused: u64,
 }
 
@@ -90,6 +100,7 @@ impl HttpStats {
         self.by_code[i] += 1;
     }
 
+    /// Writes the counters, plus `open` as the open-connections gauge.
     pub fn write(&self, out: &mut MetricsWriter, open: usize) {
         let by_code: Vec<(&str, u64)> = CODES
             .iter()

@@ -32,7 +32,9 @@ const READ_CHUNK: usize = 16 * 1024;
 /// Endpoint settings.
 #[derive(Clone, Debug)]
 pub struct MetricsConfig {
+    /// Address to listen on; [`DEFAULT_ADDR`] unless configured.
     pub addr: SocketAddr,
+    /// Limits and timeouts of each HTTP/1.1 connection.
     pub http: http1::Config,
     /// Connections open at once; more are closed as soon as they are accepted.
     pub max_connections: usize,

@@ -108,6 +108,7 @@ pub struct Routing {
     pub upstream: Option<SocketAddr>,
     /// Forward proxy: Proxy-Uri / Proxy-Scheme requests to these `host:port` targets only.
     pub allow: Vec<AllowedTarget>,
+    /// Whether forward proxying is on at all; if not, Proxy-Uri requests get 5.05.
     pub forward: bool,
 }
 
@@ -116,16 +117,20 @@ pub struct Routing {
 pub struct AllowedTarget {
     /// Lowercase host as written in `--allow` (IP literal or name).
     pub host: String,
+    /// Port as written in `--allow`.
     pub port: u16,
+    /// The address the target resolved to at start-up; requests for it go there.
     pub addr: SocketAddr,
 }
 
 /// Everything the proxy engine needs to know.
 #[derive(Clone, Debug)]
 pub struct ProxyConfig {
+    /// Upstream retry policy for every method not covered by `non_idempotent` (GET, PUT, ...).
     pub policy: RetryPolicy,
     /// POST, PATCH (and iPATCH): not idempotent, so retried less (RFC 7252 §5.8, RFC 8132).
     pub non_idempotent: RetryPolicy,
+    /// Where requests go: reverse upstream and forward-proxy allow list.
     pub routing: Routing,
     /// Exchanges in flight upstream at once (all upstreams); more get 5.03.
     pub max_inflight: usize,

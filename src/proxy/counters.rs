@@ -15,25 +15,41 @@ pub struct Counters {
     pub client_retransmissions: u64,
     /// Empty ACKs sent to clients (the answer then travels separately).
     pub empty_acks_sent: u64,
-    /// Answers relayed to clients by class: 2.xx, 4.xx, 5.xx (upstream's own codes).
+    // Answers relayed to clients by class (the upstream's own codes).
+    /// Upstream 2.xx answers relayed to clients.
     pub relayed_2xx: u64,
+    /// Upstream 4.xx answers relayed to clients.
     pub relayed_4xx: u64,
+    /// Upstream 5.xx answers relayed to clients.
     pub relayed_5xx: u64,
-    /// Answers the proxy made itself.
+    // Answers the proxy made itself, by code.
+    /// 5.02 Bad Gateway: the upstream reset, was unreachable or answered unusably, or the
+    /// request carried an unrecognised unsafe option (RFC 7252 §5.7.1).
     pub bad_gateway_5_02: u64,
+    /// 5.03 Service Unavailable: an in-flight limit was reached, the proxy is shutting down,
+    /// or the upstream's Message ID space is exhausted.
     pub service_unavailable_5_03: u64,
+    /// 5.04 Gateway Timeout: the retry policy gave up waiting for the upstream.
     pub gateway_timeout_5_04: u64,
+    /// 4.02 Bad Option: an unrecognised critical option (RFC 7252 §5.4.1).
     pub bad_option_4_02: u64,
+    /// 4.03 Forbidden: a forward-proxy target not in the allow list.
     pub forbidden_4_03: u64,
+    /// 4.04 Not Found: a request for the proxy itself with no reverse upstream configured.
     pub not_found_4_04: u64,
+    /// 5.05 Proxying Not Supported: forward proxying is off, or the scheme is not `coap`.
     pub proxying_not_supported_5_05: u64,
+    /// 5.08 Hop Limit Reached: the request's Hop-Limit ran out (RFC 8768).
     pub hop_limit_5_08: u64,
+    /// 4.00 Bad Request: any other malformed request, e.g. an invalid Hop-Limit or Proxy-Uri.
     pub bad_request_4_00: u64,
-    /// Malformed datagrams (RST to a CON, a NON dropped).
+    /// Malformed datagrams from clients (RST to a CON, a NON dropped).
     pub client_format_errors: u64,
+    /// Malformed datagrams from upstreams.
     pub upstream_format_errors: u64,
-    /// Datagrams that matched nothing (late answers, unknown tokens, stray ACKs).
+    /// Upstream datagrams that matched nothing (late answers, unknown tokens, stray ACKs).
     pub unmatched_upstream: u64,
+    /// Client datagrams that matched nothing (stray ACKs or RSTs, pings, CONs we cannot process).
     pub unmatched_client: u64,
     /// Notifications relayed to observers (RFC 7641).
     pub notifications_relayed: u64,
@@ -45,8 +61,10 @@ pub struct Counters {
     pub cache_evictions: u64,
     /// Of those, answers evicted while their client could still retransmit (cache too small).
     pub early_evictions: u64,
-    /// Gauges: exchanges alive (any state) and of those, finished answers kept for duplicates.
+    /// Gauge: exchanges alive, in any state.
     pub live_exchanges: u64,
+    /// Gauge: of those, finished answers kept to answer duplicates.
     pub cached_answers: u64,
+    /// Gauge: Observe relays alive (RFC 7641).
     pub observations: u64,
 }

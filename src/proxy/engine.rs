@@ -36,7 +36,9 @@ pub enum Destination {
 /// A datagram to send.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Transmit {
+    /// Which socket sends it, and to whom.
     pub to: Destination,
+    /// The encoded CoAP datagram.
     pub payload: Vec<u8>,
 }
 

@@ -12,9 +12,11 @@ pub const COAP_PORT: u16 = 5683;
 pub struct Target {
     /// Lowercase host without brackets.
     pub host: String,
+    /// Port from the URI, or [`COAP_PORT`] if none was given.
     pub port: u16,
-    /// Uri-Path segments and Uri-Query parameters, percent-decoded.
+    /// Uri-Path segments, percent-decoded.
     pub path: Vec<Vec<u8>>,
+    /// Uri-Query parameters, percent-decoded.
     pub query: Vec<Vec<u8>>,
 }
 

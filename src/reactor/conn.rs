@@ -32,6 +32,7 @@ impl TimerSlot {
         ours
     }
 
+    /// Cancels the timer, if armed; the slot is then empty.
     pub fn cancel(&mut self, ctx: &mut Ctx<'_>) {
         if let Some((id, _)) = self.0.take() {
             ctx.cancel_timer(id);

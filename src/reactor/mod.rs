@@ -6,6 +6,11 @@
 //! which lets them register sources, arm and cancel timers, read the loop's `now`, and ask the
 //! whole loop to stop. There are no threads, locks, channels or futures: one `Poll`, one wheel.
 //!
+//! To use it: [`Reactor::new`], then [`Reactor::add`] each component (its
+//! [`Component::on_start`] runs there), then [`Reactor::run`] until the loop stops. The crate
+//! root has a complete example. [`TimerSlot`] and [`WriteInterest`] help a component keep its
+//! timer and write interest in step with a sans-IO core.
+//!
 //! One iteration of [`Reactor::run`]:
 //! 1. ask the wheel for its earliest deadline and arm the wake source for it (a `timerfd` re-armed
 //!    only when that deadline changes, or the `epoll_wait` timeout; see [`WakeMode`]);
@@ -14,9 +19,10 @@
 //!    edge-triggered: a component must read or accept until `WouldBlock`);
 //! 4. read the clock again and fire every due timer, earliest first.
 //!
-//! SIGINT/SIGTERM arrive through a signalfd in the same `Poll`. The first one calls
-//! [`Component::on_shutdown`] on every component and gives them `drain_timeout` to report
-//! [`Component::is_drained`]; a second one stops at once.
+//! Shutdown starts with [`Ctx::shutdown`] or, if [`Config::signals`] is set, with SIGINT/SIGTERM
+//! (read through a signalfd in the same `Poll`). The loop then calls [`Component::on_shutdown`]
+//! on every component and gives them [`Config::drain_timeout`] to report
+//! [`Component::is_drained`]; a signal that arrives while they drain stops the loop at once.
 
 mod conn;
 mod signals;
@@ -44,10 +50,13 @@ const SIGNAL_TOKEN: Token = Token(usize::MAX - 2);
 /// What a source is ready for, copied out of mio's event.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Readiness {
+    /// Reading may make progress: read until `WouldBlock`.
     pub readable: bool,
+    /// Writing may make progress: flush until `WouldBlock`.
     pub writable: bool,
     /// The peer closed its side, or the socket failed: reading will return 0 or an error.
     pub closed: bool,
+    /// The socket has a pending error (e.g. `SO_ERROR` after a failed connect or an ICMP error).
     pub error: bool,
 }
 
@@ -77,6 +86,7 @@ pub trait Component: Any {
 /// Reactor settings.
 #[derive(Clone, Debug)]
 pub struct Config {
+    /// How the loop sleeps until the next timer: `timerfd` precision or the `epoll_wait` timeout.
     pub wake: WakeMode,
     /// Handle SIGINT/SIGTERM in the loop (blocks them for this thread).
     pub signals: bool,
@@ -233,6 +243,7 @@ pub struct Reactor {
 }
 
 impl Reactor {
+    /// Creates the `Poll`, the wake source and (if `config.signals`) the signalfd; no components.
     pub fn new(config: Config) -> io::Result<Self> {
         let poll = Poll::new()?;
         let registry = poll.registry().try_clone()?;

@@ -65,11 +65,21 @@ impl BackoffConfig {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Action {
     /// Start attempt `attempt` now; abandon it at `deadline` and call [`Backoff::on_attempt_timeout`].
-    Connect { attempt: u32, deadline: Timestamp },
+    Connect {
+        /// 1-based attempt number, as in [`AttemptRecord::attempt`].
+        attempt: u32,
+        /// When to give up on this attempt.
+        deadline: Timestamp,
+    },
     /// Sleeping between attempts: call `poll_action` again at this instant.
     WaitUntil(Timestamp),
     /// An attempt is in flight: report how it ends, or its timeout at `deadline`.
-    InProgress { attempt: u32, deadline: Timestamp },
+    InProgress {
+        /// The attempt in flight.
+        attempt: u32,
+        /// When to give up on it.
+        deadline: Timestamp,
+    },
     /// SETTINGS received: nothing to do until [`Backoff::on_disconnected`].
     Connected,
 }

@@ -55,7 +55,9 @@ pub struct ClientConfig {
     pub server_host: String,
     /// The one address every connection goes to (see [`resolve`]).
     pub server_ip: IpAddr,
+    /// The server's plaintext HTTP/2 port for Start and Stop (`--server_control_port`).
     pub control_port: u16,
+    /// The TLS port the backoff attempts connect to (`--server_retry_port`).
     pub retry_port: u16,
     /// Sent in Start and used for the client's own backoff (0: the default 120 s).
     pub max_reconnect_backoff_ms: i32,
@@ -73,10 +75,13 @@ pub struct ClientConfig {
 pub enum Failure {
     /// The control channel could not be opened.
     Unreachable(String),
+    /// The Start call returned a non-OK status.
     StartFailed(Status),
+    /// The Stop call returned a non-OK status.
     StopFailed(Status),
     /// Stop answered, with `passed = false`.
     NotPassed {
+        /// The intervals the server measured between attempts, in milliseconds.
         backoff_ms: Vec<i32>,
     },
     /// SIGINT/SIGTERM before the end.
@@ -103,7 +108,9 @@ impl fmt::Display for Failure {
 /// How a run ended, and the attempts it made.
 #[derive(Clone, Debug)]
 pub struct Outcome {
+    /// The server's `ReconnectInfo` from Stop if it passed, else why the run failed.
     pub result: Result<ReconnectInfo, Failure>,
+    /// Every connection attempt on the retry port, in order.
     pub attempts: Vec<AttemptRecord>,
 }
 

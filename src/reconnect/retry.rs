@@ -15,9 +15,17 @@ use crate::time::Timestamp;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Step {
     /// Open one connection for attempt `attempt` now; give up on it at `deadline`.
-    Connect { attempt: u32, deadline: Timestamp },
+    Connect {
+        /// 1-based attempt number.
+        attempt: u32,
+        /// When to give up on this attempt.
+        deadline: Timestamp,
+    },
     /// Attempt `attempt` reached its deadline: close its connection (already counted as failed).
-    GiveUp { attempt: u32 },
+    GiveUp {
+        /// The attempt to abandon.
+        attempt: u32,
+    },
     /// Nothing to do until this instant (or until the current attempt reports).
     Wait(Timestamp),
     /// The test duration is over: close any attempt still open. Every later call says `Done`.
@@ -95,10 +103,12 @@ impl RetryRun {
         self.backoff.on_disconnected(now);
     }
 
+    /// Whether the test duration is over ([`Step::Done`] was returned).
     pub fn is_done(&self) -> bool {
         self.done
     }
 
+    /// When the retry phase began.
     pub fn started(&self) -> Timestamp {
         self.started
     }

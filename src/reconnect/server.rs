@@ -30,9 +30,13 @@ const READ_CHUNK: usize = 16 * 1024;
 /// Server settings.
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
+    /// Plaintext HTTP/2 port serving Start and Stop (`--control_port`; 0 picks a free one).
     pub control_port: u16,
+    /// Port whose accepts are timestamped and closed (`--retry_port`); bound at the first Start.
     pub retry_port: u16,
+    /// Options of the service logic beyond the reference's behaviour.
     pub service: ServiceConfig,
+    /// HTTP/2 settings of control-port connections.
     pub http2: crate::http2::Config,
 }
 

@@ -87,6 +87,7 @@ pub struct ReconnectService {
 }
 
 impl ReconnectService {
+    /// A service with no session and no parked Starts.
     pub fn new(config: ServiceConfig) -> Self {
         ReconnectService {
             config,
@@ -207,6 +208,7 @@ impl ReconnectService {
         self.waiters.drain(..).map(|(call, _)| call).collect()
     }
 
+    /// The active session, if a Start opened one and no Stop has ended it yet.
     pub fn session(&self) -> Option<Session> {
         self.session
     }

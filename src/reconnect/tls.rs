@@ -6,7 +6,7 @@
 //!
 //! **Certificate verification is off for this connector only.** The interop test has no trust
 //! store to check against (grpc's C++ client uses its test CA and a fixed name override), so
-//! [`interop_client_config`] installs [`AcceptAnyServerCert`], which accepts any certificate
+//! [`interop_client_config`] installs `AcceptAnyServerCert`, which accepts any certificate
 //! chain for any name while still checking the handshake signatures made with its key. The
 //! verifier is private to this module and used by nothing else: do not reuse this config to
 //! talk to anything but the interop test's retry port.
@@ -154,6 +154,7 @@ impl TlsClient {
         self.output.drain(..n.min(self.output.len()));
     }
 
+    /// Whether the TLS handshake is still in progress (no application data yet).
     pub fn is_handshaking(&self) -> bool {
         self.conn.is_handshaking()
     }

@@ -104,13 +104,18 @@ pub fn interval_ms(earlier: Timestamp, later: Timestamp) -> i32 {
 pub struct Failure {
     /// 1-based, as in the reference's `retry %2d` log lines.
     pub index: usize,
+    /// The interval measured between accepts, in whole ms.
     pub observed_ms: i32,
+    /// Its expected backoff `E_i`.
     pub expected_ms: f64,
+    /// Lower end of the allowed range (see [`allowed_range`]).
     pub min_ms: f64,
+    /// Upper end of the allowed range.
     pub max_ms: f64,
 }
 
 impl Failure {
+    /// One log line: the interval, its observed value and the range it missed.
     pub fn describe(&self) -> String {
         format!(
             "interval {}: {} ms outside [{:.2}, {:.2}] ms (expected {:.2} ms)",
@@ -122,9 +127,11 @@ impl Failure {
 /// Verify's result: what Stop returns in `ReconnectInfo`, and why it failed.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Verdict {
+    /// Whether every interval was in range (and, if required, there were enough of them).
     pub passed: bool,
     /// Every interval, failing ones included.
     pub backoff_ms: Vec<i32>,
+    /// The intervals outside their range, in order.
     pub failures: Vec<Failure>,
     /// Set when the strict minimum was not met: `(observed, required)` interval counts.
     pub too_few_intervals: Option<(usize, usize)>,

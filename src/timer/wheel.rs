@@ -1,22 +1,31 @@
-//! A hashed hierarchical timing wheel (Varghese & Lauck, scheme 7) over a slab of nodes.
+//! The timer wheel's implementation: a hashed hierarchical timing wheel (Varghese & Lauck,
+//! "Hashed and Hierarchical Timing Wheels", scheme 7) whose timers live in a slab.
 //!
-//! Layout, in the style of tokio's wheel: [`LEVELS`] levels of 64 slots; a slot at level `L` spans
-//! `64^L` ticks of [`TICK_NANOS`]. Each level keeps a 64-bit bitmap of occupied slots, so the next
-//! slot to expire is a `rotate_right` + `trailing_zeros` per level: no scanning, and no work for
-//! empty ticks. A timer sits at the level of the highest 6-bit digit in which its tick differs from
-//! the wheel's `elapsed` tick; when a higher-level slot comes due its timers cascade down.
+//! What it guarantees: insert and cancel in O(1), deadlines kept exactly in nanoseconds, a timer
+//! never fires before its deadline, and [`TimerWheel::next_deadline`] names the instant to wake
+//! up at (never after the earliest deadline) rather than a rounded tick. How late a timer fires
+//! is up to the wake-up source alone.
 //!
-//! Unlike tokio, deadlines are kept exactly in nanoseconds. The tick only chooses a slot:
-//! level-0 slots are kept sorted by deadline, a level-0 timer fires only once `now >= deadline`,
-//! and every slot remembers a lower bound of its deadlines so [`TimerWheel::next_deadline`] can
-//! name the exact instant to wake up at. A timer is therefore never early and its lateness is
-//! whatever the wake-up source adds, not a rounding to a coarse tick.
+//! Layout (like tokio's wheel): time is counted in ticks of [`TICK_NANOS`] (1024 ns), and there
+//! are [`LEVELS`] levels of 64 slots. A slot at level `L` spans `64^L` ticks, so level 0 covers
+//! the current aligned block of 64 ticks, level 1 that of 4096, and so on. The wheel remembers
+//! `elapsed`, the tick up to which it has been processed. A timer goes to the level of the
+//! highest 6-bit digit in which its tick differs from `elapsed`: near timers at level 0, far ones
+//! higher up. When a higher-level slot comes due, its timers move down ("cascade") to finer slots.
 //!
-//! Nodes live in a [`Slab`] and form doubly linked lists per slot, so insert and cancel are O(1)
-//! (a level-0 insert walks back from the tail past later deadlines, which is O(1) when deadlines
-//! arrive in order and bounded by the timers within one 1 µs tick otherwise). Handles carry a
-//! generation, so cancelling a timer that already fired, even after its slab slot was reused, is a
-//! harmless no-op.
+//! Each level keeps a 64-bit bitmap of occupied slots, so finding the next slot to expire is a
+//! `rotate_right` and a `trailing_zeros` per level: no scanning, and no work for empty ticks.
+//!
+//! The tick only picks a slot; it never rounds a deadline. Level-0 slots are kept sorted by
+//! deadline, a level-0 timer fires only once `now >= deadline`, and every slot remembers a lower
+//! bound of its deadlines (exact unless the earliest was cancelled), from which `next_deadline`
+//! is computed.
+//!
+//! Nodes live in a [`Slab`] and each slot is a doubly linked list through them, so insert and
+//! cancel are O(1). (A level-0 insert walks back from the tail past later deadlines: O(1) when
+//! deadlines arrive in order, and otherwise bounded by the timers within one tick.) A
+//! [`TimerId`] carries a generation, so cancelling a timer that already fired, even after its
+//! slab slot was reused, is a harmless no-op.
 
 use std::num::NonZeroU32;
 
@@ -47,8 +56,11 @@ pub struct TimerId {
 /// A timer that [`TimerWheel::poll`] found due.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Expired<T> {
+    /// The handle [`TimerWheel::insert`] returned; it is stale from now on.
     pub id: TimerId,
+    /// The exact deadline it was inserted with (never later than the `now` it was polled at).
     pub deadline: Timestamp,
+    /// The value given to [`TimerWheel::insert`].
     pub value: T,
 }
 
@@ -82,6 +94,27 @@ struct Level {
 }
 
 /// The timing wheel. `T` is the caller's payload, returned when the timer fires or is cancelled.
+///
+/// The wheel never reads a clock: the caller passes `now` to [`poll`](Self::poll), so it runs
+/// just as well in virtual time.
+///
+/// ```
+/// use backoffd::time::Timestamp;
+/// use backoffd::timer::TimerWheel;
+///
+/// let mut wheel = TimerWheel::new();
+/// let ms = |n: u64| Timestamp::from_nanos(n * 1_000_000);
+/// wheel.insert(ms(20), "later");
+/// let early = wheel.insert(ms(10), "sooner");
+/// assert_eq!(wheel.next_deadline(), Some(ms(10)));
+///
+/// assert!(wheel.poll(ms(9)).is_none()); // never early
+/// let fired = wheel.poll(ms(25)).unwrap(); // earliest first
+/// assert_eq!((fired.id, fired.value), (early, "sooner"));
+/// assert_eq!(wheel.cancel(early), None); // a stale handle is harmless
+/// assert_eq!(wheel.poll(ms(25)).unwrap().value, "later");
+/// assert!(wheel.is_empty());
+/// ```
 pub struct TimerWheel<T> {
     nodes: Slab<Node<T>>,
     levels: Box<[Level; LEVELS]>,
@@ -97,6 +130,7 @@ impl<T> Default for TimerWheel<T> {
 }
 
 impl<T> TimerWheel<T> {
+    /// An empty wheel at tick 0.
     pub fn new() -> Self {
         Self::with_capacity(0)
     }
@@ -121,6 +155,7 @@ impl<T> TimerWheel<T> {
         self.nodes.len()
     }
 
+    /// Whether no timer is pending.
     pub fn is_empty(&self) -> bool {
         self.nodes.is_empty()
     }

@@ -158,6 +158,7 @@ impl Decoder {
 
 #[cfg(test)]
 impl Decoder {
+    /// The dynamic table, for tests to inspect.
     pub fn table(&self) -> &Table {
         &self.table
     }

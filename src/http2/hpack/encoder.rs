@@ -27,6 +27,7 @@ impl Default for Encoder {
 }
 
 impl Encoder {
+    /// An encoder with the initial 4096-octet dynamic table (RFC 9113 §6.5.2).
     pub fn new() -> Self {
         Self {
             table: Table::new(DEFAULT_TABLE_SIZE),
@@ -104,6 +105,7 @@ fn write_string(s: &[u8], dst: &mut Vec<u8>) {
 
 #[cfg(test)]
 impl Encoder {
+    /// The dynamic table, for tests to inspect.
     pub fn table(&self) -> &Table {
         &self.table
     }

@@ -26,8 +26,11 @@ pub use encoder::Encoder;
 /// never-indexed representation (§6.2.3), which intermediaries must keep.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Header {
+    /// Field name octets; lower-case in HTTP/2, pseudo-headers start with `:`.
     pub name: Vec<u8>,
+    /// Field value octets.
     pub value: Vec<u8>,
+    /// Sent as never-indexed (§6.2.3): must not enter any compression table.
     pub sensitive: bool,
 }
 
