@@ -10,8 +10,8 @@ use backoffd::coap::{Code, Message, MessageBuilder, MessageType};
 use common::exposition::Exposition;
 use common::{http, Daemon};
 
-/// A CoAP upstream that answers every request piggybacked with 2.05 "up".
-fn upstream() -> std::net::SocketAddr {
+/// A CoAP upstream that answers every request piggybacked with 2.05 "late" after `delay`.
+fn upstream(delay: Duration) -> std::net::SocketAddr {
     let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
     let addr = socket.local_addr().unwrap();
     std::thread::spawn(move || {
@@ -28,9 +28,13 @@ fn upstream() -> std::net::SocketAddr {
                 req.message_id(),
                 req.token(),
             );
-            b.payload(b"up");
+            b.payload(b"late");
             b.finish().unwrap();
-            socket.send_to(&out, from).unwrap();
+            let reply = socket.try_clone().unwrap();
+            std::thread::spawn(move || {
+                std::thread::sleep(delay);
+                let _ = reply.send_to(&out, from);
+            });
         }
     });
     addr
@@ -46,7 +50,7 @@ fn free_port() -> u16 {
 
 #[test]
 fn serves_proxy_reconnect_server_and_metrics_in_one_process() {
-    let up = upstream().to_string();
+    let up = upstream(Duration::ZERO).to_string();
     let (control, retry) = (free_port().to_string(), free_port().to_string());
     let (mut daemon, proxy) = Daemon::start(
         &[
@@ -81,7 +85,7 @@ fn serves_proxy_reconnect_server_and_metrics_in_one_process() {
         client.send_to(&req, proxy).unwrap();
         let mut buf = [0u8; 1500];
         let n = client.recv(&mut buf).unwrap();
-        assert_eq!(Message::parse(&buf[..n]).unwrap().payload(), b"up");
+        assert_eq!(Message::parse(&buf[..n]).unwrap().payload(), b"late");
     }
     let answer = http::get(metrics, "/metrics");
     assert_eq!(answer.status, 200);
@@ -180,39 +184,9 @@ fn a_port_in_use_fails_start_up_with_one_line() {
     );
 }
 
-/// An upstream that answers each request piggybacked after `delay`.
-fn slow_upstream(delay: Duration) -> std::net::SocketAddr {
-    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let addr = socket.local_addr().unwrap();
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 1500];
-        while let Ok((n, from)) = socket.recv_from(&mut buf) {
-            let Ok(req) = Message::parse(&buf[..n]) else {
-                continue;
-            };
-            let mut out = Vec::new();
-            let mut b = MessageBuilder::new(
-                &mut out,
-                MessageType::Ack,
-                Code::CONTENT,
-                req.message_id(),
-                req.token(),
-            );
-            b.payload(b"late");
-            b.finish().unwrap();
-            let reply = socket.try_clone().unwrap();
-            std::thread::spawn(move || {
-                std::thread::sleep(delay);
-                let _ = reply.send_to(&out, from);
-            });
-        }
-    });
-    addr
-}
-
 #[test]
 fn sigterm_under_load_answers_everything_in_flight_then_exits_0() {
-    let up = slow_upstream(Duration::from_millis(400)).to_string();
+    let up = upstream(Duration::from_millis(400)).to_string();
     let (mut daemon, proxy) = Daemon::start(
         &[
             "serve",
