@@ -15,7 +15,7 @@ use std::time::Duration;
 use super::call::is_grpc_content_type;
 use super::message::{encode_message, MessageDecoder, DEFAULT_MAX_MESSAGE_LEN};
 use super::status::{Code, Status};
-use super::timeout::format_timeout;
+use super::timeout::{expired, format_timeout, next_wake};
 use crate::http2::error::ErrorCode;
 use crate::http2::hpack::Header;
 use crate::http2::{Config, Connection, Event, Role, SendError};
@@ -151,20 +151,17 @@ impl ClientConnection {
 
     /// The earliest of the connection's own timers and the calls' deadlines.
     pub fn poll_timeout(&self) -> Option<Timestamp> {
-        let deadlines = self.calls.values().filter_map(|c| c.deadline);
-        deadlines.chain(self.h2.poll_timeout()).min()
+        next_wake(
+            self.calls.values().map(|c| c.deadline),
+            self.h2.poll_timeout(),
+        )
     }
 
     /// Fires the connection's timers and expires calls whose deadline passed (RST_STREAM
     /// CANCEL, DEADLINE_EXCEEDED). Spurious calls do nothing.
     pub fn handle_timeout(&mut self, now: Timestamp) {
         self.h2.handle_timeout(now);
-        let expired: Vec<u32> = self
-            .calls
-            .iter()
-            .filter(|(_, c)| c.deadline.is_some_and(|d| d <= now))
-            .map(|(&s, _)| s)
-            .collect();
+        let expired = expired(self.calls.iter().map(|(s, c)| (s, c.deadline)), now);
         for stream in expired {
             self.h2.reset_stream(stream, ErrorCode::CANCEL);
             self.finish(

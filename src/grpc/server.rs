@@ -13,6 +13,7 @@ use super::call::{
 };
 use super::message::{encode_message, MessageDecoder, DEFAULT_MAX_MESSAGE_LEN};
 use super::status::{Code, Status};
+use super::timeout::{expired, next_wake};
 use crate::http2::error::ErrorCode;
 use crate::http2::{Config, Connection, Event, Role};
 use crate::time::Timestamp;
@@ -107,19 +108,16 @@ impl ServerConnection {
 
     /// The earliest of the connection's own timers and the calls' deadlines.
     pub fn poll_timeout(&self) -> Option<Timestamp> {
-        let deadlines = self.calls.values().filter_map(|c| c.deadline);
-        deadlines.chain(self.h2.poll_timeout()).min()
+        next_wake(
+            self.calls.values().map(|c| c.deadline),
+            self.h2.poll_timeout(),
+        )
     }
 
     /// Handshake/idle timers of the connection, and `grpc-timeout` deadlines of calls.
     pub fn handle_timeout(&mut self, now: Timestamp) {
         self.h2.handle_timeout(now);
-        let expired: Vec<u32> = self
-            .calls
-            .iter()
-            .filter(|(_, c)| c.deadline.is_some_and(|d| d <= now))
-            .map(|(&s, _)| s)
-            .collect();
+        let expired = expired(self.calls.iter().map(|(s, c)| (s, c.deadline)), now);
         for stream in expired {
             let call = self.calls.remove(&stream).expect("listed above");
             if call.dispatched {

@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use crate::time::Timestamp;
+
 /// The longest value the header can carry.
 const MAX_DIGITS: usize = 8;
 const MAX_VALUE: u64 = 99_999_999;
@@ -65,6 +67,26 @@ pub fn format_timeout(timeout: Duration) -> String {
         }
     }
     format!("{MAX_VALUE}H")
+}
+
+/// The earliest of the calls' deadlines and the connection's own timer: when a gRPC
+/// connection (client or server side) next needs waking.
+pub(crate) fn next_wake(
+    deadlines: impl Iterator<Item = Option<Timestamp>>,
+    connection: Option<Timestamp>,
+) -> Option<Timestamp> {
+    deadlines.flatten().chain(connection).min()
+}
+
+/// The streams whose call deadline has passed at `now`.
+pub(crate) fn expired<'a>(
+    deadlines: impl Iterator<Item = (&'a u32, Option<Timestamp>)>,
+    now: Timestamp,
+) -> Vec<u32> {
+    deadlines
+        .filter(|(_, d)| d.is_some_and(|d| d <= now))
+        .map(|(&s, _)| s)
+        .collect()
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 //! Only socket plumbing lives here. Sessions and verdicts are [`ReconnectService`]'s, HTTP/2 and
 //! gRPC framing are [`ServerConnection`]'s.
 
+use std::collections::HashMap;
 use std::io::{self, Read};
 use std::net::SocketAddr;
 
@@ -57,6 +58,8 @@ pub struct ReconnectServer {
     /// Bound at the first Start, like the reference, and kept.
     retry: Option<(TcpListener, Token)>,
     conns: Slab<ControlConn>,
+    /// Readiness token -> connection slot, so routing an event does not scan connections.
+    by_token: HashMap<Token, usize>,
     service: ReconnectService,
     buf: Vec<u8>,
     shutting_down: bool,
@@ -84,6 +87,7 @@ impl ReconnectServer {
             control_token: None,
             retry: None,
             conns: Slab::new(),
+            by_token: HashMap::new(),
             buf: vec![0; READ_CHUNK],
             shutting_down: false,
             stats: ServerStats::default(),
@@ -113,6 +117,7 @@ impl ReconnectServer {
                         timer: TimerSlot::default(),
                         interest: WriteInterest::default(),
                     });
+                    self.by_token.insert(token, key);
                     log::debug!("control connection {key} from {}", unmap(peer));
                     if self.shutting_down {
                         self.conns[key].grpc.go_away();
@@ -311,19 +316,13 @@ impl ReconnectServer {
             return;
         };
         log::debug!("control connection {key} from {} closed: {why}", conn.peer);
+        self.by_token.remove(&conn.token);
         ctx.deregister(&mut conn.stream, conn.token);
         conn.timer.cancel(ctx);
         let calls: Vec<u32> = conn.grpc.dispatched().collect();
         for stream in calls {
             self.cancel_call(ctx, call_id(key, stream));
         }
-    }
-
-    fn conn_for_token(&self, token: Token) -> Option<usize> {
-        self.conns
-            .iter()
-            .find(|(_, c)| c.token == token)
-            .map(|(k, _)| k)
     }
 }
 
@@ -340,7 +339,7 @@ impl Component for ReconnectServer {
             self.accept_control(ctx);
         } else if self.retry.as_ref().map(|(_, t)| *t) == Some(token) {
             self.accept_retry();
-        } else if let Some(key) = self.conn_for_token(token) {
+        } else if let Some(key) = self.by_token.get(&token).copied() {
             if ready.readable || ready.closed || ready.error {
                 self.read_conn(ctx, key);
             } else {
