@@ -23,6 +23,8 @@
 //!   `/healthz` endpoint built on it.
 //! - [`net`]: socket helpers: dual-stack listeners, flushing a core's output.
 //! - [`stats`] and [`timer_bench`]: latency summaries and the timer-precision benchmark.
+//! - [`relay`] and [`loadgen`]: the stateless UDP relay and the CoAP load generator and
+//!   upstream that the proxy throughput benchmark (`benches/proxy_throughput.rs`) uses.
 //! - [`cli`]: the `backoffd` command line and the `serve --config` file format.
 //! - [`demo`]: `backoffd demo`: every component on loopback, with its results checked.
 //!
@@ -82,11 +84,13 @@ pub mod demo;
 pub mod grpc;
 pub mod http1;
 pub mod http2;
+pub mod loadgen;
 pub mod metrics;
 pub mod net;
 pub mod proxy;
 pub mod reactor;
 pub mod reconnect;
+pub mod relay;
 pub mod stats;
 #[cfg(test)]
 mod test_support;

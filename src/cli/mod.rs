@@ -6,6 +6,7 @@ pub mod flags;
 mod proxy;
 pub mod reconnect_client;
 pub mod reconnect_server;
+mod relay;
 mod serve;
 mod timer_bench;
 
@@ -27,6 +28,7 @@ Commands:
   reconnect-client  gRPC connection-backoff interop client (also: reconnect_interop_client;
                     its TLS retry channel accepts any certificate: for that test's target only)
   reconnect-server  gRPC connection-backoff interop server (also: reconnect_interop_server)
+  relay             stateless UDP relay: the baseline the proxy benchmark compares against
   serve             any combination of the above plus metrics, in one process and one loop
   timer-bench       measure the reactor's timer wake-up precision on this host
 
@@ -48,6 +50,7 @@ pub fn main(args: &[String]) -> i32 {
         "proxy" => proxy::main(rest),
         "reconnect-client" => reconnect_client::main(rest),
         "reconnect-server" => reconnect_server::main(rest),
+        "relay" => relay::main(rest),
         "serve" => serve::main(rest),
         "timer-bench" => timer_bench::main(rest),
         "-h" | "--help" | "help" => {
@@ -64,7 +67,7 @@ pub fn main(args: &[String]) -> i32 {
     };
     result.unwrap_or_else(|e| {
         match command {
-            "demo" | "proxy" | "reconnect-client" | "reconnect-server" | "serve"
+            "demo" | "proxy" | "reconnect-client" | "reconnect-server" | "relay" | "serve"
             | "timer-bench" => {
                 eprintln!("backoffd {command}: {e}")
             }

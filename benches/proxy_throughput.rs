@@ -1,0 +1,419 @@
+//! CoAP proxy throughput and added latency on loopback, side by side in one run.
+//!
+//! One thread on CPU 0 runs the load generator and a fast upstream (`backoffd::loadgen`,
+//! batched system calls); the system under test runs alone on CPU 1:
+//!
+//! - `direct`: no proxy, the generator talks to the upstream (the harness's own limit);
+//! - `relay`: `backoffd relay`, a stateless UDP relay on the same reactor as the proxy: the
+//!   same system calls per datagram without any state (the physical limit for a proxy here);
+//! - `backoffd`: `backoffd proxy --upstream` (reverse proxy);
+//! - `backoffd-fwd`: `backoffd proxy --forward` with Proxy-Uri requests, like libcoap below;
+//! - `libcoap`: Debian libcoap3-bin's `coap-server-notls -P` forward proxy (Proxy-Uri);
+//! - `aiocoap`: `aiocoap-proxy --reverse --unconditional` (PyPI aiocoap).
+//!
+//! For each target and for CON and NON GETs: the peak rate with WINDOW requests outstanding
+//! (closed loop); then, open loop at half of that target's CON peak, the round trip through the
+//! target and, in the same pairing, directly to the upstream at the same rate: the difference
+//! is the latency the target adds.
+//!
+//! `cargo bench --bench proxy_throughput`. Environment: SECONDS (measured period per run,
+//! default 3), WINDOW (default 128), ONLY=relay,backoffd (a subset), PEERS=0 (skip libcoap and
+//! aiocoap; otherwise tests/interop/setup.sh installs them if missing).
+
+use std::fs::{self, File};
+use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use backoffd::coap::option::{PROXY_URI, URI_PATH};
+use backoffd::loadgen::{self, FastUpstream, LoadReport, LoadSpec, Offered};
+
+/// Where the system under test runs; the harness takes CPU 0.
+const TARGET_CPU: usize = 1;
+
+struct Settings {
+    seconds: f64,
+    window: usize,
+    only: Option<Vec<String>>,
+    peers: bool,
+}
+
+impl Settings {
+    fn from_env() -> Settings {
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        Settings {
+            seconds: var("SECONDS").map_or(3.0, |v| v.parse().expect("SECONDS: a number")),
+            window: var("WINDOW").map_or(128, |v| v.parse().expect("WINDOW: an integer")),
+            only: var("ONLY").map(|v| v.split(',').map(str::to_owned).collect()),
+            peers: var("PEERS").is_none_or(|v| v != "0"),
+        }
+    }
+
+    fn wants(&self, name: &str) -> bool {
+        self.only
+            .as_ref()
+            .is_none_or(|only| only.iter().any(|o| o == name))
+    }
+}
+
+/// A system under test: how to start it and what its requests must carry.
+struct Target {
+    name: &'static str,
+    /// argv, with `{port}` for the port it must listen on; `None` for `direct`.
+    command: Option<Vec<String>>,
+    options: Vec<(u16, Vec<u8>)>,
+}
+
+/// Results for one target.
+struct Row {
+    name: &'static str,
+    peak_con: LoadReport,
+    peak_non: LoadReport,
+    half: LoadReport,
+    direct_half: LoadReport,
+}
+
+fn main() {
+    let settings = Settings::from_env();
+    let pinned = pin_self(0);
+    let mut upstream = FastUpstream::bind("127.0.0.1:0".parse().unwrap()).expect("bind upstream");
+    let up = upstream.local_addr().unwrap();
+    let peers = settings.peers && install_peers();
+    let targets: Vec<Target> = targets(up, peers)
+        .into_iter()
+        .filter(|t| settings.wants(t.name))
+        .collect();
+    let logs = log_dir();
+    eprintln!(
+        "proxy_throughput: {} s per run, window {}, harness {}, targets: {}",
+        settings.seconds,
+        settings.window,
+        if pinned {
+            "pinned to CPU 0, targets to CPU 1"
+        } else {
+            "not pinned (fewer than 2 CPUs)"
+        },
+        targets
+            .iter()
+            .map(|t| t.name)
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let mut rows = Vec::new();
+    for target in &targets {
+        match measure(target, up, &mut upstream, &settings, pinned, &logs) {
+            Ok(row) => rows.push(row),
+            Err(e) => eprintln!("{}: skipped: {e}", target.name),
+        }
+    }
+    print_tables(&rows, &settings);
+}
+
+fn targets(up: SocketAddr, peers: bool) -> Vec<Target> {
+    let bin = env!("CARGO_BIN_EXE_backoffd").to_owned();
+    let up_s = up.to_string();
+    let path = vec![(URI_PATH, b"bench".to_vec())];
+    let proxy_uri = vec![(PROXY_URI, format!("coap://{up}/bench").into_bytes())];
+    let words = |s: &str| s.split_whitespace().map(str::to_owned).collect::<Vec<_>>();
+    // Upstream Message IDs are reserved for --upstream-exchange-lifetime (RFC 7252 §4.4), 247 s
+    // by default: 65536 per 247 s, 265 requests/s per upstream. This upstream keeps no
+    // duplicate-detection state, so a 250 ms lifetime is safe and lifts that cap far above any
+    // rate measured here; the retry policy must fit in it.
+    let policy =
+        "--timeout 200ms --total-timeout 250ms --non-idempotent-total-timeout 250ms --upstream-exchange-lifetime 250ms";
+    let mut list = vec![
+        Target {
+            name: "direct",
+            command: None,
+            options: path.clone(),
+        },
+        Target {
+            name: "relay",
+            command: Some(words(&format!(
+                "{bin} relay --listen 127.0.0.1:{{port}} --upstream {up_s}"
+            ))),
+            options: path.clone(),
+        },
+        Target {
+            name: "backoffd",
+            command: Some(words(&format!(
+                "{bin} proxy --listen 127.0.0.1:{{port}} --upstream {up_s} {policy}"
+            ))),
+            options: path.clone(),
+        },
+        Target {
+            name: "backoffd-fwd",
+            command: Some(words(&format!(
+                "{bin} proxy --listen 127.0.0.1:{{port}} --forward --allow {up_s} {policy}"
+            ))),
+            options: proxy_uri.clone(),
+        },
+    ];
+    if peers {
+        list.push(Target {
+            name: "libcoap",
+            command: Some(words(
+                "coap-server-notls -A 127.0.0.1 -p {port} -P ,backoffd-bench",
+            )),
+            options: proxy_uri,
+        });
+        let venv = repo().join("target/interop-venv/bin/aiocoap-proxy");
+        list.push(Target {
+            name: "aiocoap",
+            command: Some(words(&format!(
+                "{} --reverse --bind 127.0.0.1:{{port}} --unconditional {up_s}",
+                venv.display()
+            ))),
+            options: path,
+        });
+    }
+    list
+}
+
+/// Starts `target`, measures it, stops it.
+fn measure(
+    target: &Target,
+    up: SocketAddr,
+    upstream: &mut FastUpstream,
+    settings: &Settings,
+    pinned: bool,
+    logs: &Path,
+) -> Result<Row, String> {
+    let (child, addr) = match &target.command {
+        None => (None, up),
+        Some(argv) => {
+            let (child, addr) = spawn(target.name, argv, pinned, logs)?;
+            (Some(ChildGuard(child)), addr)
+        }
+    };
+    wait_until_answering(addr, &target.options, upstream)?;
+    let spec = |confirmable: bool, offered: Offered, to: SocketAddr, options: &[(u16, Vec<u8>)]| {
+        LoadSpec {
+            target: to,
+            confirmable,
+            options: options.to_vec(),
+            offered,
+            warmup: Duration::from_millis(500),
+            duration: Duration::from_secs_f64(settings.seconds),
+            timeout: Duration::from_secs(1),
+        }
+    };
+    let mut run = |s: LoadSpec| loadgen::run(&s, Some(upstream)).map_err(|e| e.to_string());
+    let window = Offered::Window(settings.window);
+    let peak_con = run(spec(true, window, addr, &target.options))?;
+    let peak_non = run(spec(false, window, addr, &target.options))?;
+    let half_rate = Offered::Rate(peak_con.rate() / 2.0);
+    let half = run(spec(true, half_rate, addr, &target.options))?;
+    let direct_options = vec![(URI_PATH, b"bench".to_vec())];
+    let direct_half = run(spec(true, half_rate, up, &direct_options))?;
+    eprintln!(
+        "{:>12}: CON {:>9.0}/s NON {:>9.0}/s; at {:.0}/s p99 {:.1} us (direct {:.1} us)",
+        target.name,
+        peak_con.rate(),
+        peak_non.rate(),
+        peak_con.rate() / 2.0,
+        half.latency.p99_us,
+        direct_half.latency.p99_us
+    );
+    drop(child);
+    Ok(Row {
+        name: target.name,
+        peak_con,
+        peak_non,
+        half,
+        direct_half,
+    })
+}
+
+/// Kills the child when dropped (SIGTERM first so it can say goodbye, then SIGKILL).
+struct ChildGuard(Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(self.0.id() as libc::pid_t, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn spawn(
+    name: &str,
+    argv: &[String],
+    pinned: bool,
+    logs: &Path,
+) -> Result<(Child, SocketAddr), String> {
+    let port = free_port();
+    let argv: Vec<String> = argv
+        .iter()
+        .map(|a| a.replace("{port}", &port.to_string()))
+        .collect();
+    let log_path = logs.join(format!("{name}.log"));
+    let log = File::create(&log_path).map_err(|e| e.to_string())?;
+    let mut command = Command::new(&argv[0]);
+    command
+        .args(&argv[1..])
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().map_err(|e| e.to_string())?)
+        .stderr(log);
+    if pinned {
+        // SAFETY: only an async-signal-safe system call between fork and exec.
+        unsafe {
+            command.pre_exec(|| {
+                set_affinity(0, TARGET_CPU);
+                Ok(())
+            });
+        }
+    }
+    let child = command
+        .spawn()
+        .map_err(|e| format!("cannot run {}: {e}", argv[0]))?;
+    eprintln!("{name}: {} (log: {})", argv.join(" "), log_path.display());
+    Ok((child, SocketAddr::from(([127, 0, 0, 1], port))))
+}
+
+/// Sends single requests until one is answered 2.xx (the target is up and routes to the
+/// upstream), serving the upstream meanwhile; up to 15 s (aiocoap takes a while to import).
+fn wait_until_answering(
+    addr: SocketAddr,
+    options: &[(u16, Vec<u8>)],
+    upstream: &mut FastUpstream,
+) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while Instant::now() < deadline {
+        let probe = LoadSpec {
+            target: addr,
+            confirmable: true,
+            options: options.to_vec(),
+            offered: Offered::Window(1),
+            warmup: Duration::ZERO,
+            duration: Duration::from_millis(100),
+            timeout: Duration::from_millis(200),
+        };
+        // Refused (nothing listening yet) or no answer: try again.
+        if loadgen::run(&probe, Some(upstream)).is_ok_and(|r| r.answered > 0) {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Err(format!("{addr} never answered a request with 2.xx"))
+}
+
+/// A loopback port free for both UDP and TCP right now (libcoap binds both).
+fn free_port() -> u16 {
+    loop {
+        let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let port = udp.local_addr().unwrap().port();
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+}
+
+fn set_affinity(pid: libc::pid_t, cpu: usize) -> bool {
+    // SAFETY: a zeroed cpu_set_t is the empty set; CPU_SET writes inside it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(pid, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
+    }
+}
+
+/// Pins this thread to `cpu` if the machine has a CPU for the target too.
+fn pin_self(cpu: usize) -> bool {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    cpus > TARGET_CPU && set_affinity(0, cpu)
+}
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn log_dir() -> PathBuf {
+    let dir = repo().join("target/bench-logs");
+    fs::create_dir_all(&dir).expect("create target/bench-logs");
+    dir
+}
+
+/// Installs libcoap3-bin and aiocoap via the interop tests' script; false (peers skipped) if
+/// that fails, with the reason on stderr.
+fn install_peers() -> bool {
+    let status = Command::new("bash")
+        .arg(repo().join("tests/interop/setup.sh"))
+        .status();
+    match status {
+        Ok(s) if s.success() => true,
+        other => {
+            eprintln!("peers skipped: tests/interop/setup.sh failed ({other:?})");
+            false
+        }
+    }
+}
+
+fn print_tables(rows: &[Row], settings: &Settings) {
+    let relay = rows.iter().find(|r| r.name == "relay");
+    let vs = |rate: f64, of: Option<f64>| {
+        of.map_or("-".into(), |o| format!("{:.0} %", 100.0 * rate / o))
+    };
+    println!(
+        "\n### Throughput (GET, {} outstanding, {} s measured per run)\n",
+        settings.window, settings.seconds
+    );
+    println!("| target | CON req/s | vs relay | NON req/s | vs relay | CON p50 / p99 RTT (us) | failed |");
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    for r in rows {
+        println!(
+            "| {} | {:.0} | {} | {:.0} | {} | {:.0} / {:.0} | {} |",
+            r.name,
+            r.peak_con.rate(),
+            vs(r.peak_con.rate(), relay.map(|x| x.peak_con.rate())),
+            r.peak_non.rate(),
+            vs(r.peak_non.rate(), relay.map(|x| x.peak_non.rate())),
+            r.peak_con.latency.p50_us,
+            r.peak_con.latency.p99_us,
+            r.peak_con.errors + r.peak_con.lost + r.peak_non.errors + r.peak_non.lost,
+        );
+    }
+    println!("\n### Added latency at half of each target's CON peak (open loop, CON GET)\n");
+    println!("| target | rate req/s | p50 RTT | p99 RTT | direct p50 | direct p99 | added p50 | added p99 | failed |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for r in rows.iter().filter(|r| r.name != "direct") {
+        let (t, d) = (&r.half.latency, &r.direct_half.latency);
+        println!(
+            "| {} | {:.0} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {} |",
+            r.name,
+            r.peak_con.rate() / 2.0,
+            t.p50_us,
+            t.p99_us,
+            d.p50_us,
+            d.p99_us,
+            t.p50_us - d.p50_us,
+            t.p99_us - d.p99_us,
+            r.half.errors + r.half.lost,
+        );
+    }
+    let json: Vec<String> = rows
+        .iter()
+        .map(|r| {
+            format!(
+                "\"{}\":{{\"con_per_s\":{:.0},\"non_per_s\":{:.0},\"half_load_p99_us\":{:.1},\"direct_p99_us\":{:.1}}}",
+                r.name,
+                r.peak_con.rate(),
+                r.peak_non.rate(),
+                r.half.latency.p99_us,
+                r.direct_half.latency.p99_us
+            )
+        })
+        .collect();
+    println!("\n{{{}}}", json.join(","));
+}

@@ -1,0 +1,118 @@
+//! A stateless UDP relay: the benchmark baseline for the proxy.
+//!
+//! It makes the same system calls per datagram as [`ProxyComponent`](crate::proxy::ProxyComponent)
+//! on the same reactor (one client-facing socket, one socket connected to the upstream, reads
+//! until `WouldBlock`) but keeps no per-exchange state: every datagram from a client goes
+//! upstream unchanged, every datagram from the upstream goes to the most recent client. With
+//! one client that is exactly a forwarding path, so its throughput is the ceiling any proxy on
+//! this reactor can reach; the proxy's cost is the distance to it. It is not a CoAP proxy:
+//! with several clients, answers go to whoever spoke last.
+
+use std::io;
+use std::net::{SocketAddr, UdpSocket as StdUdpSocket};
+
+use mio::net::UdpSocket;
+use mio::{Interest, Token};
+
+use crate::reactor::{Component, Ctx, Readiness};
+use crate::timer::TimerId;
+
+/// One byte more than the largest UDP payload, as in the proxy.
+const MAX_DATAGRAM: usize = 65_536;
+
+/// The relay as a reactor component.
+pub struct Relay {
+    front: UdpSocket,
+    back: UdpSocket,
+    front_token: Option<Token>,
+    /// Where the last client datagram came from: the only thing remembered.
+    client: Option<SocketAddr>,
+    buf: Vec<u8>,
+    /// Datagrams relayed client -> upstream and upstream -> client.
+    pub relayed: [u64; 2],
+}
+
+impl Relay {
+    /// Binds `listen` and a socket connected to `upstream`.
+    pub fn bind(listen: SocketAddr, upstream: SocketAddr) -> io::Result<Relay> {
+        let front = UdpSocket::bind(listen)?;
+        let local: SocketAddr = if upstream.is_ipv4() {
+            (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
+        } else {
+            (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+        };
+        let back = StdUdpSocket::bind(local)?;
+        back.connect(upstream)?;
+        back.set_nonblocking(true)?;
+        Ok(Relay {
+            front,
+            back: UdpSocket::from_std(back),
+            front_token: None,
+            client: None,
+            buf: vec![0; MAX_DATAGRAM],
+            relayed: [0; 2],
+        })
+    }
+
+    /// The client-facing address actually bound.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.front.local_addr()
+    }
+
+    fn client_to_upstream(&mut self) {
+        loop {
+            match self.front.recv_from(&mut self.buf) {
+                Ok((n, from)) => {
+                    self.client = Some(from);
+                    if self.back.send(&self.buf[..n]).is_ok() {
+                        self.relayed[0] += 1;
+                    }
+                }
+                Err(e) if skip_one(&e) => continue,
+                Err(_) => return,
+            }
+        }
+    }
+
+    fn upstream_to_client(&mut self) {
+        loop {
+            match self.back.recv(&mut self.buf) {
+                Ok(n) => {
+                    let Some(client) = self.client else { continue };
+                    if self.front.send_to(&self.buf[..n], client).is_ok() {
+                        self.relayed[1] += 1;
+                    }
+                }
+                Err(e) if skip_one(&e) => continue,
+                Err(_) => return,
+            }
+        }
+    }
+}
+
+/// An ICMP refusal or an interrupt concerns one datagram; anything else (`WouldBlock`
+/// included) ends the read loop until the next readiness.
+fn skip_one(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionRefused | io::ErrorKind::Interrupted
+    )
+}
+
+impl Component for Relay {
+    fn on_start(&mut self, ctx: &mut Ctx<'_>) -> io::Result<()> {
+        self.front_token = Some(ctx.register(&mut self.front, Interest::READABLE)?);
+        ctx.register(&mut self.back, Interest::READABLE)?;
+        Ok(())
+    }
+
+    fn on_ready(&mut self, _ctx: &mut Ctx<'_>, token: Token, _ready: Readiness) {
+        if Some(token) == self.front_token {
+            self.client_to_upstream();
+        } else {
+            self.upstream_to_client();
+        }
+    }
+
+    fn on_timer(&mut self, _ctx: &mut Ctx<'_>, _timer: TimerId, _key: u32) {}
+}
