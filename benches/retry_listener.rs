@@ -6,6 +6,10 @@
 //! - timestamp fidelity: how far the server's recorded accept time (what Stop's verdict is
 //!   computed from) lies from the client's connect(): `server_ts - connect_start` and
 //!   `server_ts - connect_return`, paired by order (goal: p99 <= 200 us).
+//!   `connect_start` bounds it causally (a negative value would be a bug); `connect_return`
+//!   may legitimately come later than the server's timestamp, because on loopback the whole
+//!   handshake runs inside connect() and the server, on the other CPU, can accept before the
+//!   client's syscall has returned.
 //!
 //! "Busy" means client threads keep the control port occupied with real gRPC over HTTP/2:
 //! pipelined unary calls to an unimplemented method (status 12). Start would park behind the
@@ -18,11 +22,14 @@
 //! Run: `cargo bench --bench retry_listener 2>retry_listener.log`
 //! Env: DURATION_S (rate window, default 3), CONNECTS (fidelity samples, default 2000),
 //! PACE_US (fidelity spacing, default 1000), BUSY_CLIENTS (default 1), INFLIGHT (calls each
-//! busy client keeps in flight, default 8).
+//! busy client keeps in flight, default 8), FIFO_PRIORITY (run the server thread under
+//! SCHED_FIFO at this priority, needs CAP_SYS_NICE: separates the server's own latency from
+//! queueing behind other processes on a shared machine; default off, as users run it).
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::unix::net::UnixStream;
+use std::os::unix::thread::JoinHandleExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread::{self, JoinHandle};
@@ -37,6 +44,7 @@ use backoffd::reconnect::ServiceConfig;
 use backoffd::stats::Summary;
 use backoffd::time::Timestamp;
 use backoffd::timer::TimerId;
+use backoffd::timer_bench::set_fifo_priority;
 use mio::{Interest, Token};
 use prost::Message as _;
 
@@ -56,6 +64,7 @@ struct Options {
     pace: Duration,
     busy_clients: usize,
     inflight: usize,
+    fifo: Option<i32>,
 }
 
 impl Options {
@@ -72,6 +81,9 @@ impl Options {
             pace: Duration::from_micros(var("PACE_US", 1000)),
             busy_clients: var("BUSY_CLIENTS", 1) as usize,
             inflight: var("INFLIGHT", 8).max(1) as usize,
+            fifo: std::env::var("FIFO_PRIORITY")
+                .ok()
+                .and_then(|v| v.parse().ok()),
         }
     }
 }
@@ -141,6 +153,59 @@ fn pin(cpu: Option<usize>) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// CPU accounting
+
+/// One thread's CPU-time clock, readable from any thread while that thread lives. CPU time over
+/// the measured window says which side was the bottleneck: ~100% is CPU-bound, far less is
+/// waiting (for the peer, for a wake-up, or for a CPU another process holds).
+#[derive(Clone, Copy)]
+struct CpuClock(libc::clockid_t);
+
+impl CpuClock {
+    fn of<T>(thread: &JoinHandle<T>) -> CpuClock {
+        let mut clock: libc::clockid_t = 0;
+        // SAFETY: the thread is alive (its handle is borrowed, not joined); `clock` is writable.
+        let rc = unsafe { libc::pthread_getcpuclockid(thread.as_pthread_t(), &mut clock) };
+        assert_eq!(rc, 0, "pthread_getcpuclockid: error {rc}");
+        CpuClock(clock)
+    }
+
+    fn this_thread() -> CpuClock {
+        CpuClock(libc::CLOCK_THREAD_CPUTIME_ID)
+    }
+
+    fn read(self) -> Duration {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: `ts` is a valid, writable timespec.
+        let rc = unsafe { libc::clock_gettime(self.0, &mut ts) };
+        assert_eq!(rc, 0, "clock_gettime: {}", io::Error::last_os_error());
+        Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+    }
+}
+
+/// The CPU time of the server thread, the retry-port client (this thread) and the load threads.
+struct CpuMeter {
+    server: CpuClock,
+    client: CpuClock,
+    load: Vec<CpuClock>,
+}
+
+impl CpuMeter {
+    fn read(&self) -> [Duration; 3] {
+        let load = self.load.iter().map(|c| c.read()).sum();
+        [self.server.read(), self.client.read(), load]
+    }
+}
+
+/// CPU use over a window in percent of one CPU: server, retry client, load threads (summed).
+fn cpu_percent(before: [Duration; 3], after: [Duration; 3], wall: f64) -> [f64; 3] {
+    std::array::from_fn(|i| (after[i] - before[i]).as_secs_f64() / wall * 100.0)
+}
+
+// ---------------------------------------------------------------------------------------------
 // The server under test, on its own thread
 
 /// The real reconnect server in a reactor on its own thread, stoppable from this one.
@@ -154,12 +219,15 @@ struct Server {
 
 impl Server {
     /// Starts the loop. The retry port is only listening after the first Start.
-    fn start(cpu: Option<usize>) -> Server {
+    fn start(cpu: Option<usize>, fifo: Option<i32>) -> Server {
         let retry_port = free_port();
         let (stop, stop_peer) = UnixStream::pair().expect("socketpair");
         let (tx, rx) = mpsc::channel();
         let thread = thread::spawn(move || {
             pin(cpu);
+            if let Some(priority) = fifo {
+                set_fifo_priority(priority).expect("SCHED_FIFO (needs CAP_SYS_NICE)");
+            }
             let server = ReconnectServer::bind(ServerConfig {
                 control_port: 0,
                 retry_port,
@@ -459,6 +527,8 @@ struct Row {
     /// Only for back-to-back connects; paced ones measure the pacing.
     connects_per_s: Option<f64>,
     server_recorded: usize,
+    /// CPU use in the window, % of one CPU: server thread, retry client, load threads.
+    cpu: [f64; 3],
     /// `server_ts - connect_start` and `server_ts - connect_return`.
     fidelity: Option<(Summary, Summary)>,
 }
@@ -481,7 +551,7 @@ fn scenario(
     busy: bool,
     measure: impl FnOnce(SocketAddr) -> Measured,
 ) -> Row {
-    let server = Server::start(place.server);
+    let server = Server::start(place.server, opts.fifo);
     let mut control = GrpcClient::connect(server.control).expect("control connection");
     let start = ReconnectParams::default().encode_to_vec();
     control
@@ -498,16 +568,32 @@ fn scenario(
         thread::sleep(WARMUP);
         load
     });
+    let meter = CpuMeter {
+        server: CpuClock::of(&server.thread),
+        client: CpuClock::this_thread(),
+        load: load
+            .as_ref()
+            .map_or(Vec::new(), |l| l.threads.iter().map(CpuClock::of).collect()),
+    };
     let calls_before = load.as_ref().map_or(0, Load::calls);
+    let cpu_before = meter.read();
     let started = Instant::now();
     let measured = measure(server.retry);
     let elapsed = started.elapsed().as_secs_f64();
+    let cpu = cpu_percent(cpu_before, meter.read(), elapsed);
     let control_calls_per_s = load
         .as_ref()
         .map(|l| (l.calls() - calls_before) as f64 / elapsed);
     let control_errors = load.map_or(0, Load::finish);
     drop(control);
     let recorded = server.stop();
+    if measured.times.is_some() && recorded.len() != measured.connects {
+        println!(
+            "warning: {name}: {} connects vs {} server timestamps; pairing by order is off",
+            measured.connects,
+            recorded.len()
+        );
+    }
     let fidelity = measured.times.as_deref().map(|t| fidelity(t, &recorded));
     Row {
         name: name.to_owned(),
@@ -517,6 +603,7 @@ fn scenario(
         connect_errors: measured.connect_errors,
         connects_per_s: (!measured.paced).then(|| measured.connects as f64 / elapsed),
         server_recorded: recorded.len(),
+        cpu,
         fidelity,
     }
 }
@@ -594,9 +681,10 @@ fn main() {
 
 fn print_table(opts: &Options, place: Placement, log_level: &str, rows: &[Row]) {
     println!(
-        "retry listener: {}; server log level {log_level}; busy = {} client(s) x {} unimplemented \
-         calls in flight; rate window {:?}; fidelity {} connects, paced {:?}",
+        "retry listener: {}; server {}; server log level {log_level}; busy = {} client(s) x {} \
+         unimplemented calls in flight; rate window {:?}; fidelity {} connects, paced {:?}",
         place.describe(),
+        scheduler(opts),
         opts.busy_clients,
         opts.inflight,
         opts.duration,
@@ -606,17 +694,18 @@ fn print_table(opts: &Options, place: Placement, log_level: &str, rows: &[Row]) 
     println!();
     println!(
         "| scenario | control calls/s | connects/s | connects (err) | server recorded \
+         | cpu % server / retry client / load \
          | server_ts - connect start, us: p50 / p90 / p99 / p99.9 / max (neg) \
          | server_ts - connect return, us: p50 / p90 / p99 / p99.9 / max (neg) |"
     );
-    println!("|---|---:|---:|---:|---:|---|---|");
+    println!("|---|---:|---:|---:|---:|---|---|---|");
     for r in rows {
         let (start, ret) = match &r.fidelity {
             Some((s, t)) => (percentiles(s), percentiles(t)),
             None => ("-".into(), "-".into()),
         };
         println!(
-            "| {} | {} | {} | {} ({}) | {} | {start} | {ret} |",
+            "| {} | {} | {} | {} ({}) | {} | {:.0} / {:.0} / {:.0} | {start} | {ret} |",
             r.name,
             r.control_calls_per_s
                 .map_or("idle".into(), |c| format!("{c:.0}")),
@@ -624,9 +713,17 @@ fn print_table(opts: &Options, place: Placement, log_level: &str, rows: &[Row]) 
             r.connects,
             r.connect_errors,
             r.server_recorded,
+            r.cpu[0],
+            r.cpu[1],
+            r.cpu[2],
         );
     }
     println!();
+}
+
+fn scheduler(opts: &Options) -> String {
+    opts.fifo
+        .map_or("default scheduler".into(), |p| format!("SCHED_FIFO {p}"))
 }
 
 fn percentiles(s: &Summary) -> String {
@@ -640,9 +737,10 @@ fn percentiles(s: &Summary) -> String {
 fn json(opts: &Options, place: Placement, log_level: &str, rows: &[Row]) -> String {
     let rows: Vec<String> = rows.iter().map(json_row).collect();
     format!(
-        "{{\"bench\":\"retry_listener\",\"placement\":\"{}\",\"log_level\":\"{log_level}\",\
-         \"busy_clients\":{},\"inflight\":{},\"duration_s\":{},\"pace_us\":{},\"rows\":[{}]}}",
+        "{{\"bench\":\"retry_listener\",\"placement\":\"{}\",\"server_scheduler\":\"{}\",\
+         \"log_level\":\"{log_level}\",\"busy_clients\":{},\"inflight\":{},\"duration_s\":{},\"pace_us\":{},\"rows\":[{}]}}",
         place.describe(),
+        scheduler(opts),
         opts.busy_clients,
         opts.inflight,
         opts.duration.as_secs_f64(),
@@ -671,6 +769,7 @@ fn json_row(r: &Row) -> String {
     format!(
         "{{\"scenario\":\"{}\",\"control_calls_per_s\":{},\"control_errors\":{},\
          \"connects\":{},\"connect_errors\":{},\"connects_per_s\":{},\"server_recorded\":{},\
+         \"cpu_percent\":{{\"server\":{:.1},\"retry_client\":{:.1},\"load\":{:.1}}},\
          \"fidelity\":{fidelity}}}",
         r.name,
         opt(r.control_calls_per_s),
@@ -679,5 +778,8 @@ fn json_row(r: &Row) -> String {
         r.connect_errors,
         opt(r.connects_per_s),
         r.server_recorded,
+        r.cpu[0],
+        r.cpu[1],
+        r.cpu[2],
     )
 }
