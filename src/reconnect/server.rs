@@ -99,6 +99,14 @@ impl ReconnectServer {
         self.control.local_addr()
     }
 
+    /// The session logic, read-only: for benchmarks and tests that run the server in-process
+    /// and, after [`Reactor::run`](crate::reactor::Reactor::run) returns, compare the retry
+    /// port's recorded accept times ([`ReconnectService::timestamps`], the current session's)
+    /// with their own clocks. Not needed to run the server.
+    pub fn service(&self) -> &ReconnectService {
+        &self.service
+    }
+
     fn accept_control(&mut self, ctx: &mut Ctx<'_>) {
         loop {
             match self.control.accept() {
@@ -442,4 +450,33 @@ fn call_id(conn: usize, stream: u32) -> CallId {
 
 fn split_call_id(call: CallId) -> (usize, u32) {
     ((call.0 >> 32) as usize, call.0 as u32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{IpAddr, Ipv4Addr};
+
+    #[test]
+    fn service_accessor_shows_the_live_sessions_timestamps() {
+        let mut server = ReconnectServer::bind(ServerConfig {
+            control_port: 0,
+            retry_port: 0,
+            service: ServiceConfig::default(),
+            http2: crate::http2::Config::default(),
+        })
+        .unwrap();
+        assert!(server.service().session().is_none());
+        assert!(server.service().timestamps().is_empty());
+        let params = ReconnectParams {
+            max_reconnect_backoff_ms: 0,
+        };
+        server.service.start(CallId(7), &params);
+        let at = Timestamp::from_nanos(42);
+        server
+            .service
+            .on_retry_connection(at, IpAddr::V4(Ipv4Addr::LOCALHOST));
+        assert_eq!(server.service().session().unwrap().owner, CallId(7));
+        assert_eq!(server.service().timestamps(), [at]);
+    }
 }
