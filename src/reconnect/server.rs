@@ -343,10 +343,12 @@ impl Component for ReconnectServer {
     }
 
     fn on_ready(&mut self, ctx: &mut Ctx<'_>, token: Token, ready: Readiness) {
+        // Whatever woke us, connections waiting on the retry port are stamped first, so a
+        // busy control port does not delay their timestamps (one non-blocking accept). That
+        // also serves the retry port's own readiness.
+        self.accept_retry();
         if Some(token) == self.control_token {
             self.accept_control(ctx);
-        } else if self.retry.as_ref().map(|(_, t)| *t) == Some(token) {
-            self.accept_retry();
         } else if let Some(key) = self.by_token.get(&token).copied() {
             if ready.readable || ready.closed || ready.error {
                 self.read_conn(ctx, key);
