@@ -208,6 +208,7 @@ impl Proxy {
         Counters {
             live_exchanges: self.exchanges.len() as u64,
             cached_answers: self.finished as u64,
+            in_flight: self.inflight as u64,
             observations: self.observations as u64,
             ..self.counters.clone()
         }
