@@ -18,6 +18,7 @@
 //! 100,000 before RSS is taken.
 
 #[path = "../tests/common/exposition.rs"]
+#[allow(dead_code)]
 mod exposition;
 #[path = "../tests/common/http.rs"]
 #[allow(dead_code)]
@@ -107,16 +108,17 @@ impl Daemon {
     /// The address after `marker` on the first stderr line holding it.
     fn addr_after(&self, marker: &str) -> SocketAddr {
         let deadline = Instant::now() + Duration::from_secs(10);
+        let mut seen = Vec::new();
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            let line = self
-                .lines
-                .recv_timeout(left)
-                .unwrap_or_else(|_| panic!("backoffd never logged {marker:?}"));
+            let line = self.lines.recv_timeout(left).unwrap_or_else(|_| {
+                panic!("backoffd never logged {marker:?}; it logged {seen:#?}")
+            });
             if let Some(rest) = line.split(marker).nth(1) {
                 let word = rest.split_whitespace().next().unwrap_or_default();
                 return word.parse().expect("an address after the marker");
             }
+            seen.push(line);
         }
     }
 
@@ -262,6 +264,8 @@ fn loaded_proxy_rss() -> Loaded {
         "1000s",
         "--total-timeout",
         "2000s",
+        "--non-idempotent-total-timeout",
+        "2000s",
         "--upstream-exchange-lifetime",
         "2000s",
         "--metrics",
@@ -343,7 +347,10 @@ fn engine_heap_per_exchange() -> Heap {
     let max = 2 * EXCHANGES as usize;
     let config = ProxyConfig {
         policy,
-        non_idempotent: policy.non_idempotent(),
+        non_idempotent: RetryPolicy {
+            max_retries: 1,
+            ..policy
+        },
         routing: Routing {
             upstream: Some(reverse),
             allow: vec![AllowedTarget {
