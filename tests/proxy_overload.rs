@@ -2,7 +2,8 @@
 
 mod common;
 
-use std::collections::{HashMap, HashSet};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -25,6 +26,26 @@ fn metric(doc: &Exposition, series: &str) -> f64 {
     *doc.samples
         .get(series)
         .unwrap_or_else(|| panic!("no {series} in /metrics"))
+}
+
+/// The cumulative buckets of `backoffd_timer_lateness_seconds`: (upper bound s, count), sorted.
+fn lateness_buckets(doc: &Exposition) -> Vec<(f64, f64)> {
+    let prefix = "backoffd_timer_lateness_seconds_bucket{le=\"";
+    let mut buckets: Vec<(f64, f64)> = doc
+        .samples
+        .iter()
+        .filter_map(|(series, &count)| {
+            let le = series.strip_prefix(prefix)?.strip_suffix("\"}")?;
+            let le = match le {
+                "+Inf" => f64::INFINITY,
+                v => v.parse().ok()?,
+            };
+            Some((le, count))
+        })
+        .collect();
+    buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+    assert!(!buckets.is_empty(), "no lateness histogram in /metrics");
+    buckets
 }
 
 /// VmRSS of a process in KiB, from /proc/<pid>/status.
@@ -195,19 +216,55 @@ fn ten_times_max_inflight_against_a_silent_upstream_gets_5_03_and_frees_all_stat
         delta("backoffd_coap_requests_total"),
         f64::from(OVERLOAD_REQUESTS)
     );
-    // State stays bounded: finished answers are cached (up to --max-cached), nothing more.
+    // All state of the forwarded requests is gone after the total timeout: nothing is in
+    // flight, and every exchange left is a finished answer kept for retransmissions (bounded
+    // by --max-cached), none observing.
+    assert_eq!(metric(&after, "backoffd_coap_in_flight"), 0.0);
     let live = metric(&after, "backoffd_coap_live_exchanges");
+    let cached = metric(&after, "backoffd_coap_cached_answers");
+    assert_eq!(live, cached, "live exchanges that are not cached answers");
+    assert_eq!(metric(&after, "backoffd_coap_observations"), 0.0);
     assert!(
         live <= f64::from(OVERLOAD_REQUESTS),
         "{live} live exchanges"
     );
     // The loop kept dispatching timers: every 5.04 comes from one. (The proxy keeps one
     // reactor timer for its earliest deadline, not one per exchange, so the histogram counts
-    // wake-ups, a handful here, not exchanges.)
+    // wake-ups, not exchanges.)
     let fired = delta("backoffd_timer_lateness_seconds_count");
     assert!(
         fired >= 1.0,
         "no timer dispatched for {forwarded} forwarded"
+    );
+    // Timer lateness: the tight goal is a benchmark's to check (this machine is shared and
+    // noisy); here only a sanity bound: at most 5 % of wake-ups (or one, as there are only
+    // a few hundred) later than ~100 ms (the first bucket bound at or above 100 ms, 2^17 us =
+    // 131 ms).
+    let total = metric(&after, "backoffd_timer_lateness_seconds_count");
+    let lateness = lateness_buckets(&after);
+    let le = |bound: f64| {
+        lateness
+            .iter()
+            .find(|(le, _)| *le >= bound)
+            .map_or(total, |&(_, n)| n)
+    };
+    let p99 = lateness
+        .iter()
+        .find(|(_, n)| *n >= 0.99 * total)
+        .map_or(f64::INFINITY, |&(le, _)| le);
+    let (late_bound, within) = lateness
+        .iter()
+        .find(|(le, _)| *le >= 0.1)
+        .copied()
+        .unwrap_or((f64::INFINITY, total));
+    let late = total - within;
+    assert!(
+        late <= (0.05 * total).max(1.0),
+        "{late} of {total} timer wake-ups later than {late_bound} s"
+    );
+    eprintln!(
+        "timer lateness: p99 <= {p99} s, {} of {total} within 1 ms",
+        le(0.001)
     );
     let rss_after = vm_rss_kib(pid);
     assert!(
@@ -314,25 +371,39 @@ fn counter_upstream() -> (SocketAddr, Arc<Mutex<Executions>>) {
     (addr, state)
 }
 
-/// 2000 rather than the issue's 10k: 2000 take about 30 s here on 2 shared cores (the
-/// window of 100 and the 25 s tail of a client's last retransmission dominate), so 10k
-/// would be well over a minute; 2000 exercises the same per-request loss paths.
-const LOSSY_REQUESTS: u32 = 2000;
-/// Client requests outstanding at once.
-const WINDOW: usize = 100;
+/// The issue's 10k POSTs.
+const LOSSY_REQUESTS: u32 = 10_000;
+/// Client requests outstanding at once: with a third of them waiting seconds for a
+/// retransmission, a wide window keeps the run short.
+const WINDOW: usize = 1000;
+/// New requests started per loop turn, so the relays' receive buffers never see a burst.
+const STARTS_PER_TURN: usize = 20;
+/// The client's transmissions of one request, and its retransmission timeouts: the first
+/// after `FIRST_WAIT`, each later one after `LATER_WAIT` (a capped backoff).
+///
+/// Why no request goes unanswered: the proxy's upstream leg (--timeout 30ms, x1.5, 6 retries,
+/// jitter 0.1) ends within 1.1 x 30 ms x (1 + 1.5 + ... + 1.5^6) = 1.06 s of the first request
+/// reaching it, with the upstream's answer or a 5.04, and `--ack-delay` is longer than that, so
+/// the answer is always piggybacked on the ACK and cached; the client's next transmission
+/// comes >= 1.5 s later and gets the cached answer again if the first one was lost. So each
+/// transmission fails independently only if the request or the answer is lost:
+/// 1 - 0.8^2 = 0.36. All 30 fail with 0.36^30 = 4.9e-14 per request, 4.9e-10 for 10k.
+/// (A client retransmission that reaches the proxy before its upstream leg ended, possible only
+/// if the machine stalls the proxy for ~0.5 s, makes the answer separate: the proxy then sends it
+/// as a CON up to 5 times, lost with 0.2^5 = 3.2e-4, on top of that stall.)
+const CLIENT_ATTEMPTS: u32 = 30;
+const FIRST_WAIT: Duration = Duration::from_millis(1500);
+const LATER_WAIT: Duration = Duration::from_millis(2000);
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Client {
     Idle,
-    /// Sent `attempts` times; next retransmission at `next`.
+    /// Sent `attempts` times; the next retransmission is queued in the retransmission heap.
     Sent {
         attempts: u32,
-        next: Instant,
     },
     /// Empty ACK received; the separate answer is due.
-    Acked {
-        since: Instant,
-    },
+    Acked,
     Done(Code),
     GaveUp,
 }
@@ -351,27 +422,33 @@ fn posts_through_20_percent_loss_each_way_execute_exactly_once() {
         "--seed",
         "7",
         "--timeout",
-        "100ms",
+        "30ms",
+        "--non-idempotent-timeout",
+        "30ms",
         "--max-retries",
         "6",
         "--non-idempotent-max-retries",
         "6",
         "--backoff-factor",
         "1.5",
+        "--non-idempotent-backoff-factor",
+        "1.5",
         "--total-timeout",
         "10s",
         "--non-idempotent-total-timeout",
         "10s",
         "--ack-delay",
-        "50ms",
+        "20s",
     ];
     let (_daemon, proxy) = Daemon::start(&args, "CoAP proxy listening on ");
     let front = lossy_relay(proxy, 0xF00D);
 
     let c = UdpSocket::bind("127.0.0.1:0").unwrap();
-    c.set_read_timeout(Some(Duration::from_millis(5))).unwrap();
     let n = LOSSY_REQUESTS as usize;
     let mut state = vec![Client::Idle; n];
+    // Due retransmissions: (when, request, its attempts when queued); stale entries (the
+    // request was answered or moved on) are skipped when popped.
+    let mut due: BinaryHeap<Reverse<(Instant, usize, u32)>> = BinaryHeap::new();
     let encode = |i: usize| {
         let mut out = Vec::new();
         let mut b = MessageBuilder::new(
@@ -386,34 +463,51 @@ fn posts_through_20_percent_loss_each_way_execute_exactly_once() {
         out
     };
     let start = Instant::now();
-    let hard_deadline = start + Duration::from_secs(120);
+    let hard_deadline = start + Duration::from_secs(180);
     let mut next_idle = 0usize;
     let mut outstanding = 0usize;
     let mut finished = 0usize;
+    let mut transmissions = 0u64;
+    // Requests that got an empty ACK (their answer then came separately).
+    let mut separate = 0usize;
     let mut buf = [0u8; 2048];
     while finished < n {
         assert!(
             Instant::now() < hard_deadline,
             "only {finished} of {n} finished"
         );
-        while outstanding < WINDOW && next_idle < n {
+        let mut started = 0;
+        while outstanding < WINDOW && next_idle < n && started < STARTS_PER_TURN {
             c.send_to(&encode(next_idle), front).unwrap();
-            state[next_idle] = Client::Sent {
-                attempts: 1,
-                next: Instant::now() + Duration::from_millis(200),
-            };
+            transmissions += 1;
+            state[next_idle] = Client::Sent { attempts: 1 };
+            due.push(Reverse((Instant::now() + FIRST_WAIT, next_idle, 1)));
             next_idle += 1;
             outstanding += 1;
+            started += 1;
         }
-        if let Ok(len) = c.recv(&mut buf) {
+        // Wait for a datagram no longer than until the next retransmission is due.
+        let wait = due
+            .peek()
+            .map_or(Duration::from_millis(5), |Reverse((at, _, _))| {
+                at.saturating_duration_since(Instant::now())
+            });
+        let wait = wait.clamp(Duration::from_micros(100), Duration::from_millis(5));
+        c.set_read_timeout(Some(wait)).unwrap();
+        // Then drain everything that is already there before looking at the clock again.
+        let mut got = c.recv(&mut buf).ok();
+        if got.is_some() {
+            c.set_nonblocking(true).unwrap();
+        }
+        while let Some(len) = got {
             let m = Message::parse(&buf[..len]).expect("a well-formed datagram");
             let by_mid = usize::from(m.message_id());
             match (m.msg_type(), m.code()) {
                 (MessageType::Ack, Code::EMPTY) => {
+                    // Empty ACKs echo our MID (request index mod 2^16; all < 2^16 here).
                     if let Some(Client::Sent { .. }) = state.get(by_mid) {
-                        state[by_mid] = Client::Acked {
-                            since: Instant::now(),
-                        };
+                        state[by_mid] = Client::Acked;
+                        separate += 1;
                     }
                 }
                 (ty, code) if code.is_response() => {
@@ -423,7 +517,7 @@ fn posts_through_20_percent_loss_each_way_execute_exactly_once() {
                         c.send_to(&ack, front).unwrap();
                     }
                     let i = id_of_token(m.token()).expect("one of our tokens") as usize;
-                    if matches!(state[i], Client::Sent { .. } | Client::Acked { .. }) {
+                    if matches!(state[i], Client::Sent { .. } | Client::Acked) {
                         state[i] = Client::Done(code);
                         outstanding -= 1;
                         finished += 1;
@@ -431,28 +525,32 @@ fn posts_through_20_percent_loss_each_way_execute_exactly_once() {
                 }
                 _ => {}
             }
+            got = c.recv(&mut buf).ok();
         }
+        c.set_nonblocking(false).unwrap();
         let now = Instant::now();
-        for (i, s) in state[..next_idle].iter_mut().enumerate() {
-            match *s {
-                Client::Sent { attempts, next } if now >= next => {
-                    if attempts > 6 {
-                        *s = Client::GaveUp;
+        while let Some(&Reverse((at, i, queued))) = due.peek() {
+            if at > now {
+                break;
+            }
+            due.pop();
+            match state[i] {
+                Client::Sent { attempts } if attempts == queued => {
+                    if attempts >= CLIENT_ATTEMPTS {
+                        state[i] = Client::GaveUp;
                         outstanding -= 1;
                         finished += 1;
                     } else {
                         c.send_to(&encode(i), front).unwrap();
-                        *s = Client::Sent {
+                        transmissions += 1;
+                        state[i] = Client::Sent {
                             attempts: attempts + 1,
-                            next: now + Duration::from_millis(200 << attempts),
                         };
+                        due.push(Reverse((now + LATER_WAIT, i, attempts + 1)));
                     }
                 }
-                Client::Acked { since } if now >= since + Duration::from_secs(30) => {
-                    *s = Client::GaveUp;
-                    outstanding -= 1;
-                    finished += 1;
-                }
+                // Answered, or acknowledged empty: the answer then comes as a CON that the
+                // proxy retransmits (RFC 7252 §5.2.2), awaited until the hard deadline.
                 _ => {}
             }
         }
@@ -461,7 +559,6 @@ fn posts_through_20_percent_loss_each_way_execute_exactly_once() {
 
     let exec = executions.lock().unwrap();
     let mut timeouts = Vec::new();
-    let mut gave_up = Vec::new();
     for (i, s) in state.iter().enumerate() {
         match *s {
             Client::Done(code) if code.class() == 2 => {
@@ -472,27 +569,25 @@ fn posts_through_20_percent_loss_each_way_execute_exactly_once() {
                 );
             }
             // The proxy gives up after 7 attempts each lost with p = 1 - 0.8^2 = 0.36:
-            // p = 0.36^7 ≈ 8e-4 per request, so a few 5.04s in 2000 are expected. Whether
-            // such a request executed upstream is unknowable, but it executed at most once.
+            // p = 0.36^7 = 7.8e-4 per request, about 8 in 10k. Whether such a request
+            // executed upstream is unknowable, but it executed at most once (checked below).
             Client::Done(Code::GATEWAY_TIMEOUT) => timeouts.push(i),
-            // The client's own 7 attempts fail alike (p ≈ 8e-4): it gives up, as RFC 7252
-            // §4.2 lets it; the request still executed at most once.
-            Client::GaveUp => gave_up.push(i),
-            other => panic!("request {i} ended {other:?}"),
+            other => panic!("request {i} ended {other:?} (every request must be answered)"),
         }
     }
-    // Expected about 1.6 of each in 2000; more than 20 of either means something is wrong.
-    assert!(timeouts.len() <= 20, "5.04 for {timeouts:?}");
-    assert!(gave_up.len() <= 20, "never answered: {gave_up:?}");
+    // Expected about 8 of 10k (Poisson: more than 60 has p < 1e-30); a stalled machine makes
+    // the proxy give up more often, so the bound is loose: far more means a broken retry path.
+    assert!(timeouts.len() <= 60, "5.04 for {timeouts:?}");
     let distinct: HashSet<u64> = exec.per_id.keys().copied().collect();
     for (id, times) in &exec.per_id {
         assert_eq!(*times, 1, "request id {id} executed {times} times");
         assert!(*id < u64::from(LOSSY_REQUESTS), "unknown id {id}");
     }
     assert_eq!(exec.counter, distinct.len() as u64);
-    assert!(distinct.len() >= n - timeouts.len() - gave_up.len());
+    assert!(distinct.len() >= n - timeouts.len());
     eprintln!(
-        "lossy: {n} POSTs in {wall:?}, 5.04 for {timeouts:?}, unanswered {gave_up:?}, {} executions",
+        "lossy: {n} POSTs answered in {wall:?} ({transmissions} client transmissions), \
+         5.04 for {timeouts:?}, {separate} separate answers, {} executions",
         exec.counter
     );
 }

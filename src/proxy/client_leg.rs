@@ -120,7 +120,7 @@ impl Proxy {
         let Some(x) = self.get(key) else { return };
         let piggybacked = !x.client_acked && !x.answer.is_empty();
         if piggybacked {
-            let (client, answer) = (x.client, x.answer.clone());
+            let (client, answer) = (x.client, x.answer.to_vec());
             self.push(Destination::Client(client), answer);
         } else if x.client_acked {
             let (client, mid) = (x.client, x.client_mid);
@@ -289,8 +289,7 @@ impl Proxy {
         a: &LocalAnswer,
     ) {
         self.count_local(a.code);
-        let policy = self.config.policy;
-        let key = self.insert_exchange(now, from, token, msg, State::Finished, policy);
+        let key = self.insert_exchange(now, from, token, msg, State::Finished, false);
         let mut buf = Vec::with_capacity(16 + a.diagnostic.len());
         encode_local(&mut buf, MessageType::Ack, 0, token.as_bytes(), a);
         self.answer_client(now, key, &buf, false);
@@ -320,11 +319,12 @@ impl Proxy {
         route: Route,
         mid: u16,
     ) {
-        let policy = match msg.code() {
-            Code::POST | Code::PATCH | Code::IPATCH => self.config.non_idempotent,
-            _ => self.config.policy,
+        let non_idempotent = matches!(msg.code(), Code::POST | Code::PATCH | Code::IPATCH);
+        let policy = match non_idempotent {
+            true => self.config.non_idempotent,
+            false => self.config.policy,
         };
-        let key = self.insert_exchange(now, from, token, msg, State::Waiting, policy);
+        let key = self.insert_exchange(now, from, token, msg, State::Waiting, non_idempotent);
         // Our token: the slot index (for O(1) lookup) and 32 random bits (RFC 7252 §5.3.1).
         let mut token_bytes = [0u8; 8];
         token_bytes[..4].copy_from_slice(&key.index.to_be_bytes());
@@ -337,7 +337,7 @@ impl Proxy {
         x.upstream_mid = mid;
         x.upstream_mid_live = true;
         x.upstream_token = upstream_token;
-        x.request = request;
+        x.request = request.into_boxed_slice();
         x.wants_observe = msg.option(OBSERVE).and_then(|v| decode_uint(v).ok()) == Some(0);
         self.by_upstream_mid.insert((route.upstream, mid), key);
         self.upstreams[usize::from(route.upstream)].inflight += 1;

@@ -1,6 +1,6 @@
 //! What the proxy counts: every forward, duplicate, retry, give-up and drop.
 
-/// Monotonic counters (and two gauges) of one proxy engine.
+/// Monotonic counters (and four gauges) of one proxy engine.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Counters {
     /// Client requests accepted (not duplicates), whatever their outcome.
@@ -65,6 +65,9 @@ pub struct Counters {
     pub live_exchanges: u64,
     /// Gauge: of those, finished answers kept to answer duplicates.
     pub cached_answers: u64,
+    /// Gauge: of those, requests still waiting on an upstream (`Waiting` or
+    /// `AwaitingSeparate`); neither finished nor observing.
+    pub in_flight: u64,
     /// Gauge: Observe relays alive (RFC 7641).
     pub observations: u64,
 }

@@ -274,6 +274,11 @@ fn write_proxy_metrics(c: &super::Counters, send_drops: u64, out: &mut MetricsWr
         c.cached_answers as f64,
     );
     out.gauge(
+        "backoffd_coap_in_flight",
+        "Requests still waiting on an upstream.",
+        c.in_flight as f64,
+    );
+    out.gauge(
         "backoffd_coap_observations",
         "Observe relays alive.",
         c.observations as f64,

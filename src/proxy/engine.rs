@@ -208,6 +208,7 @@ impl Proxy {
         Counters {
             live_exchanges: self.exchanges.len() as u64,
             cached_answers: self.finished as u64,
+            in_flight: self.inflight as u64,
             observations: self.observations as u64,
             ..self.counters.clone()
         }
@@ -231,6 +232,14 @@ impl Proxy {
     /// Pending timers in the engine's wheel.
     pub fn pending_timers(&self) -> usize {
         self.timers.len()
+    }
+
+    /// The retry policy an exchange follows (its own flag picks one of the configured two).
+    pub(super) fn policy_of(&self, x: &Exchange) -> super::RetryPolicy {
+        match x.non_idempotent {
+            true => self.config.non_idempotent,
+            false => self.config.policy,
+        }
     }
 
     pub(super) fn get(&self, key: ExchangeKey) -> Option<&Exchange> {
@@ -342,7 +351,7 @@ impl Proxy {
             return;
         }
         let timers = [x.retransmit_timer.take(), x.total_timer.take()];
-        x.request = Vec::new();
+        x.request = Box::default();
         let (up, mid, live) = (x.upstream, x.upstream_mid, x.upstream_mid_live);
         x.upstream_mid_live = false;
         x.state = State::Finished;
@@ -388,7 +397,7 @@ impl Proxy {
         };
         self.send_to_client(now, key, ty, mid, bytes.clone());
         let x = self.get_mut(key).expect("checked above");
-        x.answer = bytes;
+        x.answer = bytes.into_boxed_slice();
         if let Some(t) = x.ack_timer.take() {
             self.timers.cancel(t);
         }
@@ -423,12 +432,12 @@ impl Proxy {
                 params::ACK_TIMEOUT.mul_f64(self.rng.random_range(1.0..params::ACK_RANDOM_FACTOR));
             let timer = self.arm(key, TimerKind::ClientRetransmit, now + timeout);
             let x = self.get_mut(key).expect("checked above");
-            x.delivery = Some(ClientDelivery {
+            x.delivery = Some(Box::new(ClientDelivery {
                 mid,
                 retransmits: 0,
                 timeout,
                 timer,
-            });
+            }));
         }
         self.push(Destination::Client(client), bytes);
     }
@@ -448,7 +457,7 @@ impl Proxy {
         d.retransmits += 1;
         d.timeout *= 2;
         let (timeout, client) = (d.timeout, x.client);
-        let bytes = x.answer.clone();
+        let bytes = x.answer.to_vec();
         let timer = self.arm(key, TimerKind::ClientRetransmit, now + timeout);
         if let Some(d) = self.get_mut(key).and_then(|x| x.delivery.as_mut()) {
             d.timer = timer;
@@ -607,11 +616,11 @@ impl Proxy {
         token: Token,
         msg: &Message,
         state: State,
-        policy: super::RetryPolicy,
+        non_idempotent: bool,
     ) -> ExchangeKey {
         let generation = self.next_generation();
         let client_id = (msg.message_id(), token, msg.msg_type());
-        let x = Exchange::new(generation, state, now, from, client_id, policy);
+        let x = Exchange::new(generation, state, now, from, client_id, non_idempotent);
         let index = u32::try_from(self.exchanges.insert(x)).expect("fewer than 2^32 exchanges");
         let key = ExchangeKey { index, generation };
         self.by_client.insert((from, token, msg.message_id()), key);

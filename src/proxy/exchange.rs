@@ -6,8 +6,6 @@ use crate::coap::MessageType;
 use crate::time::Timestamp;
 use crate::timer::TimerId;
 
-use super::RetryPolicy;
-
 /// Index of an upstream endpoint in the proxy's upstream table.
 pub type UpstreamId = u16;
 
@@ -104,16 +102,21 @@ pub struct Exchange {
     /// Whether `upstream_mid` is still in the upstream MID map (until the upstream answered).
     pub upstream_mid_live: bool,
     pub upstream_token: Token,
-    pub policy: RetryPolicy,
+    /// Which of the configured retry policies applies: POST/PATCH/iPATCH use the
+    /// non-idempotent one (see [`super::engine::Proxy::policy_of`]). A flag rather than a copy
+    /// of the policy keeps the exchange small.
+    pub non_idempotent: bool,
     /// Transmissions upstream so far (1 = only the first send).
     pub attempts: u32,
     /// The request as sent upstream, kept for retransmission; freed once not needed.
-    pub request: Vec<u8>,
+    /// A boxed slice: exactly its length, no spare capacity, no capacity word.
+    pub request: Box<[u8]>,
     /// An empty ACK went to the client, so the answer must travel separately (RFC 7252 §5.2.2).
     pub client_acked: bool,
     /// The answer sent to the client (piggybacked ACK or NON), replayed for duplicates.
-    pub answer: Vec<u8>,
-    pub delivery: Option<ClientDelivery>,
+    pub answer: Box<[u8]>,
+    /// Boxed: only separate CON answers have one, so the common exchange pays one pointer.
+    pub delivery: Option<Box<ClientDelivery>>,
     /// MID of the latest NON to the client, mapped for the client's RST (RFC 7641 §3.6)
     /// until the next one replaces it or the exchange goes.
     pub non_mid: Option<u16>,
@@ -138,7 +141,7 @@ impl Exchange {
         now: Timestamp,
         client: SocketAddr,
         (client_mid, client_token, client_type): (u16, Token, MessageType),
-        policy: RetryPolicy,
+        non_idempotent: bool,
     ) -> Exchange {
         Exchange {
             generation,
@@ -152,11 +155,11 @@ impl Exchange {
             upstream_mid: 0,
             upstream_mid_live: false,
             upstream_token: Token::default(),
-            policy,
+            non_idempotent,
             attempts: 0,
-            request: Vec::new(),
+            request: Box::default(),
             client_acked: false,
-            answer: Vec::new(),
+            answer: Box::default(),
             delivery: None,
             non_mid: None,
             retransmit_timer: None,

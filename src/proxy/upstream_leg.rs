@@ -63,8 +63,9 @@ impl Proxy {
             "only a waiting exchange goes upstream"
         );
         x.attempts += 1;
-        let (attempts, policy, up) = (x.attempts, x.policy, x.upstream);
-        let bytes = x.request.clone();
+        let (attempts, up) = (x.attempts, x.upstream);
+        let bytes = x.request.to_vec();
+        let policy = self.policy_of(self.get(key).expect("checked above"));
         // delay_k = timeout * factor^(k-1) * U[1-jitter, 1+jitter]; after the last retry the
         // same timer means "retries exhausted".
         let spread = self
@@ -79,7 +80,7 @@ impl Proxy {
     /// The retransmission timer fired while still `Waiting`.
     pub(super) fn retransmit_upstream(&mut self, now: Timestamp, key: ExchangeKey) {
         let Some(x) = self.get(key) else { return };
-        if x.attempts > x.policy.max_retries {
+        if x.attempts > self.policy_of(x).max_retries {
             return self.give_up(now, key, Code::GATEWAY_TIMEOUT, "retries exhausted");
         }
         self.counters.upstream_retransmissions += 1;
@@ -123,7 +124,7 @@ impl Proxy {
             // §5.2.2: the upstream will answer separately; stop retransmitting.
             if x.state == State::Waiting {
                 x.state = State::AwaitingSeparate;
-                x.request = Vec::new();
+                x.request = Box::default();
                 if let Some(t) = x.retransmit_timer.take() {
                     self.timers.cancel(t);
                 }

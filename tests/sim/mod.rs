@@ -459,6 +459,7 @@ impl Sim {
             ("pending_timers()", self.proxy.pending_timers() as u64),
             ("counters().live_exchanges", counters.live_exchanges),
             ("counters().cached_answers", counters.cached_answers),
+            ("counters().in_flight", counters.in_flight),
             ("counters().observations", counters.observations),
         ];
         for (what, left) in proxy_state {

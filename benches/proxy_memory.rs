@@ -1,0 +1,487 @@
+//! Memory of the CoAP proxy: idle RSS of `backoffd proxy` and `backoffd serve`, RSS with
+//! 100,000 exchanges in flight toward silent upstreams, heap bytes per exchange measured with a
+//! counting allocator around the sans-IO engine, and the release binary's size, stripped and not.
+//!
+//! Goals (checked here, reported, never asserted in tests): idle proxy <= 4 MiB VmRSS, <= 512 B
+//! per in-flight exchange without payload.
+//!
+//! Run: `cargo bench --bench proxy_memory`. Prints a markdown table and one JSON line.
+//!
+//! The load: one upstream Message ID space holds at most 65,536 exchanges within the MID
+//! lifetime (RFC 7252 §4.4), so 100,000 in flight need two upstreams. The proxy gets a reverse
+//! upstream and one allowed forward target, both UDP sockets that never read; half the GETs go
+//! to each (the forward half with a Proxy-Uri). Timeouts are far longer than the measurement, so
+//! nothing is retransmitted or expires; the CON requests get their empty ACK after the default
+//! 100 ms `--ack-delay`, as in normal operation. Requests go out in batches, each waiting until
+//! the proxy's `backoffd_coap_requests_total` counted it (a batch is resent if the proxy's
+//! receive buffer dropped some; duplicates are absorbed), and the in-flight gauge must read
+//! 100,000 before RSS is taken.
+
+#[path = "../tests/common/exposition.rs"]
+#[allow(dead_code)]
+mod exposition;
+#[path = "../tests/common/http.rs"]
+#[allow(dead_code)]
+mod http;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::io::{BufRead, BufReader};
+use std::net::{SocketAddr, UdpSocket};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicIsize, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use backoffd::coap::option::PROXY_URI;
+use backoffd::coap::{Code, MessageBuilder, MessageType};
+use backoffd::proxy::{AllowedTarget, Proxy, ProxyConfig, RetryPolicy, Routing};
+use backoffd::time::Timestamp;
+use exposition::Exposition;
+
+/// Live heap bytes as requested, and as the allocator actually reserved (usable size).
+struct Counting;
+static REQUESTED: AtomicIsize = AtomicIsize::new(0);
+static USABLE: AtomicIsize = AtomicIsize::new(0);
+
+fn usable(p: *mut u8) -> isize {
+    // SAFETY: `p` came from System (malloc family on Linux) and is live.
+    unsafe { libc::malloc_usable_size(p.cast()) as isize }
+}
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        let p = System.alloc(l);
+        if !p.is_null() {
+            REQUESTED.fetch_add(l.size() as isize, Ordering::Relaxed);
+            USABLE.fetch_add(usable(p), Ordering::Relaxed);
+        }
+        p
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        REQUESTED.fetch_sub(l.size() as isize, Ordering::Relaxed);
+        USABLE.fetch_sub(usable(p), Ordering::Relaxed);
+        System.dealloc(p, l)
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
+        let before = usable(p);
+        let q = System.realloc(p, l, new);
+        if !q.is_null() {
+            REQUESTED.fetch_add(new as isize - l.size() as isize, Ordering::Relaxed);
+            USABLE.fetch_add(usable(q) - before, Ordering::Relaxed);
+        }
+        q
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+const EXCHANGES: u32 = 100_000;
+const BATCH: u32 = 100;
+const KIB: f64 = 1024.0;
+
+/// A `backoffd` child process, killed on drop, its stderr lines forwarded to a channel.
+struct Daemon {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Daemon {
+    fn start(args: &[&str]) -> Daemon {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_backoffd"))
+            .args(args)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn backoffd");
+        let stderr = child.stderr.take().expect("piped");
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        Daemon { child, lines }
+    }
+
+    /// The address after `marker` on the first stderr line holding it.
+    fn addr_after(&self, marker: &str) -> SocketAddr {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut seen = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = self.lines.recv_timeout(left).unwrap_or_else(|_| {
+                panic!("backoffd never logged {marker:?}; it logged {seen:#?}")
+            });
+            if let Some(rest) = line.split(marker).nth(1) {
+                let word = rest.split_whitespace().next().unwrap_or_default();
+                return word.parse().expect("an address after the marker");
+            }
+            seen.push(line);
+        }
+    }
+
+    fn status_kib(&self, field: &str) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .expect("/proc/<pid>/status");
+        let line = status
+            .lines()
+            .find(|l| l.starts_with(field))
+            .unwrap_or_else(|| panic!("no {field} line"));
+        line.split_whitespace()
+            .nth(1)
+            .and_then(|v| v.parse().ok())
+            .expect("a number of kB")
+    }
+
+    fn rss_kib(&self) -> u64 {
+        self.status_kib("VmRSS:")
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn scrape(metrics: SocketAddr) -> Exposition {
+    let answer = http::get(metrics, "/metrics");
+    assert_eq!(answer.status, 200, "GET /metrics");
+    Exposition::parse(&answer.body)
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free loopback port")
+        .port()
+}
+
+/// VmRSS a moment after start-up (the loop is idle by then).
+fn settle() {
+    std::thread::sleep(Duration::from_millis(300));
+}
+
+fn idle_proxy_rss() -> u64 {
+    let silent = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    let up = silent.local_addr().expect("addr").to_string();
+    let d = Daemon::start(&[
+        "proxy",
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        &up,
+        "--metrics",
+        "127.0.0.1:0",
+    ]);
+    d.addr_after("CoAP proxy listening on ");
+    let metrics = d.addr_after("metrics listening on ");
+    scrape(metrics);
+    settle();
+    d.rss_kib()
+}
+
+/// `backoffd serve`: proxy, gRPC reconnect server (which binds its ports on all interfaces,
+/// as the interop spec has it) and metrics in one loop.
+fn idle_serve_rss() -> u64 {
+    let silent = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    let up = silent.local_addr().expect("addr").to_string();
+    let (control, retry) = (free_port().to_string(), free_port().to_string());
+    let d = Daemon::start(&[
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        &up,
+        "--control_port",
+        &control,
+        "--retry_port",
+        &retry,
+        "--metrics",
+        "127.0.0.1:0",
+    ]);
+    d.addr_after("CoAP proxy listening on ");
+    let metrics = d.addr_after("metrics listening on ");
+    scrape(metrics);
+    settle();
+    d.rss_kib()
+}
+
+/// CON GET number `i`: distinct MID and token; odd ones carry a Proxy-Uri to `forward`.
+fn request(i: u32, forward: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(64);
+    let mut b = MessageBuilder::new(
+        &mut out,
+        MessageType::Con,
+        Code::GET,
+        i as u16,
+        &i.to_be_bytes(),
+    );
+    if i % 2 == 1 {
+        b.option(PROXY_URI, forward.as_bytes());
+    }
+    b.finish().expect("a small request");
+    out
+}
+
+struct Loaded {
+    idle_kib: u64,
+    loaded_kib: u64,
+    hwm_kib: u64,
+    in_flight: f64,
+    send_time: Duration,
+}
+
+fn loaded_proxy_rss() -> Loaded {
+    let reverse = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    let forward = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    let (up, fwd) = (
+        reverse.local_addr().expect("addr").to_string(),
+        forward.local_addr().expect("addr").to_string(),
+    );
+    let max = (2 * EXCHANGES).to_string();
+    let d = Daemon::start(&[
+        "proxy",
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        &up,
+        "--forward",
+        "--allow",
+        &fwd,
+        "--seed",
+        "1",
+        "--max-inflight",
+        &max,
+        "--max-inflight-per-upstream",
+        &max,
+        "--max-cached",
+        &max,
+        "--timeout",
+        "1000s",
+        "--total-timeout",
+        "2000s",
+        "--non-idempotent-total-timeout",
+        "2000s",
+        "--upstream-exchange-lifetime",
+        "2000s",
+        "--metrics",
+        "127.0.0.1:0",
+    ]);
+    let proxy = d.addr_after("CoAP proxy listening on ");
+    let metrics = d.addr_after("metrics listening on ");
+    scrape(metrics);
+    settle();
+    let idle_kib = d.rss_kib();
+
+    let client = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    let uri = format!("coap://{fwd}/");
+    let start = Instant::now();
+    let mut sent = 0u32;
+    while sent < EXCHANGES {
+        let end = (sent + BATCH).min(EXCHANGES);
+        let mut tries = 0;
+        loop {
+            for i in sent..end {
+                client.send_to(&request(i, &uri), proxy).expect("send");
+            }
+            tries += 1;
+            let deadline = Instant::now() + Duration::from_millis(500);
+            let mut counted = 0.0;
+            while Instant::now() < deadline {
+                counted = scrape(metrics).get("backoffd_coap_requests_total");
+                if counted >= f64::from(end) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            if counted >= f64::from(end) {
+                break;
+            }
+            assert!(tries < 20, "the proxy counted {counted} of {end} requests");
+        }
+        sent = end;
+    }
+    let send_time = start.elapsed();
+    settle();
+    let doc = scrape(metrics);
+    let in_flight = doc.get("backoffd_coap_in_flight");
+    assert_eq!(
+        doc.get("backoffd_coap_forwarded_total"),
+        f64::from(EXCHANGES)
+    );
+    assert_eq!(in_flight, f64::from(EXCHANGES), "exchanges in flight");
+    assert_eq!(
+        doc.get("backoffd_coap_live_exchanges"),
+        f64::from(EXCHANGES)
+    );
+    let loaded_kib = d.rss_kib();
+    let hwm_kib = d.status_kib("VmHWM:");
+    drop((reverse, forward));
+    Loaded {
+        idle_kib,
+        loaded_kib,
+        hwm_kib,
+        in_flight,
+        send_time,
+    }
+}
+
+struct Heap {
+    requested: f64,
+    usable: f64,
+}
+
+/// The engine alone, in this process: heap bytes per exchange, as requested and as reserved.
+fn engine_heap_per_exchange() -> Heap {
+    let reverse: SocketAddr = "127.0.0.1:9".parse().expect("literal");
+    let fwd: SocketAddr = "127.0.0.1:10".parse().expect("literal");
+    let policy = RetryPolicy {
+        timeout: Duration::from_secs(1000),
+        total_timeout: Duration::from_secs(2000),
+        ..RetryPolicy::DEFAULT
+    };
+    let max = 2 * EXCHANGES as usize;
+    let config = ProxyConfig {
+        policy,
+        non_idempotent: RetryPolicy {
+            max_retries: 1,
+            ..policy
+        },
+        routing: Routing {
+            upstream: Some(reverse),
+            allow: vec![AllowedTarget {
+                host: "127.0.0.1".into(),
+                port: fwd.port(),
+                addr: fwd,
+            }],
+            forward: true,
+        },
+        max_inflight: max,
+        max_inflight_per_upstream: max,
+        max_cached: max,
+        upstream_exchange_lifetime: Duration::from_secs(2000),
+        seed: 1,
+        ..ProxyConfig::default()
+    };
+    config.validate().expect("a valid configuration");
+    let client: SocketAddr = "127.0.0.1:40000".parse().expect("literal");
+    let uri = format!("coap://{fwd}/");
+    let reqs: Vec<Vec<u8>> = (0..EXCHANGES).map(|i| request(i, &uri)).collect();
+
+    let before = (
+        REQUESTED.load(Ordering::Relaxed),
+        USABLE.load(Ordering::Relaxed),
+    );
+    let mut proxy = Proxy::new(config);
+    let mut now = Timestamp::from_nanos(1_000_000_000);
+    for (i, r) in reqs.iter().enumerate() {
+        proxy.handle_client_datagram(now, client, r);
+        while proxy.poll_transmit().is_some() {}
+        // 10 us apart: the 100 ms ack delay fires for the early ones, as in the process.
+        now = Timestamp::from_nanos(now.as_nanos() + 10_000);
+        if i % 1000 == 0 {
+            proxy.handle_timeout(now);
+            while proxy.poll_transmit().is_some() {}
+        }
+    }
+    assert_eq!(proxy.in_flight(), EXCHANGES as usize);
+    let after = (
+        REQUESTED.load(Ordering::Relaxed),
+        USABLE.load(Ordering::Relaxed),
+    );
+    drop(proxy);
+    let n = f64::from(EXCHANGES);
+    Heap {
+        requested: (after.0 - before.0) as f64 / n,
+        usable: (after.1 - before.1) as f64 / n,
+    }
+}
+
+fn binary_sizes() -> (u64, Option<u64>) {
+    let bin = env!("CARGO_BIN_EXE_backoffd");
+    let size = std::fs::metadata(bin).expect("the binary").len();
+    let copy = std::env::temp_dir().join(format!("backoffd-strip-{}", std::process::id()));
+    std::fs::copy(bin, &copy).expect("copy the binary");
+    let stripped = Command::new("strip")
+        .arg(&copy)
+        .status()
+        .ok()
+        .filter(|s| s.success())
+        .and_then(|_| std::fs::metadata(&copy).ok())
+        .map(|m| m.len());
+    let _ = std::fs::remove_file(&copy);
+    (size, stripped)
+}
+
+fn main() {
+    // `cargo bench` passes --bench; `cargo test --benches` runs this with no such flag: keep
+    // that pass quick by skipping the work.
+    if !std::env::args().any(|a| a == "--bench") {
+        return;
+    }
+    let (unstripped, stripped) = binary_sizes();
+    let idle = idle_proxy_rss();
+    let serve = idle_serve_rss();
+    let loaded = loaded_proxy_rss();
+    let heap = engine_heap_per_exchange();
+    let per_exchange =
+        (loaded.loaded_kib as f64 - loaded.idle_kib as f64) * KIB / f64::from(EXCHANGES);
+
+    let verdict = |ok: bool| if ok { "ok" } else { "OVER" };
+    println!("| measure | value | goal |");
+    println!("| --- | ---: | --- |");
+    println!(
+        "| `backoffd proxy` idle VmRSS | {} KiB ({:.2} MiB) | <= 4 MiB: {} |",
+        idle,
+        idle as f64 / KIB,
+        verdict(idle <= 4 * 1024)
+    );
+    println!(
+        "| `backoffd serve` idle VmRSS (proxy + reconnect server + metrics) | {} KiB ({:.2} MiB) | |",
+        serve,
+        serve as f64 / KIB
+    );
+    println!(
+        "| proxy VmRSS before load (same process) | {} KiB | |",
+        loaded.idle_kib
+    );
+    println!(
+        "| proxy VmRSS, {} in flight | {} KiB (VmHWM {} KiB) | |",
+        loaded.in_flight, loaded.loaded_kib, loaded.hwm_kib
+    );
+    println!(
+        "| VmRSS per in-flight exchange | {:.0} B | <= 512 B: {} |",
+        per_exchange,
+        verdict(per_exchange <= 512.0)
+    );
+    println!(
+        "| engine heap per exchange (requested / allocator usable) | {:.0} B / {:.0} B | |",
+        heap.requested, heap.usable
+    );
+    println!(
+        "| release binary, unstripped / stripped | {} B / {} | |",
+        unstripped,
+        stripped.map_or("strip failed".into(), |s| format!("{s} B"))
+    );
+    println!(
+        "| time to put {} exchanges in flight | {:.1?} | |",
+        EXCHANGES, loaded.send_time
+    );
+    println!(
+        "{{\"bench\":\"proxy_memory\",\"idle_rss_kib\":{},\"serve_idle_rss_kib\":{},\"rss_before_load_kib\":{},\"rss_loaded_kib\":{},\"exchanges\":{},\"rss_bytes_per_exchange\":{:.1},\"heap_bytes_per_exchange\":{:.1},\"heap_usable_bytes_per_exchange\":{:.1},\"binary_bytes\":{},\"stripped_binary_bytes\":{}}}",
+        idle,
+        serve,
+        loaded.idle_kib,
+        loaded.loaded_kib,
+        EXCHANGES,
+        per_exchange,
+        heap.requested,
+        heap.usable,
+        unstripped,
+        stripped.map_or("null".into(), |s| s.to_string())
+    );
+}
