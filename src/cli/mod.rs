@@ -9,11 +9,11 @@ pub mod reconnect_server;
 mod serve;
 mod timer_bench;
 
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 
 use crate::metrics::{MetricsConfig, MetricsServer};
 use crate::reactor::Reactor;
-use flags::{Flags, UsageError};
+use flags::{Flags, Parsed, UsageError};
 
 const HELP: &str = "\
 backoffd: a single-threaded mio daemon with a CoAP forwarding proxy, gRPC's connection-backoff
@@ -74,6 +74,47 @@ pub fn main(args: &[String]) -> i32 {
     })
 }
 
+/// Parses and validates a command line the way [`main`] does (`args[1]` is the subcommand),
+/// without running anything: no socket is bound, no file read (`serve --config` fails), no
+/// process setting changed. Host names are resolved as [`main`] would, except in a
+/// `cfg(fuzzing)` build, which accepts only literal addresses and `localhost` (no DNS while
+/// fuzzing). The `cli_flags` fuzz target drives this; it must never panic.
+pub fn parse_only(args: &[String]) -> Result<(), UsageError> {
+    fn done<T>(p: Parsed<T>) -> Result<(), UsageError> {
+        drop(p);
+        Ok(())
+    }
+    let Some(command) = args.get(1) else {
+        return Ok(());
+    };
+    let rest = &args[2..];
+    let no_files = |path: &str| {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            format!("{path}: not read by parse_only"),
+        ))
+    };
+    match command.as_str() {
+        "demo" => done(demo::parse(rest)?),
+        "proxy" => done(proxy::parse(rest)?),
+        "reconnect-client" | "reconnect_interop_client" => done(reconnect_client::parse(rest)?),
+        "reconnect-server" | "reconnect_interop_server" => done(reconnect_server::parse(rest)?),
+        "serve" => done(serve::parse(rest, &no_files)?),
+        "timer-bench" => done(timer_bench::parse(rest)?),
+        "-h" | "--help" | "help" | "-V" | "--version" => Ok(()),
+        other => Err(UsageError(format!(
+            "unknown command {other:?} (see backoffd --help)"
+        ))),
+    }
+}
+
+/// Validates the text of a `serve --config` file the way `backoffd serve --config PATH
+/// --check-config` does (`path` only names the file in messages). Host names are resolved as
+/// in [`parse_only`]. The `config_file` fuzz target drives this; it must never panic.
+pub fn check_config_text(path: &str, text: &str) -> Result<(), UsageError> {
+    serve::plan_from_text(path, text).map(drop)
+}
+
 /// Logs to stderr; `RUST_LOG` overrides the default level (`info`).
 pub fn init_logging() {
     let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
@@ -83,15 +124,32 @@ pub fn init_logging() {
 
 /// Resolves `HOST:PORT` once at start-up (the loop never does blocking name lookups).
 fn resolve(flag: &str, hostport: &str) -> Result<SocketAddr, UsageError> {
-    hostport
-        .to_socket_addrs()
-        .ok()
-        .and_then(|mut a| a.next())
-        .ok_or_else(|| {
-            UsageError(format!(
-                "--{flag}: cannot resolve {hostport:?} (expected HOST:PORT)"
-            ))
-        })
+    lookup(hostport).ok_or_else(|| {
+        UsageError(format!(
+            "--{flag}: cannot resolve {hostport:?} (expected HOST:PORT)"
+        ))
+    })
+}
+
+#[cfg(not(fuzzing))]
+fn lookup(hostport: &str) -> Option<SocketAddr> {
+    use std::net::ToSocketAddrs;
+    hostport.to_socket_addrs().ok().and_then(|mut a| a.next())
+}
+
+/// Fuzzing must not send DNS queries: literal `IP:PORT` and `localhost:PORT` only.
+#[cfg(fuzzing)]
+fn lookup(hostport: &str) -> Option<SocketAddr> {
+    if let Ok(addr) = hostport.parse() {
+        return Some(addr);
+    }
+    let (host, port) = hostport.rsplit_once(':')?;
+    let port: u16 = port.parse().ok()?;
+    let ip = match host {
+        "localhost" => std::net::IpAddr::from([127, 0, 0, 1]),
+        _ => host.parse().ok()?,
+    };
+    Some(SocketAddr::new(ip, port))
 }
 
 /// `--metrics HOST:PORT`: where the metrics endpoint listens, if anywhere.
