@@ -174,3 +174,62 @@ fn add_metrics(reactor: &mut Reactor, addr: Option<SocketAddr>) -> Result<(), St
         .map(drop)
         .map_err(|e| format!("cannot start the metrics endpoint: {e}"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn argv(line: &str) -> Vec<String> {
+        std::iter::once("backoffd")
+            .chain(line.split_whitespace())
+            .map(String::from)
+            .collect()
+    }
+
+    #[test]
+    fn parse_only_validates_without_running() {
+        for ok in [
+            "proxy --upstream 127.0.0.1:5684 --preset wan --timeout 1.5s",
+            "serve --control_port 8080 --retry_port 8081 --metrics 127.0.0.1:9102",
+            "reconnect-server --control_port=8080 --retry_port=8081 --wake epoll",
+            "reconnect_interop_client -server_control_port=1 -server_retry_port=2",
+            "demo --requests 10 --loss 0",
+            "timer-bench --min 1ms --max 2ms --fifo-priority 50 --timerslack-ns 1",
+            "proxy --help",
+            "",
+        ] {
+            assert_eq!(parse_only(&argv(ok)), Ok(()), "{ok}");
+        }
+        for (bad, names) in [
+            ("proxy --upstream 127.0.0.1:5684 --jitter 1", "--jitter"),
+            ("proxy --forward", "--allow"),
+            ("serve", "nothing to serve"),
+            ("serve --config /etc/hostname", "--config: cannot read"),
+            (
+                "reconnect-server --control_port 1 --retry_port 1",
+                "--retry_port",
+            ),
+            ("demo --loss 1", "--loss"),
+            (
+                "timer-bench --fifo-priority 100 --timerslack-ns 1",
+                "--fifo-priority",
+            ),
+            ("timer-bench --min 2s --max 1s", "--min"),
+            ("bogus", "unknown command"),
+        ] {
+            let e = parse_only(&argv(bad)).unwrap_err();
+            assert!(e.0.contains(names), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn check_config_text_names_file_line_and_key() {
+        let text = "[proxy]\nupstream = 127.0.0.1:5684\njitter = 2\n";
+        let e = check_config_text("x.conf", text).unwrap_err();
+        assert!(e.0.starts_with("x.conf:3: jitter"), "{e}");
+        assert_eq!(
+            check_config_text("x.conf", "[reconnect]\ncontrol_port = 1\nretry_port = 2\n"),
+            Ok(())
+        );
+    }
+}
