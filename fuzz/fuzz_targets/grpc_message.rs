@@ -6,7 +6,9 @@ use backoffd::grpc::message::MessageDecoder;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&piece, bytes)) = data.split_first() else { return };
+    let Some((&piece, bytes)) = data.split_first() else {
+        return;
+    };
     let mut decoder = MessageDecoder::new(4096, piece & 1 == 1);
     for chunk in bytes.chunks(usize::from(piece >> 1).max(1)) {
         if decoder.push(chunk).is_err() {

@@ -10,7 +10,9 @@ use libfuzzer_sys::fuzz_target;
 fuzz_target!(|data: &[u8]| {
     let mut conn = Connection::new(Role::Server, Config::default(), Timestamp::from_nanos(1));
     conn.handle_input(Timestamp::from_nanos(1), PREFACE);
-    let Some((&piece, bytes)) = data.split_first() else { return };
+    let Some((&piece, bytes)) = data.split_first() else {
+        return;
+    };
     for (i, chunk) in bytes.chunks(usize::from(piece).max(1)).enumerate() {
         conn.handle_input(Timestamp::from_nanos(2 + i as u64), chunk);
         while conn.poll_event().is_some() {}

@@ -9,7 +9,9 @@ fuzz_target!(|data: &[u8]| {
     let mut decoder = Decoder::new(4096, 16 * 1024);
     let mut out = Vec::new();
     // The first byte splits the input into consecutive blocks.
-    let Some((&split, blocks)) = data.split_first() else { return };
+    let Some((&split, blocks)) = data.split_first() else {
+        return;
+    };
     for block in blocks.chunks(usize::from(split).max(1)) {
         out.clear();
         if decoder.decode(block, &mut out).is_err() {

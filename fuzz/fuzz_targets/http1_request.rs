@@ -8,7 +8,9 @@ use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     let mut conn = ServerConnection::new(Timestamp::from_nanos(1), Config::default());
-    let Some((&piece, bytes)) = data.split_first() else { return };
+    let Some((&piece, bytes)) = data.split_first() else {
+        return;
+    };
     for (i, chunk) in bytes.chunks(usize::from(piece).max(1)).enumerate() {
         conn.handle_input(Timestamp::from_nanos(1 + i as u64), chunk);
         while let Some(req) = conn.poll_request() {

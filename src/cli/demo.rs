@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::flags::{value, Flags, Spec, UsageError};
+use super::flags::{value, Flags, Parsed, Spec, UsageError};
 use crate::demo::{run_backoff_phase, run_coap_phase, BackoffReport, CoapReport};
 use crate::stats::Summary;
 use crate::timer_bench::{self, Options};
@@ -25,20 +25,13 @@ const SPEC: &[Spec] = &[value("requests"), value("loss"), value("seed")];
 
 /// Runs the demo; returns the process exit code.
 pub fn main(args: &[String]) -> Result<i32, UsageError> {
-    let flags = Flags::parse(args, SPEC)?;
-    if flags.help {
-        print!("{HELP}");
-        return Ok(0);
-    }
-    let requests: usize = flags.get_or("requests", 200)?;
-    if !(1..=60_000).contains(&requests) {
-        return Err(UsageError("--requests must be between 1 and 60000".into()));
-    }
-    let loss: f64 = flags.get_or("loss", 0.2)?;
-    if !(0.0..1.0).contains(&loss) {
-        return Err(UsageError("--loss must be >= 0 and < 1".into()));
-    }
-    let seed: u64 = flags.get_or("seed", 1)?;
+    let (requests, loss, seed) = match parse(args)? {
+        Parsed::Help => {
+            print!("{HELP}");
+            return Ok(0);
+        }
+        Parsed::Run(a) => a,
+    };
     if std::env::var_os("RUST_LOG").is_none() {
         // The report is the demo's output; component logs only when asked for (RUST_LOG=info).
         log::set_max_level(log::LevelFilter::Warn);
@@ -75,6 +68,24 @@ pub fn main(args: &[String]) -> Result<i32, UsageError> {
         started.elapsed().as_secs_f64()
     );
     Ok(if passed { 0 } else { 1 })
+}
+
+/// Parses and validates the command line: (requests, loss, seed).
+pub(super) fn parse(args: &[String]) -> Result<Parsed<(usize, f64, u64)>, UsageError> {
+    let flags = Flags::parse(args, SPEC)?;
+    if flags.help {
+        return Ok(Parsed::Help);
+    }
+    let requests: usize = flags.get_or("requests", 200)?;
+    if !(1..=60_000).contains(&requests) {
+        return Err(UsageError("--requests must be between 1 and 60000".into()));
+    }
+    let loss: f64 = flags.get_or("loss", 0.2)?;
+    if !(0.0..1.0).contains(&loss) {
+        return Err(UsageError("--loss must be >= 0 and < 1".into()));
+    }
+    let seed: u64 = flags.get_or("seed", 1)?;
+    Ok(Parsed::Run((requests, loss, seed)))
 }
 
 fn print_coap(r: &CoapReport, loss: f64) {

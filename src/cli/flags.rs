@@ -149,6 +149,15 @@ where
         .map_err(|e| UsageError(format!("--{name}: invalid value {v:?}: {e}")))
 }
 
+/// What a subcommand's command line asks for: its help text, or a run with parsed arguments.
+#[derive(Debug)]
+pub enum Parsed<T> {
+    /// `--help` or `-h` was given.
+    Help,
+    /// Everything parsed and validated; nothing bound or started yet.
+    Run(T),
+}
+
 /// A flag value that must be a duration like `500ms` or `1.5s`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DurationArg(pub std::time::Duration);

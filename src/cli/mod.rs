@@ -10,11 +10,11 @@ mod relay;
 mod serve;
 mod timer_bench;
 
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 
 use crate::metrics::{MetricsConfig, MetricsServer};
 use crate::reactor::Reactor;
-use flags::{Flags, UsageError};
+use flags::{Flags, Parsed, UsageError};
 
 const HELP: &str = "\
 backoffd: a single-threaded mio daemon with a CoAP forwarding proxy, gRPC's connection-backoff
@@ -77,6 +77,47 @@ pub fn main(args: &[String]) -> i32 {
     })
 }
 
+/// Parses and validates a command line the way [`main`] does (`args[1]` is the subcommand),
+/// without running anything: no socket is bound, no file read (`serve --config` fails), no
+/// process setting changed. Host names are resolved as [`main`] would, except in a
+/// `cfg(fuzzing)` build, which accepts only literal addresses and `localhost` (no DNS while
+/// fuzzing). The `cli_flags` fuzz target drives this; it must never panic.
+pub fn parse_only(args: &[String]) -> Result<(), UsageError> {
+    fn done<T>(p: Parsed<T>) -> Result<(), UsageError> {
+        drop(p);
+        Ok(())
+    }
+    let Some(command) = args.get(1) else {
+        return Ok(());
+    };
+    let rest = &args[2..];
+    let no_files = |path: &str| {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            format!("{path}: not read by parse_only"),
+        ))
+    };
+    match command.as_str() {
+        "demo" => done(demo::parse(rest)?),
+        "proxy" => done(proxy::parse(rest)?),
+        "reconnect-client" | "reconnect_interop_client" => done(reconnect_client::parse(rest)?),
+        "reconnect-server" | "reconnect_interop_server" => done(reconnect_server::parse(rest)?),
+        "serve" => done(serve::parse(rest, &no_files)?),
+        "timer-bench" => done(timer_bench::parse(rest)?),
+        "-h" | "--help" | "help" | "-V" | "--version" => Ok(()),
+        other => Err(UsageError(format!(
+            "unknown command {other:?} (see backoffd --help)"
+        ))),
+    }
+}
+
+/// Validates the text of a `serve --config` file the way `backoffd serve --config PATH
+/// --check-config` does (`path` only names the file in messages). Host names are resolved as
+/// in [`parse_only`]. The `config_file` fuzz target drives this; it must never panic.
+pub fn check_config_text(path: &str, text: &str) -> Result<(), UsageError> {
+    serve::plan_from_text(path, text).map(drop)
+}
+
 /// Logs to stderr; `RUST_LOG` overrides the default level (`info`).
 pub fn init_logging() {
     let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
@@ -86,15 +127,32 @@ pub fn init_logging() {
 
 /// Resolves `HOST:PORT` once at start-up (the loop never does blocking name lookups).
 fn resolve(flag: &str, hostport: &str) -> Result<SocketAddr, UsageError> {
-    hostport
-        .to_socket_addrs()
-        .ok()
-        .and_then(|mut a| a.next())
-        .ok_or_else(|| {
-            UsageError(format!(
-                "--{flag}: cannot resolve {hostport:?} (expected HOST:PORT)"
-            ))
-        })
+    lookup(hostport).ok_or_else(|| {
+        UsageError(format!(
+            "--{flag}: cannot resolve {hostport:?} (expected HOST:PORT)"
+        ))
+    })
+}
+
+#[cfg(not(fuzzing))]
+fn lookup(hostport: &str) -> Option<SocketAddr> {
+    use std::net::ToSocketAddrs;
+    hostport.to_socket_addrs().ok().and_then(|mut a| a.next())
+}
+
+/// Fuzzing must not send DNS queries: literal `IP:PORT` and `localhost:PORT` only.
+#[cfg(fuzzing)]
+fn lookup(hostport: &str) -> Option<SocketAddr> {
+    if let Ok(addr) = hostport.parse() {
+        return Some(addr);
+    }
+    let (host, port) = hostport.rsplit_once(':')?;
+    let port: u16 = port.parse().ok()?;
+    let ip = match host {
+        "localhost" => std::net::IpAddr::from([127, 0, 0, 1]),
+        _ => host.parse().ok()?,
+    };
+    Some(SocketAddr::new(ip, port))
 }
 
 /// `--metrics HOST:PORT`: where the metrics endpoint listens, if anywhere.
@@ -118,4 +176,63 @@ fn add_metrics(reactor: &mut Reactor, addr: Option<SocketAddr>) -> Result<(), St
         .add(Box::new(server))
         .map(drop)
         .map_err(|e| format!("cannot start the metrics endpoint: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn argv(line: &str) -> Vec<String> {
+        std::iter::once("backoffd")
+            .chain(line.split_whitespace())
+            .map(String::from)
+            .collect()
+    }
+
+    #[test]
+    fn parse_only_validates_without_running() {
+        for ok in [
+            "proxy --upstream 127.0.0.1:5684 --preset wan --timeout 1.5s",
+            "serve --control_port 8080 --retry_port 8081 --metrics 127.0.0.1:9102",
+            "reconnect-server --control_port=8080 --retry_port=8081 --wake epoll",
+            "reconnect_interop_client -server_control_port=1 -server_retry_port=2",
+            "demo --requests 10 --loss 0",
+            "timer-bench --min 1ms --max 2ms --fifo-priority 50 --timerslack-ns 1",
+            "proxy --help",
+            "",
+        ] {
+            assert_eq!(parse_only(&argv(ok)), Ok(()), "{ok}");
+        }
+        for (bad, names) in [
+            ("proxy --upstream 127.0.0.1:5684 --jitter 1", "--jitter"),
+            ("proxy --forward", "--allow"),
+            ("serve", "nothing to serve"),
+            ("serve --config /etc/hostname", "--config: cannot read"),
+            (
+                "reconnect-server --control_port 1 --retry_port 1",
+                "--retry_port",
+            ),
+            ("demo --loss 1", "--loss"),
+            (
+                "timer-bench --fifo-priority 100 --timerslack-ns 1",
+                "--fifo-priority",
+            ),
+            ("timer-bench --min 2s --max 1s", "--min"),
+            ("bogus", "unknown command"),
+        ] {
+            let e = parse_only(&argv(bad)).unwrap_err();
+            assert!(e.0.contains(names), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn check_config_text_names_file_line_and_key() {
+        let text = "[proxy]\nupstream = 127.0.0.1:5684\njitter = 2\n";
+        let e = check_config_text("x.conf", text).unwrap_err();
+        assert!(e.0.starts_with("x.conf:3: jitter"), "{e}");
+        assert_eq!(
+            check_config_text("x.conf", "[reconnect]\ncontrol_port = 1\nretry_port = 2\n"),
+            Ok(())
+        );
+    }
 }

@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use super::flags::{switch, value, DurationArg, Flags, Spec, UsageError};
+use super::flags::{switch, value, DurationArg, Flags, Parsed, Spec, UsageError};
 use super::resolve;
 use crate::proxy::{AllowedTarget, ProxyComponent, ProxyConfig, RetryPolicy, Routing};
 use crate::reactor::{self, Reactor, WakeMode};
@@ -84,12 +84,32 @@ pub(super) const SPEC: &[Spec] = &[
     value("metrics"),
 ];
 
+/// A parsed and validated `backoffd proxy` command line.
+#[derive(Debug)]
+pub struct ProxyArgs {
+    listen: SocketAddr,
+    config: ProxyConfig,
+    wake: WakeMode,
+    drain: Duration,
+    metrics: Option<SocketAddr>,
+}
+
 /// Runs the subcommand; returns the process exit code.
 pub fn main(args: &[String]) -> Result<i32, UsageError> {
+    match parse(args)? {
+        Parsed::Help => {
+            print!("{HELP}");
+            Ok(0)
+        }
+        Parsed::Run(a) => run(a.listen, a.config, a.wake, a.drain, a.metrics),
+    }
+}
+
+/// Parses and validates the command line (logging configuration warnings); binds nothing.
+pub fn parse(args: &[String]) -> Result<Parsed<ProxyArgs>, UsageError> {
     let flags = Flags::parse(args, SPEC)?;
     if flags.help {
-        print!("{HELP}");
-        return Ok(0);
+        return Ok(Parsed::Help);
     }
     let listen: SocketAddr = flags.get_or("listen", "0.0.0.0:5683".parse().expect("literal"))?;
     let config = config_from_flags(&flags)?;
@@ -101,7 +121,13 @@ pub fn main(args: &[String]) -> Result<i32, UsageError> {
         .get_or("drain", DurationArg(Duration::from_secs(5)))?
         .0;
     let metrics = super::metrics_flag(&flags)?;
-    run(listen, config, wake, drain, metrics)
+    Ok(Parsed::Run(ProxyArgs {
+        listen,
+        config,
+        wake,
+        drain,
+        metrics,
+    }))
 }
 
 fn run(

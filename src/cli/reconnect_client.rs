@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use rand::{Rng, SeedableRng};
 
-use super::flags::{value, Flags, Spec, UsageError};
+use super::flags::{value, Flags, Parsed, Spec, UsageError};
 use crate::reactor::{self, Reactor, WakeMode};
 use crate::reconnect::client::{resolve, ClientConfig, ReconnectClient};
 
@@ -45,12 +45,58 @@ const SPEC: &[Spec] = &[
 /// Deadline of the final Stop call; the reference sets none.
 const STOP_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// A parsed and validated `reconnect-client` command line (the server host not yet resolved).
+#[derive(Debug)]
+pub struct ClientArgs {
+    control_port: u16,
+    retry_port: u16,
+    server_host: String,
+    max_reconnect_backoff_ms: i32,
+    test_duration_s: u64,
+    seed: Option<u64>,
+}
+
 /// Runs the client; returns the process exit code.
 pub fn main(args: &[String]) -> Result<i32, UsageError> {
+    let a = match parse(args)? {
+        Parsed::Help => {
+            print!("{HELP}");
+            return Ok(0);
+        }
+        Parsed::Run(a) => a,
+    };
+    let seed = match a.seed {
+        Some(seed) => seed,
+        None => rand::rngs::StdRng::from_os_rng().random(),
+    };
+    let server_ip = match resolve(&a.server_host) {
+        Ok(ip) => ip,
+        Err(e) => {
+            log::error!(
+                "FAILED: server unreachable: cannot resolve {}: {e}",
+                a.server_host
+            );
+            return Ok(1);
+        }
+    };
+    let config = ClientConfig {
+        server_host: a.server_host,
+        server_ip,
+        control_port: a.control_port,
+        retry_port: a.retry_port,
+        max_reconnect_backoff_ms: a.max_reconnect_backoff_ms,
+        test_duration: Duration::from_secs(a.test_duration_s),
+        seed,
+        stop_timeout: Some(STOP_TIMEOUT),
+    };
+    Ok(run(config))
+}
+
+/// Parses and validates the command line; resolves and connects to nothing.
+pub fn parse(args: &[String]) -> Result<Parsed<ClientArgs>, UsageError> {
     let flags = Flags::parse(args, SPEC)?;
     if flags.help {
-        print!("{HELP}");
-        return Ok(0);
+        return Ok(Parsed::Help);
     }
     let control_port = flags.required_port("server_control_port")?;
     let retry_port = flags.required_port("server_retry_port")?;
@@ -68,28 +114,15 @@ pub fn main(args: &[String]) -> Result<i32, UsageError> {
     if test_duration_s == 0 {
         return Err(UsageError("--test_duration_s must be at least 1".into()));
     }
-    let seed = match flags.get::<u64>("seed")? {
-        Some(seed) => seed,
-        None => rand::rngs::StdRng::from_os_rng().random(),
-    };
-    let server_ip = match resolve(&server_host) {
-        Ok(ip) => ip,
-        Err(e) => {
-            log::error!("FAILED: server unreachable: cannot resolve {server_host}: {e}");
-            return Ok(1);
-        }
-    };
-    let config = ClientConfig {
-        server_host,
-        server_ip,
+    let seed = flags.get::<u64>("seed")?;
+    Ok(Parsed::Run(ClientArgs {
         control_port,
         retry_port,
+        server_host,
         max_reconnect_backoff_ms,
-        test_duration: Duration::from_secs(test_duration_s),
+        test_duration_s,
         seed,
-        stop_timeout: Some(STOP_TIMEOUT),
-    };
-    Ok(run(config))
+    }))
 }
 
 fn run(config: ClientConfig) -> i32 {

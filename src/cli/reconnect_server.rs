@@ -4,7 +4,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use super::flags::{value, DurationArg, Flags, Spec, UsageError};
+use super::flags::{value, DurationArg, Flags, Parsed, Spec, UsageError};
 use crate::reactor::{self, Reactor, WakeMode};
 use crate::reconnect::server::{ReconnectServer, ServerConfig};
 use crate::reconnect::ServiceConfig;
@@ -40,12 +40,31 @@ const SPEC: &[Spec] = &[
     value("metrics"),
 ];
 
+/// A parsed and validated `reconnect-server` command line.
+#[derive(Debug)]
+pub struct ServerArgs {
+    config: ServerConfig,
+    wake: WakeMode,
+    drain: Duration,
+    metrics: Option<SocketAddr>,
+}
+
 /// Runs the server; returns the process exit code.
 pub fn main(args: &[String]) -> Result<i32, UsageError> {
+    match parse(args)? {
+        Parsed::Help => {
+            print!("{HELP}");
+            Ok(0)
+        }
+        Parsed::Run(a) => Ok(run(a.config, a.wake, a.drain, a.metrics)),
+    }
+}
+
+/// Parses and validates the command line; binds nothing.
+pub fn parse(args: &[String]) -> Result<Parsed<ServerArgs>, UsageError> {
     let flags = Flags::parse(args, SPEC)?;
     if flags.help {
-        print!("{HELP}");
-        return Ok(0);
+        return Ok(Parsed::Help);
     }
     let control_port = flags.required_port("control_port")?;
     let retry_port = flags.required_port("retry_port")?;
@@ -67,7 +86,12 @@ pub fn main(args: &[String]) -> Result<i32, UsageError> {
         .0;
     let wake = flags.get_or("wake", WakeMode::Timerfd)?;
     let metrics = super::metrics_flag(&flags)?;
-    Ok(run(config, wake, drain, metrics))
+    Ok(Parsed::Run(ServerArgs {
+        config,
+        wake,
+        drain,
+        metrics,
+    }))
 }
 
 fn run(config: ServerConfig, wake: WakeMode, drain: Duration, metrics: Option<SocketAddr>) -> i32 {

@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use super::config_file::{self, Section};
-use super::flags::{switch, value, DurationArg, Flags, Spec, UsageError};
+use super::flags::{switch, value, DurationArg, Flags, Parsed, Spec, UsageError};
 use super::proxy::{config_from_flags as proxy_config, SPEC as PROXY_SPEC};
 use crate::proxy::{ProxyComponent, ProxyConfig};
 use crate::reactor::{self, Component, Reactor, WakeMode};
@@ -55,16 +55,48 @@ pub struct Plan {
     pub metrics: Option<SocketAddr>,
 }
 
+/// A parsed and validated `serve` command line.
+pub(super) struct ServeArgs {
+    plan: Plan,
+    check_config: bool,
+    wake: WakeMode,
+    drain: Duration,
+}
+
 /// Runs the subcommand; returns the process exit code.
 pub fn main(args: &[String]) -> Result<i32, UsageError> {
+    let read = |path: &str| std::fs::read_to_string(path);
+    match parse(args, &read)? {
+        Parsed::Help => {
+            print!("{HELP}");
+            Ok(0)
+        }
+        Parsed::Run(a) if a.check_config => {
+            print!("{}", describe(&a.plan));
+            println!("configuration OK");
+            Ok(0)
+        }
+        Parsed::Run(a) => Ok(run(a.plan, a.wake, a.drain)),
+    }
+}
+
+/// Parses and validates the command line, reading `--config FILE` with `read_file`; binds
+/// nothing.
+pub(super) fn parse(
+    args: &[String],
+    read_file: &dyn Fn(&str) -> std::io::Result<String>,
+) -> Result<Parsed<ServeArgs>, UsageError> {
     let spec: Vec<Spec> = PROXY_SPEC.iter().chain(SERVE_ONLY).copied().collect();
     let flags = Flags::parse(args, &spec)?;
     if flags.help {
-        print!("{HELP}");
-        return Ok(0);
+        return Ok(Parsed::Help);
     }
     let plan = match flags.get::<String>("config")? {
-        Some(path) => plan_from_file(&path)?,
+        Some(path) => {
+            let text = read_file(&path)
+                .map_err(|e| UsageError(format!("--config: cannot read {path}: {e}")))?;
+            plan_from_text(&path, &text)?
+        }
         None => plan_from_flags(&flags)?,
     };
     if plan.proxies.is_empty() && plan.reconnect.is_none() && plan.metrics.is_none() {
@@ -73,16 +105,16 @@ pub fn main(args: &[String]) -> Result<i32, UsageError> {
                 .into(),
         ));
     }
-    if flags.has("check-config") {
-        print!("{}", describe(&plan));
-        println!("configuration OK");
-        return Ok(0);
-    }
     let drain = flags
         .get_or("drain", DurationArg(Duration::from_secs(5)))?
         .0;
     let wake = flags.get_or("wake", WakeMode::Timerfd)?;
-    Ok(run(plan, wake, drain))
+    Ok(Parsed::Run(ServeArgs {
+        plan,
+        check_config: flags.has("check-config"),
+        wake,
+        drain,
+    }))
 }
 
 fn plan_from_flags(flags: &Flags) -> Result<Plan, UsageError> {
@@ -100,9 +132,8 @@ fn plan_from_flags(flags: &Flags) -> Result<Plan, UsageError> {
     Ok(plan)
 }
 
-fn plan_from_file(path: &str) -> Result<Plan, UsageError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| UsageError(format!("--config: cannot read {path}: {e}")))?;
+/// The plan a config file's `text` describes; errors name `path`, the line and the key.
+pub(super) fn plan_from_text(path: &str, text: &str) -> Result<Plan, UsageError> {
     // In a file the keys have no leading dashes, so neither do the messages about them.
     let at = |line: usize, msg: &dyn std::fmt::Display| {
         UsageError(format!(
@@ -110,7 +141,7 @@ fn plan_from_file(path: &str) -> Result<Plan, UsageError> {
             msg.to_string().replacen("--", "", 1)
         ))
     };
-    let sections = config_file::parse(&text, &["proxy", "reconnect", "metrics"])
+    let sections = config_file::parse(text, &["proxy", "reconnect", "metrics"])
         .map_err(|e| at(e.line, &e.message))?;
     let mut plan = Plan::default();
     for section in &sections {

@@ -1,6 +1,6 @@
 //! `backoffd timer-bench`: measure wake-up precision of the reactor on this host.
 
-use super::flags::{switch, value, DurationArg, Flags, Spec, UsageError};
+use super::flags::{switch, value, DurationArg, Flags, Parsed, Spec, UsageError};
 use crate::reactor::WakeMode;
 use crate::stats::{log2_histogram, Summary};
 use crate::timer_bench::{self, Options};
@@ -41,54 +41,37 @@ const SPEC: &[Spec] = &[
     switch("json"),
 ];
 
+/// A parsed and validated `timer-bench` command line.
+pub(super) struct BenchArgs {
+    options: Options,
+    timerslack_ns: Option<u64>,
+    fifo_priority: Option<i32>,
+    json: bool,
+}
+
 /// Runs the subcommand; returns the process exit code.
 pub fn main(args: &[String]) -> Result<i32, UsageError> {
-    let flags = Flags::parse(args, SPEC)?;
-    if flags.help {
-        print!("{HELP}");
-        return Ok(0);
-    }
-    let defaults = Options::default();
-    let options = Options {
-        timers: positive(&flags, "timers", defaults.timers)?,
-        min: flags.get_or("min", DurationArg(defaults.min))?.0,
-        max: flags.get_or("max", DurationArg(defaults.max))?.0,
-        inflight: positive(&flags, "inflight", defaults.inflight)?,
-        sources: match flags.get::<String>("wake")?.as_deref() {
-            None | Some("both") => defaults.sources,
-            Some(one) => vec![one
-                .parse::<WakeMode>()
-                .map_err(|e| UsageError(format!("--wake: {e} or both")))?],
-        },
-        round: positive(&flags, "round", defaults.round)?,
-        seed: flags.get_or("seed", defaults.seed)?,
-    };
-    if options.min > options.max {
-        return Err(UsageError("--min must not exceed --max".into()));
-    }
-    if let Some(ns) = flags.get::<u64>("timerslack-ns")? {
-        if ns == 0 {
-            return Err(UsageError(
-                "--timerslack-ns must be at least 1 (0 means the default)".into(),
-            ));
+    let a = match parse(args)? {
+        Parsed::Help => {
+            print!("{HELP}");
+            return Ok(0);
         }
+        Parsed::Run(a) => a,
+    };
+    if let Some(ns) = a.timerslack_ns {
         if let Err(e) = timer_bench::set_timer_slack(ns) {
             eprintln!("backoffd timer-bench: cannot set timer slack: {e}");
             return Ok(1);
         }
     }
-    if let Some(p) = flags.get::<i32>("fifo-priority")? {
-        if !(1..=99).contains(&p) {
-            return Err(UsageError(
-                "--fifo-priority must be between 1 and 99".into(),
-            ));
-        }
+    if let Some(p) = a.fifo_priority {
         if let Err(e) = timer_bench::set_fifo_priority(p) {
             eprintln!("backoffd timer-bench: cannot switch to SCHED_FIFO: {e}");
             return Ok(1);
         }
     }
-    let json = flags.has("json");
+    let options = a.options;
+    let json = a.json;
     if !json {
         println!(
             "timer-bench: {} timers per source, deadlines {:?}..{:?} ahead, {} in flight, timer slack {}, scheduler {}",
@@ -96,11 +79,9 @@ pub fn main(args: &[String]) -> Result<i32, UsageError> {
             options.min,
             options.max,
             options.inflight,
-            flags
-                .get::<u64>("timerslack-ns")?
+            a.timerslack_ns
                 .map_or("default".to_string(), |ns| format!("{ns} ns")),
-            flags
-                .get::<i32>("fifo-priority")?
+            a.fifo_priority
                 .map_or("default".to_string(), |p| format!("SCHED_FIFO {p}"))
         );
     }
@@ -130,6 +111,52 @@ pub fn main(args: &[String]) -> Result<i32, UsageError> {
         return Ok(1);
     }
     Ok(0)
+}
+
+/// Parses and validates the command line; changes nothing about the process yet.
+pub(super) fn parse(args: &[String]) -> Result<Parsed<BenchArgs>, UsageError> {
+    let flags = Flags::parse(args, SPEC)?;
+    if flags.help {
+        return Ok(Parsed::Help);
+    }
+    let defaults = Options::default();
+    let options = Options {
+        timers: positive(&flags, "timers", defaults.timers)?,
+        min: flags.get_or("min", DurationArg(defaults.min))?.0,
+        max: flags.get_or("max", DurationArg(defaults.max))?.0,
+        inflight: positive(&flags, "inflight", defaults.inflight)?,
+        sources: match flags.get::<String>("wake")?.as_deref() {
+            None | Some("both") => defaults.sources,
+            Some(one) => vec![one
+                .parse::<WakeMode>()
+                .map_err(|e| UsageError(format!("--wake: {e} or both")))?],
+        },
+        round: positive(&flags, "round", defaults.round)?,
+        seed: flags.get_or("seed", defaults.seed)?,
+    };
+    if options.min > options.max {
+        return Err(UsageError("--min must not exceed --max".into()));
+    }
+    if let Some(ns) = flags.get::<u64>("timerslack-ns")? {
+        if ns == 0 {
+            return Err(UsageError(
+                "--timerslack-ns must be at least 1 (0 means the default)".into(),
+            ));
+        }
+    }
+    if let Some(p) = flags.get::<i32>("fifo-priority")? {
+        if !(1..=99).contains(&p) {
+            return Err(UsageError(
+                "--fifo-priority must be between 1 and 99".into(),
+            ));
+        }
+    }
+    Ok(Parsed::Run(BenchArgs {
+        options,
+        timerslack_ns: flags.get::<u64>("timerslack-ns")?,
+        fifo_priority: flags.get::<i32>("fifo-priority")?,
+        json: flags.has("json"),
+    }))
 }
 
 fn positive(flags: &Flags, name: &str, default: usize) -> Result<usize, UsageError> {
