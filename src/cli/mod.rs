@@ -102,6 +102,7 @@ pub fn parse_only(args: &[String]) -> Result<(), UsageError> {
         "proxy" => done(proxy::parse(rest)?),
         "reconnect-client" | "reconnect_interop_client" => done(reconnect_client::parse(rest)?),
         "reconnect-server" | "reconnect_interop_server" => done(reconnect_server::parse(rest)?),
+        "relay" => done(relay::parse(rest)?),
         "serve" => done(serve::parse(rest, &no_files)?),
         "timer-bench" => done(timer_bench::parse(rest)?),
         "-h" | "--help" | "help" | "-V" | "--version" => Ok(()),

@@ -2,7 +2,7 @@
 
 use std::net::SocketAddr;
 
-use super::flags::{value, Flags, Spec, UsageError};
+use super::flags::{value, Flags, Parsed, Spec, UsageError};
 use crate::reactor::{self, Reactor, WakeMode};
 use crate::relay::Relay;
 
@@ -24,14 +24,24 @@ const SPEC: &[Spec] = &[value("listen"), value("upstream")];
 
 /// Runs the relay until SIGINT/SIGTERM; returns the process exit code.
 pub fn main(args: &[String]) -> Result<i32, UsageError> {
+    match parse(args)? {
+        Parsed::Help => {
+            print!("{HELP}");
+            Ok(0)
+        }
+        Parsed::Run((listen, upstream)) => Ok(run(listen, upstream)),
+    }
+}
+
+/// Parses and validates the command line: (listen, upstream). Binds nothing.
+pub fn parse(args: &[String]) -> Result<Parsed<(SocketAddr, SocketAddr)>, UsageError> {
     let flags = Flags::parse(args, SPEC)?;
     if flags.help {
-        print!("{HELP}");
-        return Ok(0);
+        return Ok(Parsed::Help);
     }
     let listen = required_addr(&flags, "listen")?;
     let upstream = required_addr(&flags, "upstream")?;
-    Ok(run(listen, upstream))
+    Ok(Parsed::Run((listen, upstream)))
 }
 
 fn required_addr(flags: &Flags, name: &str) -> Result<SocketAddr, UsageError> {
