@@ -38,6 +38,8 @@ struct Settings {
     window: usize,
     only: Option<Vec<String>>,
     peers: bool,
+    /// Share of the CON peak at which latency is measured.
+    load: f64,
 }
 
 impl Settings {
@@ -48,6 +50,7 @@ impl Settings {
             window: var("WINDOW").map_or(128, |v| v.parse().expect("WINDOW: an integer")),
             only: var("ONLY").map(|v| v.split(',').map(str::to_owned).collect()),
             peers: var("PEERS").is_none_or(|v| v != "0"),
+            load: var("LOAD").map_or(0.5, |v| v.parse().expect("LOAD: a number in (0, 1]")),
         }
     }
 
@@ -204,7 +207,7 @@ fn measure(
     let window = Offered::Window(settings.window);
     let peak_con = run(spec(true, window, addr, &target.options))?;
     let peak_non = run(spec(false, window, addr, &target.options))?;
-    let half_rate = Offered::Rate(peak_con.rate() / 2.0);
+    let half_rate = Offered::Rate(peak_con.rate() * settings.load);
     let half = run(spec(true, half_rate, addr, &target.options))?;
     let direct_options = vec![(URI_PATH, b"bench".to_vec())];
     let direct_half = run(spec(true, half_rate, up, &direct_options))?;
@@ -213,7 +216,7 @@ fn measure(
         target.name,
         peak_con.rate(),
         peak_non.rate(),
-        peak_con.rate() / 2.0,
+        peak_con.rate() * settings.load,
         half.latency.p99_us,
         direct_half.latency.p99_us
     );
@@ -384,7 +387,10 @@ fn print_tables(rows: &[Row], settings: &Settings) {
             r.peak_con.errors + r.peak_con.lost + r.peak_non.errors + r.peak_non.lost,
         );
     }
-    println!("\n### Added latency at half of each target's CON peak (open loop, CON GET)\n");
+    println!(
+        "\n### Added latency at {:.0} % of each target's CON peak (open loop, CON GET)\n",
+        settings.load * 100.0
+    );
     println!("| target | rate req/s | p50 RTT | p99 RTT | direct p50 | direct p99 | added p50 | added p99 | failed |");
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for r in rows.iter().filter(|r| r.name != "direct") {
@@ -392,7 +398,7 @@ fn print_tables(rows: &[Row], settings: &Settings) {
         println!(
             "| {} | {:.0} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {} |",
             r.name,
-            r.peak_con.rate() / 2.0,
+            r.peak_con.rate() * settings.load,
             t.p50_us,
             t.p99_us,
             d.p50_us,
