@@ -18,7 +18,9 @@
 //!
 //! `cargo bench --bench proxy_throughput`. Environment: SECONDS (measured period per run,
 //! default 3), WINDOW (default 128), ONLY=relay,backoffd (a subset), PEERS=0 (skip libcoap and
-//! aiocoap; otherwise tests/interop/setup.sh installs them if missing).
+//! aiocoap; otherwise tests/interop/setup.sh installs them if missing), LOAD (share of the CON
+//! peak for the latency runs, default 0.5), BURST (datagrams per system call in the latency runs,
+//! default 2), FIFO_PRIORITY=P (run targets under SCHED_FIFO, root).
 
 use std::fs::{self, File};
 use std::net::{SocketAddr, TcpListener, UdpSocket};
@@ -40,6 +42,10 @@ struct Settings {
     peers: bool,
     /// Share of the CON peak at which latency is measured.
     load: f64,
+    /// Run targets under SCHED_FIFO at this priority (root only).
+    fifo: Option<i32>,
+    /// Datagrams per system call in the latency runs.
+    burst: usize,
 }
 
 impl Settings {
@@ -51,6 +57,8 @@ impl Settings {
             only: var("ONLY").map(|v| v.split(',').map(str::to_owned).collect()),
             peers: var("PEERS").is_none_or(|v| v != "0"),
             load: var("LOAD").map_or(0.5, |v| v.parse().expect("LOAD: a number in (0, 1]")),
+            fifo: var("FIFO_PRIORITY").map(|v| v.parse().expect("FIFO_PRIORITY: 1..99")),
+            burst: var("BURST").map_or(2, |v| v.parse().expect("BURST: 1..64")),
         }
     }
 
@@ -187,7 +195,7 @@ fn measure(
     let (child, addr) = match &target.command {
         None => (None, up),
         Some(argv) => {
-            let (child, addr) = spawn(target.name, argv, pinned, logs)?;
+            let (child, addr) = spawn(target.name, argv, settings, pinned, logs)?;
             (Some(ChildGuard(child)), addr)
         }
     };
@@ -201,6 +209,11 @@ fn measure(
             warmup: Duration::from_millis(500),
             duration: Duration::from_secs_f64(settings.seconds),
             timeout: Duration::from_secs(1),
+            // Peak runs batch freely; latency runs send as the rate says (see LoadSpec::burst).
+            burst: match offered {
+                Offered::Window(_) => 64,
+                Offered::Rate(_) => settings.burst,
+            },
         }
     };
     let mut run = |s: LoadSpec| loadgen::run(&s, Some(upstream)).map_err(|e| e.to_string());
@@ -252,6 +265,7 @@ impl Drop for ChildGuard {
 fn spawn(
     name: &str,
     argv: &[String],
+    settings: &Settings,
     pinned: bool,
     logs: &Path,
 ) -> Result<(Child, SocketAddr), String> {
@@ -269,14 +283,23 @@ fn spawn(
         .stdin(Stdio::null())
         .stdout(log.try_clone().map_err(|e| e.to_string())?)
         .stderr(log);
-    if pinned {
-        // SAFETY: only an async-signal-safe system call between fork and exec.
-        unsafe {
-            command.pre_exec(|| {
+    let fifo = settings.fifo;
+    // SAFETY: only async-signal-safe system calls between fork and exec.
+    unsafe {
+        command.pre_exec(move || {
+            if pinned {
                 set_affinity(0, TARGET_CPU);
-                Ok(())
-            });
-        }
+            }
+            if let Some(priority) = fifo {
+                let param = libc::sched_param {
+                    sched_priority: priority,
+                };
+                if libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
     }
     let child = command
         .spawn()
@@ -302,6 +325,7 @@ fn wait_until_answering(
             warmup: Duration::ZERO,
             duration: Duration::from_millis(100),
             timeout: Duration::from_millis(200),
+            burst: 1,
         };
         // Refused (nothing listening yet) or no answer: try again.
         if loadgen::run(&probe, Some(upstream)).is_ok_and(|r| r.answered > 0) {

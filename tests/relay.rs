@@ -27,6 +27,7 @@ fn the_relay_carries_every_request_and_answer() {
             warmup: Duration::from_millis(50),
             duration: Duration::from_millis(300),
             timeout: Duration::from_secs(1),
+            burst: 64,
         };
         let report = loadgen::run(&spec, Some(&mut upstream)).unwrap();
         assert!(report.answered > 0, "{report:?}");

@@ -82,18 +82,20 @@ impl Batch {
         self.count += 1;
     }
 
-    /// Replaces the contents with what `fd` has queued (without blocking): the count read.
-    pub fn recv(&mut self, fd: RawFd) -> io::Result<usize> {
+    /// Replaces the contents with up to `limit` (at most [`BATCH`]) datagrams `fd` has queued,
+    /// without blocking: the count read.
+    pub fn recv(&mut self, fd: RawFd, limit: usize) -> io::Result<usize> {
         self.count = 0;
-        let mut iov = self.iovecs(BATCH, true);
-        let mut msgs = self.headers(&mut iov, BATCH, true);
+        let limit = limit.clamp(1, BATCH);
+        let mut iov = self.iovecs(limit, true);
+        let mut msgs = self.headers(&mut iov, limit, true);
         // SAFETY: every header points at a live iovec, buffer and address of `self`, sized as
         // declared, for the duration of the call; the kernel writes at most those sizes.
         let n = unsafe {
             libc::recvmmsg(
                 fd,
                 msgs.as_mut_ptr(),
-                BATCH as libc::c_uint,
+                limit as libc::c_uint,
                 libc::MSG_DONTWAIT,
                 ptr::null_mut(),
             )

@@ -43,10 +43,11 @@ impl FastUpstream {
         self.socket.local_addr()
     }
 
-    /// Answers what is queued on the socket now (one batch); returns how many were answered.
-    pub fn serve(&mut self) -> io::Result<usize> {
+    /// Answers up to `burst` requests queued on the socket now, with one `recvmmsg` and one
+    /// `sendmmsg`; returns how many were answered.
+    pub fn serve(&mut self, burst: usize) -> io::Result<usize> {
         let fd = self.socket.as_raw_fd();
-        if self.rx.recv(fd)? == 0 {
+        if self.rx.recv(fd, burst)? == 0 {
             return Ok(0);
         }
         for i in 0..self.rx.len() {

@@ -408,6 +408,9 @@ impl Proxy {
     }
 
     /// Sends a CON or NON to the client, tracking its MID for the ACK/RST; CON is retransmitted.
+    ///
+    /// A NON's MID is tracked only for an observation, where the client's RST cancels it
+    /// (RFC 7641 §3.6); an RST to a plain NON answer would have nothing left to stop.
     pub(super) fn send_to_client(
         &mut self,
         now: Timestamp,
@@ -417,12 +420,12 @@ impl Proxy {
         bytes: Vec<u8>,
     ) {
         let Some(x) = self.get(key) else { return };
-        let client = x.client;
-        if ty == MessageType::Non {
+        let (client, observe) = (x.client, x.wants_observe);
+        if ty == MessageType::Non && observe {
             self.forget_non_mid(key);
             self.get_mut(key).expect("checked above").non_mid = Some(mid);
         }
-        if ty != MessageType::Ack {
+        if ty == MessageType::Con || (ty == MessageType::Non && observe) {
             self.by_client_mid.insert((client, mid), key);
         }
         if ty == MessageType::Con {
