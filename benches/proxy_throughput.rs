@@ -11,16 +11,17 @@
 //! - `libcoap`: Debian libcoap3-bin's `coap-server-notls -P` forward proxy (Proxy-Uri);
 //! - `aiocoap`: `aiocoap-proxy --reverse --unconditional` (PyPI aiocoap).
 //!
-//! For each target and for CON and NON GETs: the peak rate with WINDOW requests outstanding
-//! (closed loop); then, open loop at half of that target's CON peak, the round trip through the
-//! target and, in the same pairing, directly to the upstream at the same rate: the difference
-//! is the latency the target adds.
+//! All targets are started first and warmed up (caches full). Then ROUNDS rounds, the targets
+//! interleaved within each, of the peak rate with WINDOW requests outstanding (closed loop) for
+//! CON and NON GETs; the median is reported, with the range. Then, open loop at LOAD x each
+//! target's median CON peak, the round trip through the target and, right after, directly to
+//! the upstream at the same rate: the difference is the latency the target adds.
 //!
 //! `cargo bench --bench proxy_throughput`. Environment: SECONDS (measured period per run,
 //! default 3), WINDOW (default 128), ONLY=relay,backoffd (a subset), PEERS=0 (skip libcoap and
 //! aiocoap; otherwise tests/interop/setup.sh installs them if missing), LOAD (share of the CON
 //! peak for the latency runs, default 0.5), BURST (datagrams per system call in the latency runs,
-//! default 2), FIFO_PRIORITY=P (run targets under SCHED_FIFO, root).
+//! default 2), ROUNDS (default 3), FIFO_PRIORITY=P (run targets under SCHED_FIFO, root).
 
 use std::fs::{self, File};
 use std::net::{SocketAddr, TcpListener, UdpSocket};
@@ -46,6 +47,8 @@ struct Settings {
     fifo: Option<i32>,
     /// Datagrams per system call in the latency runs.
     burst: usize,
+    /// Peak runs per target and mode (interleaved across targets; the median is reported).
+    rounds: usize,
 }
 
 impl Settings {
@@ -59,6 +62,7 @@ impl Settings {
             load: var("LOAD").map_or(0.5, |v| v.parse().expect("LOAD: a number in (0, 1]")),
             fifo: var("FIFO_PRIORITY").map(|v| v.parse().expect("FIFO_PRIORITY: 1..99")),
             burst: var("BURST").map_or(2, |v| v.parse().expect("BURST: 1..64")),
+            rounds: var("ROUNDS").map_or(3, |v| v.parse().expect("ROUNDS: an integer >= 1")),
         }
     }
 
@@ -77,13 +81,20 @@ struct Target {
     options: Vec<(u16, Vec<u8>)>,
 }
 
-/// Results for one target.
+/// Results for one target: the peak runs of every round, and the latency pair.
 struct Row {
     name: &'static str,
-    peak_con: LoadReport,
-    peak_non: LoadReport,
+    peak_con: Vec<LoadReport>,
+    peak_non: Vec<LoadReport>,
     half: LoadReport,
     direct_half: LoadReport,
+}
+
+/// A started target.
+struct Running<'t> {
+    target: &'t Target,
+    addr: SocketAddr,
+    _child: Option<ChildGuard>,
 }
 
 fn main() {
@@ -112,13 +123,14 @@ fn main() {
             .collect::<Vec<_>>()
             .join(", ")
     );
-    let mut rows = Vec::new();
+    let mut running = Vec::new();
     for target in &targets {
-        match measure(target, up, &mut upstream, &settings, pinned, &logs) {
-            Ok(row) => rows.push(row),
+        match start(target, up, &mut upstream, &settings, pinned, &logs) {
+            Ok(r) => running.push(r),
             Err(e) => eprintln!("{}: skipped: {e}", target.name),
         }
     }
+    let rows = measure_all(&running, up, &mut upstream, &settings).expect("measure");
     print_tables(&rows, &settings);
 }
 
@@ -183,15 +195,16 @@ fn targets(up: SocketAddr, peers: bool) -> Vec<Target> {
     list
 }
 
-/// Starts `target`, measures it, stops it.
-fn measure(
-    target: &Target,
+/// Starts `target` (pinned to the target CPU) and waits until it answers through to the
+/// upstream; then warms it up (fills its caches) with one unmeasured peak run.
+fn start<'t>(
+    target: &'t Target,
     up: SocketAddr,
     upstream: &mut FastUpstream,
     settings: &Settings,
     pinned: bool,
     logs: &Path,
-) -> Result<Row, String> {
+) -> Result<Running<'t>, String> {
     let (child, addr) = match &target.command {
         None => (None, up),
         Some(argv) => {
@@ -200,47 +213,116 @@ fn measure(
         }
     };
     wait_until_answering(addr, &target.options, upstream)?;
-    let spec = |confirmable: bool, offered: Offered, to: SocketAddr, options: &[(u16, Vec<u8>)]| {
-        LoadSpec {
-            target: to,
-            confirmable,
-            options: options.to_vec(),
-            offered,
-            warmup: Duration::from_millis(500),
-            duration: Duration::from_secs_f64(settings.seconds),
-            timeout: Duration::from_secs(1),
-            // Peak runs batch freely; latency runs send as the rate says (see LoadSpec::burst).
-            burst: match offered {
-                Offered::Window(_) => 64,
-                Offered::Rate(_) => settings.burst,
-            },
-        }
-    };
-    let mut run = |s: LoadSpec| loadgen::run(&s, Some(upstream)).map_err(|e| e.to_string());
-    let window = Offered::Window(settings.window);
-    let peak_con = run(spec(true, window, addr, &target.options))?;
-    let peak_non = run(spec(false, window, addr, &target.options))?;
-    let half_rate = Offered::Rate(peak_con.rate() * settings.load);
-    let half = run(spec(true, half_rate, addr, &target.options))?;
-    let direct_options = vec![(URI_PATH, b"bench".to_vec())];
-    let direct_half = run(spec(true, half_rate, up, &direct_options))?;
-    eprintln!(
-        "{:>12}: CON {:>9.0}/s NON {:>9.0}/s; at {:.0}/s p99 {:.1} us (direct {:.1} us)",
-        target.name,
-        peak_con.rate(),
-        peak_non.rate(),
-        peak_con.rate() * settings.load,
-        half.latency.p99_us,
-        direct_half.latency.p99_us
+    let mut warm_up = spec(
+        settings,
+        true,
+        Offered::Window(settings.window),
+        addr,
+        &target.options,
     );
-    drop(child);
-    Ok(Row {
-        name: target.name,
-        peak_con,
-        peak_non,
-        half,
-        direct_half,
+    warm_up.duration = Duration::from_secs(2);
+    loadgen::run(&warm_up, Some(upstream)).map_err(|e| e.to_string())?;
+    Ok(Running {
+        target,
+        addr,
+        _child: child,
     })
+}
+
+/// One run's parameters.
+fn spec(
+    settings: &Settings,
+    confirmable: bool,
+    offered: Offered,
+    to: SocketAddr,
+    options: &[(u16, Vec<u8>)],
+) -> LoadSpec {
+    LoadSpec {
+        target: to,
+        confirmable,
+        options: options.to_vec(),
+        offered,
+        warmup: Duration::from_millis(500),
+        duration: Duration::from_secs_f64(settings.seconds),
+        timeout: Duration::from_secs(1),
+        // Peak runs batch freely; latency runs send as the rate says (see LoadSpec::burst).
+        burst: match offered {
+            Offered::Window(_) => 64,
+            Offered::Rate(_) => settings.burst,
+        },
+    }
+}
+
+/// ROUNDS rounds of peak runs, the targets interleaved within each round so that the
+/// machine's drift hits them alike; then, per target, the latency pair at LOAD x its median
+/// CON peak.
+fn measure_all(
+    running: &[Running<'_>],
+    up: SocketAddr,
+    upstream: &mut FastUpstream,
+    settings: &Settings,
+) -> Result<Vec<Row>, String> {
+    let mut run = |s: LoadSpec| loadgen::run(&s, Some(&mut *upstream)).map_err(|e| e.to_string());
+    let window = Offered::Window(settings.window);
+    let mut peaks: Vec<(Vec<LoadReport>, Vec<LoadReport>)> =
+        running.iter().map(|_| Default::default()).collect();
+    for round in 1..=settings.rounds {
+        for (r, (con, non)) in running.iter().zip(&mut peaks) {
+            con.push(run(spec(
+                settings,
+                true,
+                window,
+                r.addr,
+                &r.target.options,
+            ))?);
+            non.push(run(spec(
+                settings,
+                false,
+                window,
+                r.addr,
+                &r.target.options,
+            ))?);
+            eprintln!(
+                "round {round} {:>12}: CON {:>9.0}/s NON {:>9.0}/s",
+                r.target.name,
+                con.last().unwrap().rate(),
+                non.last().unwrap().rate()
+            );
+        }
+    }
+    let direct_options = vec![(URI_PATH, b"bench".to_vec())];
+    let mut rows = Vec::new();
+    for (r, (peak_con, peak_non)) in running.iter().zip(peaks) {
+        let rate = Offered::Rate(median(&peak_con).rate() * settings.load);
+        let half = run(spec(settings, true, rate, r.addr, &r.target.options))?;
+        let direct_half = run(spec(settings, true, rate, up, &direct_options))?;
+        eprintln!(
+            "{:>12}: at {rate:?} p99 {:.1} us (direct {:.1} us)",
+            r.target.name, half.latency.p99_us, direct_half.latency.p99_us
+        );
+        rows.push(Row {
+            name: r.target.name,
+            peak_con,
+            peak_non,
+            half,
+            direct_half,
+        });
+    }
+    Ok(rows)
+}
+
+/// The run with the median rate (the lower middle one for an even count).
+fn median(runs: &[LoadReport]) -> &LoadReport {
+    let mut sorted: Vec<&LoadReport> = runs.iter().collect();
+    sorted.sort_by(|a, b| a.rate().total_cmp(&b.rate()));
+    sorted[(sorted.len() - 1) / 2]
+}
+
+/// "min-max" of the runs' rates.
+fn range(runs: &[LoadReport]) -> String {
+    let rates = runs.iter().map(LoadReport::rate);
+    let (lo, hi) = rates.fold((f64::MAX, 0.0f64), |(lo, hi), r| (lo.min(r), hi.max(r)));
+    format!("{:.0}-{:.0}k", lo / 1000.0, hi / 1000.0)
 }
 
 /// Kills the child when dropped (SIGTERM first so it can say goodbye, then SIGKILL).
@@ -393,27 +475,37 @@ fn print_tables(rows: &[Row], settings: &Settings) {
         of.map_or("-".into(), |o| format!("{:.0} %", 100.0 * rate / o))
     };
     println!(
-        "\n### Throughput (GET, {} outstanding, {} s measured per run)\n",
-        settings.window, settings.seconds
+        "\n### Throughput (GET, {} outstanding; median of {} interleaved rounds of {} s, range in brackets)\n",
+        settings.window, settings.rounds, settings.seconds
     );
     println!("| target | CON req/s | vs relay | NON req/s | vs relay | CON p50 / p99 RTT (us) | failed |");
     println!("|---|---:|---:|---:|---:|---:|---:|");
     for r in rows {
+        let (con, non) = (median(&r.peak_con), median(&r.peak_non));
+        let failed: u64 = r
+            .peak_con
+            .iter()
+            .chain(&r.peak_non)
+            .map(|x| x.errors + x.lost)
+            .sum();
         println!(
-            "| {} | {:.0} | {} | {:.0} | {} | {:.0} / {:.0} | {} |",
+            "| {} | {:.0} ({}) | {} | {:.0} ({}) | {} | {:.0} / {:.0} | {} |",
             r.name,
-            r.peak_con.rate(),
-            vs(r.peak_con.rate(), relay.map(|x| x.peak_con.rate())),
-            r.peak_non.rate(),
-            vs(r.peak_non.rate(), relay.map(|x| x.peak_non.rate())),
-            r.peak_con.latency.p50_us,
-            r.peak_con.latency.p99_us,
-            r.peak_con.errors + r.peak_con.lost + r.peak_non.errors + r.peak_non.lost,
+            con.rate(),
+            range(&r.peak_con),
+            vs(con.rate(), relay.map(|x| median(&x.peak_con).rate())),
+            non.rate(),
+            range(&r.peak_non),
+            vs(non.rate(), relay.map(|x| median(&x.peak_non).rate())),
+            con.latency.p50_us,
+            con.latency.p99_us,
+            failed,
         );
     }
     println!(
-        "\n### Added latency at {:.0} % of each target's CON peak (open loop, CON GET)\n",
-        settings.load * 100.0
+        "\n### Added latency at {:.0} % of each target's median CON peak (open loop, CON GET, {} per system call)\n",
+        settings.load * 100.0,
+        settings.burst
     );
     println!("| target | rate req/s | p50 RTT | p99 RTT | direct p50 | direct p99 | added p50 | added p99 | failed |");
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
@@ -422,7 +514,7 @@ fn print_tables(rows: &[Row], settings: &Settings) {
         println!(
             "| {} | {:.0} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {} |",
             r.name,
-            r.peak_con.rate() * settings.load,
+            r.half.rate(),
             t.p50_us,
             t.p99_us,
             d.p50_us,
@@ -436,10 +528,10 @@ fn print_tables(rows: &[Row], settings: &Settings) {
         .iter()
         .map(|r| {
             format!(
-                "\"{}\":{{\"con_per_s\":{:.0},\"non_per_s\":{:.0},\"half_load_p99_us\":{:.1},\"direct_p99_us\":{:.1}}}",
+                "\"{}\":{{\"con_per_s\":{:.0},\"non_per_s\":{:.0},\"latency_p99_us\":{:.1},\"direct_p99_us\":{:.1}}}",
                 r.name,
-                r.peak_con.rate(),
-                r.peak_non.rate(),
+                median(&r.peak_con).rate(),
+                median(&r.peak_non).rate(),
                 r.half.latency.p99_us,
                 r.direct_half.latency.p99_us
             )
