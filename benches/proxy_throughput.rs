@@ -94,7 +94,16 @@ struct Row {
 struct Running<'t> {
     target: &'t Target,
     addr: SocketAddr,
-    _child: Option<ChildGuard>,
+    child: Option<ChildGuard>,
+}
+
+/// Lets the target at `index` run and stops every other one.
+fn only_run(running: &[Running<'_>], index: usize) {
+    for (i, r) in running.iter().enumerate() {
+        if let Some(child) = &r.child {
+            child.set_running(i == index);
+        }
+    }
 }
 
 fn main() {
@@ -222,10 +231,13 @@ fn start<'t>(
     );
     warm_up.duration = Duration::from_secs(2);
     loadgen::run(&warm_up, Some(upstream)).map_err(|e| e.to_string())?;
+    if let Some(child) = &child {
+        child.set_running(false);
+    }
     Ok(Running {
         target,
         addr,
-        _child: child,
+        child,
     })
 }
 
@@ -267,7 +279,8 @@ fn measure_all(
     let mut peaks: Vec<(Vec<LoadReport>, Vec<LoadReport>)> =
         running.iter().map(|_| Default::default()).collect();
     for round in 1..=settings.rounds {
-        for (r, (con, non)) in running.iter().zip(&mut peaks) {
+        for (i, (r, (con, non))) in running.iter().zip(&mut peaks).enumerate() {
+            only_run(running, i);
             con.push(run(spec(
                 settings,
                 true,
@@ -292,7 +305,8 @@ fn measure_all(
     }
     let direct_options = vec![(URI_PATH, b"bench".to_vec())];
     let mut rows = Vec::new();
-    for (r, (peak_con, peak_non)) in running.iter().zip(peaks) {
+    for (i, (r, (peak_con, peak_non))) in running.iter().zip(peaks).enumerate() {
+        only_run(running, i);
         let rate = Offered::Rate(median(&peak_con).rate() * settings.load);
         let half = run(spec(settings, true, rate, r.addr, &r.target.options))?;
         let direct_half = run(spec(settings, true, rate, up, &direct_options))?;
@@ -308,6 +322,7 @@ fn measure_all(
             direct_half,
         });
     }
+    only_run(running, usize::MAX);
     Ok(rows)
 }
 
@@ -322,16 +337,33 @@ fn median(runs: &[LoadReport]) -> &LoadReport {
 fn range(runs: &[LoadReport]) -> String {
     let rates = runs.iter().map(LoadReport::rate);
     let (lo, hi) = rates.fold((f64::MAX, 0.0f64), |(lo, hi), r| (lo.min(r), hi.max(r)));
-    format!("{:.0}-{:.0}k", lo / 1000.0, hi / 1000.0)
+    let digits = if hi < 10_000.0 { 1 } else { 0 };
+    format!("{:.*}-{:.*}k", digits, lo / 1000.0, digits, hi / 1000.0)
 }
 
 /// Kills the child when dropped (SIGTERM first so it can say goodbye, then SIGKILL).
 struct ChildGuard(Child);
 
+impl ChildGuard {
+    /// SIGSTOP (`false`) or SIGCONT (`true`): only the target being measured may run, so an
+    /// idle peer's housekeeping (aiocoap expiring thousands of exchanges, say) cannot steal
+    /// the target CPU in the middle of another target's run.
+    fn set_running(&self, running: bool) {
+        let signal = if running {
+            libc::SIGCONT
+        } else {
+            libc::SIGSTOP
+        };
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(self.0.id() as libc::pid_t, signal) };
+    }
+}
+
 impl Drop for ChildGuard {
     fn drop(&mut self) {
         // SAFETY: kill(2) on our own child's pid.
         unsafe { libc::kill(self.0.id() as libc::pid_t, libc::SIGTERM) };
+        self.set_running(true);
         let deadline = Instant::now() + Duration::from_secs(3);
         while Instant::now() < deadline {
             if let Ok(Some(_)) = self.0.try_wait() {
