@@ -100,11 +100,15 @@ impl Proxy {
             return self.answer_locally(now, from, token, msg, &answer);
         }
         let lifetime = self.config.upstream_exchange_lifetime;
-        let Some(mid) = self.upstreams[usize::from(route.upstream)]
-            .mids
-            .allocate(now, lifetime)
-        else {
-            log::info!("upstream Message IDs exhausted for this lifetime window; answering 5.03");
+        let upstream = &mut self.upstreams[usize::from(route.upstream)];
+        let Some(mid) = upstream.mids.allocate(now, lifetime) else {
+            if let Some(refused) = upstream.mids.refused(now) {
+                log::warn!(
+                    "upstream {}: all 65536 Message IDs used within --upstream-exchange-lifetime \
+                     ({lifetime:?}); {refused} request(s) answered 5.03 since the last warning",
+                    upstream.addr
+                );
+            }
             let answer = self.unavailable("upstream Message ID space exhausted");
             return self.answer_locally(now, from, token, msg, &answer);
         };

@@ -49,14 +49,37 @@ pub struct Transmit {
 pub(super) struct MidAllocator {
     next: u16,
     block_left: [Option<Timestamp>; 64],
+    /// Requests refused for want of an ID since the last warning, and when that was: a
+    /// sustained overload must not log a line per request.
+    refused: u64,
+    warned: Option<Timestamp>,
 }
+
+/// Shortest interval between two "Message IDs exhausted" warnings for one upstream.
+const EXHAUSTION_WARNING_INTERVAL: Duration = Duration::from_secs(10);
 
 impl MidAllocator {
     fn new(first: u16) -> Self {
         MidAllocator {
             next: first,
             block_left: [None; 64],
+            refused: 0,
+            warned: None,
         }
+    }
+
+    /// Counts a request refused because [`allocate`](Self::allocate) had no ID; returns how
+    /// many were refused since the last warning when it is time for another one.
+    pub(super) fn refused(&mut self, now: Timestamp) -> Option<u64> {
+        self.refused += 1;
+        if self
+            .warned
+            .is_some_and(|at| now < at + EXHAUSTION_WARNING_INTERVAL)
+        {
+            return None;
+        }
+        self.warned = Some(now);
+        Some(std::mem::take(&mut self.refused))
     }
 
     /// The next free MID, or `None` when the ID space is still reserved (rate too high).
@@ -660,4 +683,36 @@ pub(super) fn encode_local(
     b.payload(a.diagnostic.as_bytes());
     // Tokens come from parsed messages (<= 8 bytes), so encoding cannot fail.
     let _ = b.finish();
+}
+
+#[cfg(test)]
+mod mid_tests {
+    use super::*;
+
+    fn at(ms: u64) -> Timestamp {
+        Timestamp::from_nanos(ms * 1_000_000)
+    }
+
+    #[test]
+    fn the_id_space_runs_out_within_a_lifetime_and_returns_after_it() {
+        let lifetime = Duration::from_secs(1);
+        let mut mids = MidAllocator::new(0);
+        for i in 0..=u16::MAX {
+            assert_eq!(mids.allocate(at(0), lifetime), Some(i));
+        }
+        assert_eq!(mids.allocate(at(999), lifetime), None);
+        assert_eq!(mids.allocate(at(1000), lifetime), Some(0));
+    }
+
+    #[test]
+    fn refusals_are_reported_at_most_once_per_interval_with_their_count() {
+        let mut mids = MidAllocator::new(0);
+        assert_eq!(mids.refused(at(0)), Some(1));
+        for ms in 1..=4 {
+            assert_eq!(mids.refused(at(ms * 1000)), None);
+        }
+        assert_eq!(mids.refused(at(9_999)), None);
+        assert_eq!(mids.refused(at(10_000)), Some(6));
+        assert_eq!(mids.refused(at(10_001)), None);
+    }
 }
