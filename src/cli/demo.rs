@@ -25,12 +25,8 @@ const SPEC: &[Spec] = &[value("requests"), value("loss"), value("seed")];
 
 /// Runs the demo; returns the process exit code.
 pub fn main(args: &[String]) -> Result<i32, UsageError> {
-    let (requests, loss, seed) = match parse(args)? {
-        Parsed::Help => {
-            print!("{HELP}");
-            return Ok(0);
-        }
-        Parsed::Run(a) => a,
+    let Some((requests, loss, seed)) = parse(args)?.or_print_help(HELP) else {
+        return Ok(0);
     };
     if std::env::var_os("RUST_LOG").is_none() {
         // The report is the demo's output; component logs only when asked for (RUST_LOG=info).

@@ -158,6 +158,19 @@ pub enum Parsed<T> {
     Run(T),
 }
 
+impl<T> Parsed<T> {
+    /// The arguments to run with; for `Help`, prints `help` to stdout and gives `None`.
+    pub fn or_print_help(self, help: &str) -> Option<T> {
+        match self {
+            Parsed::Help => {
+                print!("{help}");
+                None
+            }
+            Parsed::Run(args) => Some(args),
+        }
+    }
+}
+
 /// A flag value that must be a duration like `500ms` or `1.5s`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DurationArg(pub std::time::Duration);

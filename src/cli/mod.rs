@@ -14,7 +14,7 @@ use std::net::SocketAddr;
 
 use crate::metrics::{MetricsConfig, MetricsServer};
 use crate::reactor::Reactor;
-use flags::{Flags, Parsed, UsageError};
+use flags::{Flags, UsageError};
 
 const HELP: &str = "\
 backoffd: a single-threaded mio daemon with a CoAP forwarding proxy, gRPC's connection-backoff
@@ -83,10 +83,6 @@ pub fn main(args: &[String]) -> i32 {
 /// `cfg(fuzzing)` build, which accepts only literal addresses and `localhost` (no DNS while
 /// fuzzing). The `cli_flags` fuzz target drives this; it must never panic.
 pub fn parse_only(args: &[String]) -> Result<(), UsageError> {
-    fn done<T>(p: Parsed<T>) -> Result<(), UsageError> {
-        drop(p);
-        Ok(())
-    }
     let Some(command) = args.get(1) else {
         return Ok(());
     };
@@ -98,13 +94,13 @@ pub fn parse_only(args: &[String]) -> Result<(), UsageError> {
         ))
     };
     match command.as_str() {
-        "demo" => done(demo::parse(rest)?),
-        "proxy" => done(proxy::parse(rest)?),
-        "reconnect-client" | "reconnect_interop_client" => done(reconnect_client::parse(rest)?),
-        "reconnect-server" | "reconnect_interop_server" => done(reconnect_server::parse(rest)?),
-        "relay" => done(relay::parse(rest)?),
-        "serve" => done(serve::parse(rest, &no_files)?),
-        "timer-bench" => done(timer_bench::parse(rest)?),
+        "demo" => demo::parse(rest).map(drop),
+        "proxy" => proxy::parse(rest).map(drop),
+        "reconnect-client" | "reconnect_interop_client" => reconnect_client::parse(rest).map(drop),
+        "reconnect-server" | "reconnect_interop_server" => reconnect_server::parse(rest).map(drop),
+        "relay" => relay::parse(rest).map(drop),
+        "serve" => serve::parse(rest, &no_files).map(drop),
+        "timer-bench" => timer_bench::parse(rest).map(drop),
         "-h" | "--help" | "help" | "-V" | "--version" => Ok(()),
         other => Err(UsageError(format!(
             "unknown command {other:?} (see backoffd --help)"
@@ -156,10 +152,15 @@ fn lookup(hostport: &str) -> Option<SocketAddr> {
     Some(SocketAddr::new(ip, port))
 }
 
+/// A `--NAME HOST:PORT` flag, resolved, if given.
+fn addr_flag(flags: &Flags, name: &str) -> Result<Option<SocketAddr>, UsageError> {
+    let hostport = flags.get::<String>(name)?;
+    hostport.map(|h| resolve(name, &h)).transpose()
+}
+
 /// `--metrics HOST:PORT`: where the metrics endpoint listens, if anywhere.
 fn metrics_flag(flags: &Flags) -> Result<Option<SocketAddr>, UsageError> {
-    let hostport = flags.get::<String>("metrics")?;
-    hostport.map(|h| resolve("metrics", &h)).transpose()
+    addr_flag(flags, "metrics")
 }
 
 /// Adds the metrics endpoint to the loop, if one was asked for; the error says what failed.

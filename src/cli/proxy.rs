@@ -96,12 +96,9 @@ pub struct ProxyArgs {
 
 /// Runs the subcommand; returns the process exit code.
 pub fn main(args: &[String]) -> Result<i32, UsageError> {
-    match parse(args)? {
-        Parsed::Help => {
-            print!("{HELP}");
-            Ok(0)
-        }
-        Parsed::Run(a) => run(a.listen, a.config, a.wake, a.drain, a.metrics),
+    match parse(args)?.or_print_help(HELP) {
+        Some(a) => run(a.listen, a.config, a.wake, a.drain, a.metrics),
+        None => Ok(0),
     }
 }
 
@@ -190,10 +187,7 @@ pub fn config_from_flags(flags: &Flags) -> Result<ProxyConfig, UsageError> {
         .iter()
         .map(|a| resolve_allowed(a))
         .collect::<Result<Vec<_>, _>>()?;
-    let upstream = flags
-        .get::<String>("upstream")?
-        .map(|u| resolve("upstream", &u))
-        .transpose()?;
+    let upstream = super::addr_flag(flags, "upstream")?;
     Ok(ProxyConfig {
         policy,
         non_idempotent,

@@ -58,12 +58,8 @@ pub struct ClientArgs {
 
 /// Runs the client; returns the process exit code.
 pub fn main(args: &[String]) -> Result<i32, UsageError> {
-    let a = match parse(args)? {
-        Parsed::Help => {
-            print!("{HELP}");
-            return Ok(0);
-        }
-        Parsed::Run(a) => a,
+    let Some(a) = parse(args)?.or_print_help(HELP) else {
+        return Ok(0);
     };
     let seed = match a.seed {
         Some(seed) => seed,

@@ -51,13 +51,10 @@ pub struct ServerArgs {
 
 /// Runs the server; returns the process exit code.
 pub fn main(args: &[String]) -> Result<i32, UsageError> {
-    match parse(args)? {
-        Parsed::Help => {
-            print!("{HELP}");
-            Ok(0)
-        }
-        Parsed::Run(a) => Ok(run(a.config, a.wake, a.drain, a.metrics)),
-    }
+    Ok(match parse(args)?.or_print_help(HELP) {
+        Some(a) => run(a.config, a.wake, a.drain, a.metrics),
+        None => 0,
+    })
 }
 
 /// Parses and validates the command line; binds nothing.

@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 
 use super::flags::{value, Flags, Parsed, Spec, UsageError};
-use crate::reactor::{self, Reactor, WakeMode};
+use crate::reactor::{self, Reactor};
 use crate::relay::Relay;
 
 const HELP: &str = "\
@@ -24,13 +24,10 @@ const SPEC: &[Spec] = &[value("listen"), value("upstream")];
 
 /// Runs the relay until SIGINT/SIGTERM; returns the process exit code.
 pub fn main(args: &[String]) -> Result<i32, UsageError> {
-    match parse(args)? {
-        Parsed::Help => {
-            print!("{HELP}");
-            Ok(0)
-        }
-        Parsed::Run((listen, upstream)) => Ok(run(listen, upstream)),
-    }
+    Ok(match parse(args)?.or_print_help(HELP) {
+        Some((listen, upstream)) => run(listen, upstream),
+        None => 0,
+    })
 }
 
 /// Parses and validates the command line: (listen, upstream). Binds nothing.
@@ -45,10 +42,8 @@ pub fn parse(args: &[String]) -> Result<Parsed<(SocketAddr, SocketAddr)>, UsageE
 }
 
 fn required_addr(flags: &Flags, name: &str) -> Result<SocketAddr, UsageError> {
-    let hostport = flags
-        .get::<String>(name)?
-        .ok_or_else(|| UsageError(format!("--{name} HOST:PORT is required")))?;
-    super::resolve(name, &hostport)
+    super::addr_flag(flags, name)?
+        .ok_or_else(|| UsageError(format!("--{name} HOST:PORT is required")))
 }
 
 fn run(listen: SocketAddr, upstream: SocketAddr) -> i32 {
@@ -62,12 +57,7 @@ fn run(listen: SocketAddr, upstream: SocketAddr) -> i32 {
     if let Ok(addr) = relay.local_addr() {
         log::info!("relay listening on {addr} (to {upstream})");
     }
-    let result = Reactor::new(reactor::Config {
-        wake: WakeMode::Timerfd,
-        signals: true,
-        ..reactor::Config::default()
-    })
-    .and_then(|mut r| {
+    let result = Reactor::new(reactor::Config::default()).and_then(|mut r| {
         r.add(Box::new(relay))?;
         r.run()
     });

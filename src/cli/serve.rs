@@ -66,18 +66,15 @@ pub(super) struct ServeArgs {
 /// Runs the subcommand; returns the process exit code.
 pub fn main(args: &[String]) -> Result<i32, UsageError> {
     let read = |path: &str| std::fs::read_to_string(path);
-    match parse(args, &read)? {
-        Parsed::Help => {
-            print!("{HELP}");
-            Ok(0)
-        }
-        Parsed::Run(a) if a.check_config => {
+    Ok(match parse(args, &read)?.or_print_help(HELP) {
+        None => 0,
+        Some(a) if a.check_config => {
             print!("{}", describe(&a.plan));
             println!("configuration OK");
-            Ok(0)
+            0
         }
-        Parsed::Run(a) => Ok(run(a.plan, a.wake, a.drain)),
-    }
+        Some(a) => run(a.plan, a.wake, a.drain),
+    })
 }
 
 /// Parses and validates the command line, reading `--config FILE` with `read_file`; binds

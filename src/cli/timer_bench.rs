@@ -51,12 +51,8 @@ pub(super) struct BenchArgs {
 
 /// Runs the subcommand; returns the process exit code.
 pub fn main(args: &[String]) -> Result<i32, UsageError> {
-    let a = match parse(args)? {
-        Parsed::Help => {
-            print!("{HELP}");
-            return Ok(0);
-        }
-        Parsed::Run(a) => a,
+    let Some(a) = parse(args)?.or_print_help(HELP) else {
+        return Ok(0);
     };
     if let Some(ns) = a.timerslack_ns {
         if let Err(e) = timer_bench::set_timer_slack(ns) {
