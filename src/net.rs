@@ -1,10 +1,24 @@
-//! Socket helpers: dual-stack TCP listeners (set-up the standard library cannot express), and
-//! flushing a sans-IO core's output into a non-blocking socket.
+//! Socket helpers: dual-stack TCP listeners (set-up the standard library cannot express),
+//! connected UDP sockets, and flushing a sans-IO core's output into a non-blocking socket.
 
 use std::io::{self, Write};
 use std::mem;
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+/// A non-blocking UDP socket on an ephemeral port, *connected* to `peer`: it receives only
+/// from `peer`, and the kernel reports an ICMP port unreachable from it as `ECONNREFUSED`.
+pub fn connected_udp(peer: SocketAddr) -> io::Result<mio::net::UdpSocket> {
+    let local: SocketAddr = if peer.is_ipv4() {
+        (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
+    } else {
+        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+    };
+    let socket = std::net::UdpSocket::bind(local)?;
+    socket.connect(peer)?;
+    socket.set_nonblocking(true)?;
+    Ok(mio::net::UdpSocket::from_std(socket))
+}
 
 /// Listens on `[::]:port` with `IPV6_V6ONLY` off, so IPv4 clients arrive as v4-mapped
 /// addresses on the same socket (clients dialing `localhost` may try `::1` or `127.0.0.1`).

@@ -9,11 +9,12 @@
 //! with several clients, answers go to whoever spoke last.
 
 use std::io;
-use std::net::{SocketAddr, UdpSocket as StdUdpSocket};
+use std::net::SocketAddr;
 
 use mio::net::UdpSocket;
 use mio::{Interest, Token};
 
+use crate::net::connected_udp;
 use crate::reactor::{Component, Ctx, Readiness};
 use crate::timer::TimerId;
 
@@ -35,18 +36,9 @@ pub struct Relay {
 impl Relay {
     /// Binds `listen` and a socket connected to `upstream`.
     pub fn bind(listen: SocketAddr, upstream: SocketAddr) -> io::Result<Relay> {
-        let front = UdpSocket::bind(listen)?;
-        let local: SocketAddr = if upstream.is_ipv4() {
-            (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
-        } else {
-            (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
-        };
-        let back = StdUdpSocket::bind(local)?;
-        back.connect(upstream)?;
-        back.set_nonblocking(true)?;
         Ok(Relay {
-            front,
-            back: UdpSocket::from_std(back),
+            front: UdpSocket::bind(listen)?,
+            back: connected_udp(upstream)?,
             front_token: None,
             client: None,
             buf: vec![0; MAX_DATAGRAM],

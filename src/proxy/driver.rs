@@ -6,13 +6,14 @@
 //! armed for the engine's earliest deadline.
 
 use std::io;
-use std::net::{SocketAddr, UdpSocket as StdUdpSocket};
+use std::net::SocketAddr;
 
 use mio::net::UdpSocket;
 use mio::{Interest, Token};
 
 use super::{Destination, Proxy, ProxyConfig, UpstreamId};
 use crate::metrics::MetricsWriter;
+use crate::net::connected_udp;
 use crate::reactor::{Component, Ctx, Readiness, TimerSlot};
 use crate::time::Timestamp;
 use crate::timer::TimerId;
@@ -43,7 +44,7 @@ impl ProxyComponent {
         let upstreams = engine
             .upstream_addrs()
             .into_iter()
-            .map(|addr| connected_socket(addr).map(|s| (s, None)))
+            .map(|addr| connected_udp(addr).map(|s| (s, None)))
             .collect::<io::Result<Vec<_>>>()?;
         Ok(ProxyComponent {
             engine,
@@ -283,15 +284,4 @@ fn write_proxy_metrics(c: &super::Counters, send_drops: u64, out: &mut MetricsWr
         "Observe relays alive.",
         c.observations as f64,
     );
-}
-
-fn connected_socket(upstream: SocketAddr) -> io::Result<UdpSocket> {
-    let local: SocketAddr = match upstream {
-        SocketAddr::V4(_) => "0.0.0.0:0".parse().expect("literal"),
-        SocketAddr::V6(_) => "[::]:0".parse().expect("literal"),
-    };
-    let socket = StdUdpSocket::bind(local)?;
-    socket.connect(upstream)?;
-    socket.set_nonblocking(true)?;
-    Ok(UdpSocket::from_std(socket))
 }
