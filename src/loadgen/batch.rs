@@ -87,7 +87,8 @@ impl Batch {
     pub fn recv(&mut self, fd: RawFd, limit: usize) -> io::Result<usize> {
         self.count = 0;
         let limit = limit.clamp(1, BATCH);
-        let mut iov = self.iovecs(limit, true);
+        // SAFETY: iovec is plain old data.
+        let mut iov: [libc::iovec; BATCH] = unsafe { mem::zeroed() };
         let mut msgs = self.headers(&mut iov, limit, true);
         // SAFETY: every header points at a live iovec, buffer and address of `self`, sized as
         // declared, for the duration of the call; the kernel writes at most those sizes.
@@ -121,7 +122,8 @@ impl Batch {
     /// took; the rest (a full send buffer) is dropped, as a UDP sender's would be.
     pub fn send(&mut self, fd: RawFd) -> io::Result<usize> {
         let count = mem::take(&mut self.count);
-        let mut iov = self.iovecs(count, false);
+        // SAFETY: iovec is plain old data.
+        let mut iov: [libc::iovec; BATCH] = unsafe { mem::zeroed() };
         let mut msgs = self.headers(&mut iov, count, false);
         let mut sent = 0;
         while sent < count {
@@ -147,39 +149,38 @@ impl Batch {
         Ok(sent)
     }
 
-    fn iovecs(&mut self, count: usize, receiving: bool) -> Vec<libc::iovec> {
-        let base = self.data.as_mut_ptr();
-        (0..count)
-            .map(|i| libc::iovec {
-                // SAFETY: i < BATCH, so the slot lies inside `data`.
-                iov_base: unsafe { base.add(i * SLOT) }.cast(),
-                iov_len: if receiving { SLOT } else { self.lens[i] },
-            })
-            .collect()
-    }
-
+    /// One header per datagram, each pointing at its slot, its length and (if any) its
+    /// address; `iov` is filled alongside and must outlive the call that uses the headers.
+    /// Built on the stack per call: the headers hold pointers into `self`, which may move.
     fn headers(
         &mut self,
-        iov: &mut [libc::iovec],
+        iov: &mut [libc::iovec; BATCH],
         count: usize,
         receiving: bool,
-    ) -> Vec<libc::mmsghdr> {
-        (0..count)
-            .map(|i| {
-                // SAFETY: msghdr is plain old data; zero is "no control data, no flags".
-                let mut h: libc::mmsghdr = unsafe { mem::zeroed() };
-                let addr = &mut self.addrs[i];
-                if receiving {
-                    addr.len = mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-                }
-                if addr.len > 0 {
-                    h.msg_hdr.msg_name = (&mut addr.storage as *mut libc::sockaddr_storage).cast();
-                    h.msg_hdr.msg_namelen = addr.len;
-                }
-                h.msg_hdr.msg_iov = &mut iov[i];
-                h.msg_hdr.msg_iovlen = 1;
-                h
-            })
-            .collect()
+    ) -> [libc::mmsghdr; BATCH] {
+        // SAFETY: mmsghdr is plain old data; zero is "no name, no control data, no flags".
+        let mut headers: [libc::mmsghdr; BATCH] = unsafe { mem::zeroed() };
+        let base = self.data.as_mut_ptr();
+        for (i, (h, v)) in headers
+            .iter_mut()
+            .zip(iov.iter_mut())
+            .take(count)
+            .enumerate()
+        {
+            // SAFETY: i < BATCH, so the slot lies inside `data`.
+            v.iov_base = unsafe { base.add(i * SLOT) }.cast();
+            v.iov_len = if receiving { SLOT } else { self.lens[i] };
+            let addr = &mut self.addrs[i];
+            if receiving {
+                addr.len = mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            }
+            if addr.len > 0 {
+                h.msg_hdr.msg_name = (&mut addr.storage as *mut libc::sockaddr_storage).cast();
+                h.msg_hdr.msg_namelen = addr.len;
+            }
+            h.msg_hdr.msg_iov = v;
+            h.msg_hdr.msg_iovlen = 1;
+        }
+        headers
     }
 }

@@ -18,7 +18,7 @@ use std::time::Duration;
 use batch::Batch;
 pub use upstream::FastUpstream;
 
-use crate::coap::{peek_header, Code, MessageBuilder, MessageType};
+use crate::coap::{empty_ack, peek_header, Code, MessageBuilder, MessageType};
 use crate::stats::Summary;
 use crate::time::Timestamp;
 
@@ -276,7 +276,12 @@ impl Generator {
                 continue;
             }
             if ty == MessageType::Con {
-                self.acks.push(None, |out| write_empty_ack(out, mid));
+                let mut ack = Vec::with_capacity(4);
+                empty_ack(&mut ack, mid);
+                self.acks.push(None, |out| {
+                    out[..ack.len()].copy_from_slice(&ack);
+                    ack.len()
+                });
             }
             if let Ok(seq) = <[u8; TOKEN_LEN]>::try_from(token) {
                 self.complete(now, u64::from_be_bytes(seq), code);
@@ -350,14 +355,6 @@ fn request_template(spec: &LoadSpec) -> io::Result<Vec<u8>> {
         ));
     }
     Ok(out)
-}
-
-/// An Empty ACK (RFC 7252 §4.2): the 4-byte header alone.
-fn write_empty_ack(out: &mut [u8], mid: u16) -> usize {
-    out[0] = 0x40 | (MessageType::Ack as u8) << 4;
-    out[1] = 0;
-    out[2..4].copy_from_slice(&mid.to_be_bytes());
-    4
 }
 
 #[cfg(test)]
