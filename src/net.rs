@@ -6,6 +6,10 @@ use std::mem;
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
+/// Receive buffer size for UDP: one byte more than the largest UDP payload, so no datagram is
+/// ever truncated.
+pub const MAX_UDP_DATAGRAM: usize = 65_536;
+
 /// A non-blocking UDP socket on an ephemeral port, *connected* to `peer`: it receives only
 /// from `peer`, and the kernel reports an ICMP port unreachable from it as `ECONNREFUSED`.
 pub fn connected_udp(peer: SocketAddr) -> io::Result<mio::net::UdpSocket> {

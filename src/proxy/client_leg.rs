@@ -324,10 +324,7 @@ impl Proxy {
         mid: u16,
     ) {
         let non_idempotent = matches!(msg.code(), Code::POST | Code::PATCH | Code::IPATCH);
-        let policy = match non_idempotent {
-            true => self.config.non_idempotent,
-            false => self.config.policy,
-        };
+        let policy = self.policy(non_idempotent);
         let key = self.insert_exchange(now, from, token, msg, State::Waiting, non_idempotent);
         // Our token: the slot index (for O(1) lookup) and 32 random bits (RFC 7252 §5.3.1).
         let mut token_bytes = [0u8; 8];

@@ -13,14 +13,10 @@ use mio::{Interest, Token};
 
 use super::{Destination, Proxy, ProxyConfig, UpstreamId};
 use crate::metrics::MetricsWriter;
-use crate::net::connected_udp;
+use crate::net::{connected_udp, MAX_UDP_DATAGRAM};
 use crate::reactor::{Component, Ctx, Readiness, TimerSlot};
 use crate::time::Timestamp;
 use crate::timer::TimerId;
-
-/// Largest datagram read; anything longer would be truncated, so the buffer is one byte more
-/// than the largest UDP payload.
-const MAX_DATAGRAM: usize = 65_536;
 
 /// The proxy as a reactor component.
 pub struct ProxyComponent {
@@ -52,7 +48,7 @@ impl ProxyComponent {
             listener_token: None,
             upstreams,
             timer: TimerSlot::default(),
-            buf: vec![0; MAX_DATAGRAM],
+            buf: vec![0; MAX_UDP_DATAGRAM],
             send_drops: 0,
         })
     }

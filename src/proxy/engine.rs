@@ -259,7 +259,12 @@ impl Proxy {
 
     /// The retry policy an exchange follows (its own flag picks one of the configured two).
     pub(super) fn policy_of(&self, x: &Exchange) -> super::RetryPolicy {
-        match x.non_idempotent {
+        self.policy(x.non_idempotent)
+    }
+
+    /// The configured retry policy for non-idempotent requests (POST, PATCH, iPATCH) or others.
+    pub(super) fn policy(&self, non_idempotent: bool) -> super::RetryPolicy {
+        match non_idempotent {
             true => self.config.non_idempotent,
             false => self.config.policy,
         }
