@@ -17,26 +17,21 @@
 //! receive buffer dropped some; duplicates are absorbed), and the in-flight gauge must read
 //! 100,000 before RSS is taken.
 
-#[path = "../tests/common/exposition.rs"]
-#[allow(dead_code)]
-mod exposition;
-#[path = "../tests/common/http.rs"]
-#[allow(dead_code)]
-mod http;
+#[path = "../tests/common/mod.rs"]
+mod common;
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, UdpSocket};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicIsize, Ordering};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use backoffd::coap::option::PROXY_URI;
 use backoffd::coap::{Code, MessageBuilder, MessageType};
 use backoffd::proxy::{AllowedTarget, Proxy, ProxyConfig, RetryPolicy, Routing};
 use backoffd::time::Timestamp;
-use exposition::Exposition;
+use common::exposition::Exposition;
+use common::{free_port, http, Daemon};
 
 /// Live heap bytes as requested, and as the allocator actually reserved (usable size).
 struct Counting;
@@ -80,84 +75,10 @@ const EXCHANGES: u32 = 100_000;
 const BATCH: u32 = 100;
 const KIB: f64 = 1024.0;
 
-/// A `backoffd` child process, killed on drop, its stderr lines forwarded to a channel.
-struct Daemon {
-    child: Child,
-    lines: mpsc::Receiver<String>,
-}
-
-impl Daemon {
-    fn start(args: &[&str]) -> Daemon {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_backoffd"))
-            .args(args)
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn backoffd");
-        let stderr = child.stderr.take().expect("piped");
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
-        Daemon { child, lines }
-    }
-
-    /// The address after `marker` on the first stderr line holding it.
-    fn addr_after(&self, marker: &str) -> SocketAddr {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let mut seen = Vec::new();
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let line = self.lines.recv_timeout(left).unwrap_or_else(|_| {
-                panic!("backoffd never logged {marker:?}; it logged {seen:#?}")
-            });
-            if let Some(rest) = line.split(marker).nth(1) {
-                let word = rest.split_whitespace().next().unwrap_or_default();
-                return word.parse().expect("an address after the marker");
-            }
-            seen.push(line);
-        }
-    }
-
-    fn status_kib(&self, field: &str) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
-            .expect("/proc/<pid>/status");
-        let line = status
-            .lines()
-            .find(|l| l.starts_with(field))
-            .unwrap_or_else(|| panic!("no {field} line"));
-        line.split_whitespace()
-            .nth(1)
-            .and_then(|v| v.parse().ok())
-            .expect("a number of kB")
-    }
-
-    fn rss_kib(&self) -> u64 {
-        self.status_kib("VmRSS:")
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn scrape(metrics: SocketAddr) -> Exposition {
     let answer = http::get(metrics, "/metrics");
     assert_eq!(answer.status, 200, "GET /metrics");
     Exposition::parse(&answer.body)
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free loopback port")
-        .port()
 }
 
 /// VmRSS a moment after start-up (the loop is idle by then).
@@ -168,20 +89,23 @@ fn settle() {
 fn idle_proxy_rss() -> u64 {
     let silent = UdpSocket::bind("127.0.0.1:0").expect("bind");
     let up = silent.local_addr().expect("addr").to_string();
-    let d = Daemon::start(&[
-        "proxy",
-        "--listen",
-        "127.0.0.1:0",
-        "--upstream",
-        &up,
-        "--metrics",
-        "127.0.0.1:0",
-    ]);
-    d.addr_after("CoAP proxy listening on ");
-    let metrics = d.addr_after("metrics listening on ");
+    let mut d = Daemon::spawn(
+        &[
+            "proxy",
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream",
+            &up,
+            "--metrics",
+            "127.0.0.1:0",
+        ],
+        "info",
+    );
+    d.wait_for_addr("CoAP proxy listening on ");
+    let metrics = d.wait_for_addr("metrics listening on ");
     scrape(metrics);
     settle();
-    d.rss_kib()
+    d.status_kib("VmRSS:")
 }
 
 /// `backoffd serve`: proxy, gRPC reconnect server (which binds its ports on all interfaces,
@@ -190,24 +114,27 @@ fn idle_serve_rss() -> u64 {
     let silent = UdpSocket::bind("127.0.0.1:0").expect("bind");
     let up = silent.local_addr().expect("addr").to_string();
     let (control, retry) = (free_port().to_string(), free_port().to_string());
-    let d = Daemon::start(&[
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--upstream",
-        &up,
-        "--control_port",
-        &control,
-        "--retry_port",
-        &retry,
-        "--metrics",
-        "127.0.0.1:0",
-    ]);
-    d.addr_after("CoAP proxy listening on ");
-    let metrics = d.addr_after("metrics listening on ");
+    let mut d = Daemon::spawn(
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream",
+            &up,
+            "--control_port",
+            &control,
+            "--retry_port",
+            &retry,
+            "--metrics",
+            "127.0.0.1:0",
+        ],
+        "info",
+    );
+    d.wait_for_addr("CoAP proxy listening on ");
+    let metrics = d.wait_for_addr("metrics listening on ");
     scrape(metrics);
     settle();
-    d.rss_kib()
+    d.status_kib("VmRSS:")
 }
 
 /// CON GET number `i`: distinct MID and token; odd ones carry a Proxy-Uri to `forward`.
@@ -243,39 +170,42 @@ fn loaded_proxy_rss() -> Loaded {
         forward.local_addr().expect("addr").to_string(),
     );
     let max = (2 * EXCHANGES).to_string();
-    let d = Daemon::start(&[
-        "proxy",
-        "--listen",
-        "127.0.0.1:0",
-        "--upstream",
-        &up,
-        "--forward",
-        "--allow",
-        &fwd,
-        "--seed",
-        "1",
-        "--max-inflight",
-        &max,
-        "--max-inflight-per-upstream",
-        &max,
-        "--max-cached",
-        &max,
-        "--timeout",
-        "1000s",
-        "--total-timeout",
-        "2000s",
-        "--non-idempotent-total-timeout",
-        "2000s",
-        "--upstream-exchange-lifetime",
-        "2000s",
-        "--metrics",
-        "127.0.0.1:0",
-    ]);
-    let proxy = d.addr_after("CoAP proxy listening on ");
-    let metrics = d.addr_after("metrics listening on ");
+    let mut d = Daemon::spawn(
+        &[
+            "proxy",
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream",
+            &up,
+            "--forward",
+            "--allow",
+            &fwd,
+            "--seed",
+            "1",
+            "--max-inflight",
+            &max,
+            "--max-inflight-per-upstream",
+            &max,
+            "--max-cached",
+            &max,
+            "--timeout",
+            "1000s",
+            "--total-timeout",
+            "2000s",
+            "--non-idempotent-total-timeout",
+            "2000s",
+            "--upstream-exchange-lifetime",
+            "2000s",
+            "--metrics",
+            "127.0.0.1:0",
+        ],
+        "info",
+    );
+    let proxy = d.wait_for_addr("CoAP proxy listening on ");
+    let metrics = d.wait_for_addr("metrics listening on ");
     scrape(metrics);
     settle();
-    let idle_kib = d.rss_kib();
+    let idle_kib = d.status_kib("VmRSS:");
 
     let client = UdpSocket::bind("127.0.0.1:0").expect("bind");
     let uri = format!("coap://{fwd}/");
@@ -318,7 +248,7 @@ fn loaded_proxy_rss() -> Loaded {
         doc.get("backoffd_coap_live_exchanges"),
         f64::from(EXCHANGES)
     );
-    let loaded_kib = d.rss_kib();
+    let loaded_kib = d.status_kib("VmRSS:");
     let hwm_kib = d.status_kib("VmHWM:");
     drop((reverse, forward));
     Loaded {

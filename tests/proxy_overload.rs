@@ -48,16 +48,6 @@ fn lateness_buckets(doc: &Exposition) -> Vec<(f64, f64)> {
     buckets
 }
 
-/// VmRSS of a process in KiB, from /proc/<pid>/status.
-fn vm_rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let line = status
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .expect("VmRSS line");
-    line.split_whitespace().nth(1).unwrap().parse().unwrap()
-}
-
 fn token_of(i: u32) -> [u8; 4] {
     i.to_be_bytes()
 }
@@ -101,9 +91,8 @@ fn ten_times_max_inflight_against_a_silent_upstream_gets_5_03_and_frees_all_stat
     ];
     let (mut daemon, proxy) = Daemon::start(&args, "CoAP proxy listening on ");
     let metrics = daemon.wait_for_addr("metrics listening on ");
-    let pid = daemon.child.id();
     let before = scrape(metrics);
-    let rss_before = vm_rss_kib(pid);
+    let rss_before = daemon.status_kib("VmRSS:");
 
     let c = UdpSocket::bind("127.0.0.1:0").unwrap();
     c.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
@@ -266,7 +255,7 @@ fn ten_times_max_inflight_against_a_silent_upstream_gets_5_03_and_frees_all_stat
         "timer lateness: p99 <= {p99} s, {} of {total} within 1 ms",
         le(0.001)
     );
-    let rss_after = vm_rss_kib(pid);
+    let rss_after = daemon.status_kib("VmRSS:");
     assert!(
         rss_after <= rss_before + 4 * 1024,
         "VmRSS grew from {rss_before} KiB to {rss_after} KiB"

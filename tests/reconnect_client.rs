@@ -2,6 +2,8 @@
 //! against an independently written grpcio (Python) ReconnectService, and against a TLS server
 //! that completes the handshake and sends HTTP/2 SETTINGS (the backoff must reset to 1 s).
 
+mod common;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, TcpListener};
 use std::path::Path;
@@ -13,19 +15,11 @@ use backoffd::reactor::{Config, Reactor, WakeMode};
 use backoffd::reconnect::client::{ClientConfig, Failure, Outcome, ReconnectClient};
 use backoffd::reconnect::server::{ReconnectServer, ServerConfig};
 use backoffd::reconnect::ServiceConfig;
+use common::free_port;
 
 const CLIENT: &str = env!("CARGO_BIN_EXE_reconnect_interop_client");
 const SERVER: &str = env!("CARGO_BIN_EXE_reconnect_interop_server");
 const LOCALHOST: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
-
-/// A free TCP port (bound and released; the server binds it right after).
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// A child process killed on drop, so a failing test leaves no server behind.
 struct Guard(Child);

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use backoffd::coap::{Code, Message, MessageBuilder, MessageType};
 use common::exposition::Exposition;
-use common::{http, Daemon};
+use common::{free_port, http, Daemon};
 
 /// A CoAP upstream that answers every request piggybacked with 2.05 "late" after `delay`.
 fn upstream(delay: Duration) -> std::net::SocketAddr {
@@ -38,14 +38,6 @@ fn upstream(delay: Duration) -> std::net::SocketAddr {
         }
     });
     addr
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 #[test]

@@ -21,9 +21,16 @@ impl Daemon {
     /// Starts `backoffd <args>` and waits for a log line containing `marker`; returns the
     /// daemon and the address that follows the marker on that line.
     pub fn start(args: &[&str], marker: &str) -> (Daemon, SocketAddr) {
+        let mut daemon = Daemon::spawn(args, "debug");
+        let addr = daemon.wait_for_addr(marker);
+        (daemon, addr)
+    }
+
+    /// Starts `backoffd <args>` logging at `log_level`, without waiting for anything.
+    pub fn spawn(args: &[&str], log_level: &str) -> Daemon {
         let mut child = Command::new(env!("CARGO_BIN_EXE_backoffd"))
             .args(args)
-            .env("RUST_LOG", "debug")
+            .env("RUST_LOG", log_level)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -37,9 +44,21 @@ impl Daemon {
                 }
             }
         });
-        let mut daemon = Daemon { child, stderr: rx };
-        let addr = daemon.wait_for_addr(marker);
-        (daemon, addr)
+        Daemon { child, stderr: rx }
+    }
+
+    /// A `/proc/<pid>/status` field in KiB, such as `VmRSS:` or `VmHWM:`.
+    pub fn status_kib(&self, field: &str) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .expect("/proc/<pid>/status");
+        let line = status
+            .lines()
+            .find(|l| l.starts_with(field))
+            .unwrap_or_else(|| panic!("no {field} line"));
+        line.split_whitespace()
+            .nth(1)
+            .and_then(|v| v.parse().ok())
+            .expect("a number of kB")
     }
 
     /// Waits for a later log line containing `marker` and returns the address after it.
@@ -80,4 +99,12 @@ impl Drop for Daemon {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A loopback TCP port that was free a moment ago (bound and released).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free loopback port")
+        .port()
 }
