@@ -26,7 +26,7 @@
 //! SCHED_FIFO at this priority, needs CAP_SYS_NICE: separates the server's own latency from
 //! queueing behind other processes on a shared machine; default off, as users run it).
 
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::unix::net::UnixStream;
 use std::os::unix::thread::JoinHandleExt;
@@ -335,13 +335,7 @@ impl GrpcClient {
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        let out = self.conn.pending_output();
-        if !out.is_empty() {
-            let n = out.len();
-            self.stream.write_all(out)?;
-            self.conn.consume_output(n);
-        }
-        Ok(())
+        backoffd::net::flush(&mut self.stream, &mut self.conn)
     }
 
     /// One blocking read fed to the connection (and its timers, if due).
