@@ -7,10 +7,11 @@
 //!
 //! Run: `cargo bench --bench proxy_memory`. Prints a markdown table and one JSON line.
 //!
-//! The load: one upstream Message ID space holds at most 65,536 exchanges within the MID
-//! lifetime (RFC 7252 §4.4), so 100,000 in flight need two upstreams. The proxy gets a reverse
-//! upstream and one allowed forward target, both UDP sockets that never read; half the GETs go
-//! to each (the forward half with a Proxy-Uri). Timeouts are far longer than the measurement, so
+//! The load: the proxy gets a reverse upstream and one allowed forward target, both UDP sockets
+//! that never read; half the GETs go to each (the forward half with a Proxy-Uri), so both paths
+//! are in the figure (each upstream needs a second endpoint for its 50,000: one endpoint's
+//! Message ID space holds 65,536 within the MID lifetime, RFC 7252 §4.4). The in-flight limits,
+//! the per-client one included, are raised to fit the one client. Timeouts are far longer than the measurement, so
 //! nothing is retransmitted or expires; the CON requests get their empty ACK after the default
 //! 100 ms `--ack-delay`, as in normal operation. Requests go out in batches, each waiting until
 //! the proxy's `backoffd_coap_requests_total` counted it (a batch is resent if the proxy's
@@ -186,6 +187,8 @@ fn loaded_proxy_rss() -> Loaded {
             &max,
             "--max-inflight-per-upstream",
             &max,
+            "--max-inflight-per-client",
+            &max,
             "--max-cached",
             &max,
             "--timeout",
@@ -292,6 +295,7 @@ fn engine_heap_per_exchange() -> Heap {
         },
         max_inflight: max,
         max_inflight_per_upstream: max,
+        max_inflight_per_client: max,
         max_cached: max,
         upstream_exchange_lifetime: Duration::from_secs(2000),
         seed: 1,
@@ -308,8 +312,10 @@ fn engine_heap_per_exchange() -> Heap {
     );
     let mut proxy = Proxy::new(config);
     let mut now = Timestamp::from_nanos(1_000_000_000);
+    proxy.accept_endpoint_events(now);
     for (i, r) in reqs.iter().enumerate() {
         proxy.handle_client_datagram(now, client, r);
+        proxy.accept_endpoint_events(now);
         while proxy.poll_transmit().is_some() {}
         // 10 us apart: the 100 ms ack delay fires for the early ones, as in the process.
         now = Timestamp::from_nanos(now.as_nanos() + 10_000);

@@ -17,12 +17,19 @@
 //! target's median CON peak, the round trip through the target and, right after, directly to
 //! the upstream at the same rate: the difference is the latency the target adds.
 //!
+//! Every target runs with its default flags. The upstream watches the Message IDs it is sent, as
+//! a deduplicating server would (RFC 7252 §4.4): per target it counts the requests it answered,
+//! the sources they came from (for backoffd: the endpoints it needed), and any (source, MID)
+//! that came again with a new token within the run (shorter than EXCHANGE_LIFETIME, so each is
+//! a reuse within the window).
+//!
 //! `cargo bench --bench proxy_throughput`. Environment: SECONDS (measured period per run,
 //! default 3), WINDOW (default 128), ONLY=relay,backoffd (a subset), PEERS=0 (skip libcoap and
 //! aiocoap; otherwise tests/interop/setup.sh installs them if missing), LOAD (share of the CON
 //! peak for the latency runs, default 0.5), BURST (datagrams per system call in the latency runs,
 //! default 2), ROUNDS (default 3), FIFO_PRIORITY=P (run targets under SCHED_FIFO, root).
 
+use std::collections::HashSet;
 use std::fs::{self, File};
 use std::net::{SocketAddr, TcpListener, UdpSocket};
 use std::os::unix::process::CommandExt;
@@ -31,7 +38,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use backoffd::coap::option::{PROXY_URI, URI_PATH};
-use backoffd::loadgen::{self, FastUpstream, LoadReport, LoadSpec, Offered};
+use backoffd::loadgen::{self, FastUpstream, LoadReport, LoadSpec, MidCounts, Offered};
 
 /// Where the system under test runs; the harness takes CPU 0.
 const TARGET_CPU: usize = 1;
@@ -81,13 +88,40 @@ struct Target {
     options: Vec<(u16, Vec<u8>)>,
 }
 
-/// Results for one target: the peak runs of every round, and the latency pair.
+/// Results for one target: the peak runs of every round, the latency pair, and what the
+/// upstream saw of its Message IDs.
 struct Row {
     name: &'static str,
     peak_con: Vec<LoadReport>,
     peak_non: Vec<LoadReport>,
     half: LoadReport,
     direct_half: LoadReport,
+    mids: Seen,
+}
+
+/// What the upstream saw of one target's requests over all its runs.
+#[derive(Default)]
+struct Seen {
+    requests: u64,
+    reused: u64,
+    repeated: u64,
+    sources: HashSet<SocketAddr>,
+}
+
+/// Runs `spec` with the upstream serving, adding what the upstream saw to `seen`.
+fn run_seen(
+    spec: &LoadSpec,
+    upstream: &mut FastUpstream,
+    seen: &mut Seen,
+) -> Result<LoadReport, String> {
+    let (answered, before) = (upstream.answered, upstream.mid_counts());
+    let report = loadgen::run(spec, Some(&mut *upstream)).map_err(|e| e.to_string())?;
+    let after: MidCounts = upstream.mid_counts();
+    seen.requests += upstream.answered - answered;
+    seen.reused += after.reused - before.reused;
+    seen.repeated += after.repeated - before.repeated;
+    seen.sources.extend(upstream.take_new_sources());
+    Ok(report)
 }
 
 /// A started target.
@@ -95,6 +129,8 @@ struct Running<'t> {
     target: &'t Target,
     addr: SocketAddr,
     child: Option<ChildGuard>,
+    /// What the upstream saw of its requests from the warm-up on.
+    seen: Seen,
 }
 
 /// Lets the target at `index` run and stops every other one.
@@ -110,6 +146,7 @@ fn main() {
     let settings = Settings::from_env();
     let pinned = pin_self(0);
     let mut upstream = FastUpstream::bind("127.0.0.1:0".parse().unwrap()).expect("bind upstream");
+    upstream.watch_message_ids();
     let up = upstream.local_addr().unwrap();
     let peers = settings.peers && install_peers();
     let targets: Vec<Target> = targets(up, peers)
@@ -139,8 +176,9 @@ fn main() {
             Err(e) => eprintln!("{}: skipped: {e}", target.name),
         }
     }
-    let rows = measure_all(&running, up, &mut upstream, &settings).expect("measure");
-    print_tables(&rows, &settings);
+    let began = Instant::now();
+    let rows = measure_all(running, up, &mut upstream, &settings).expect("measure");
+    print_tables(&rows, &settings, began.elapsed());
 }
 
 fn targets(up: SocketAddr, peers: bool) -> Vec<Target> {
@@ -149,12 +187,6 @@ fn targets(up: SocketAddr, peers: bool) -> Vec<Target> {
     let path = vec![(URI_PATH, b"bench".to_vec())];
     let proxy_uri = vec![(PROXY_URI, format!("coap://{up}/bench").into_bytes())];
     let words = |s: &str| s.split_whitespace().map(str::to_owned).collect::<Vec<_>>();
-    // Upstream Message IDs are reserved for --upstream-exchange-lifetime (RFC 7252 §4.4), 247 s
-    // by default: 65536 per 247 s, 265 requests/s per upstream. This upstream keeps no
-    // duplicate-detection state, so a 250 ms lifetime is safe and lifts that cap far above any
-    // rate measured here; the retry policy must fit in it.
-    let policy =
-        "--timeout 200ms --total-timeout 250ms --non-idempotent-total-timeout 250ms --upstream-exchange-lifetime 250ms";
     let mut list = vec![
         Target {
             name: "direct",
@@ -171,14 +203,14 @@ fn targets(up: SocketAddr, peers: bool) -> Vec<Target> {
         Target {
             name: "backoffd",
             command: Some(words(&format!(
-                "{bin} proxy --listen 127.0.0.1:{{port}} --upstream {up_s} {policy}"
+                "{bin} proxy --listen 127.0.0.1:{{port}} --upstream {up_s}"
             ))),
             options: path.clone(),
         },
         Target {
             name: "backoffd-fwd",
             command: Some(words(&format!(
-                "{bin} proxy --listen 127.0.0.1:{{port}} --forward --allow {up_s} {policy}"
+                "{bin} proxy --listen 127.0.0.1:{{port}} --forward --allow {up_s}"
             ))),
             options: proxy_uri.clone(),
         },
@@ -230,7 +262,9 @@ fn start<'t>(
         &target.options,
     );
     warm_up.duration = Duration::from_secs(2);
-    loadgen::run(&warm_up, Some(upstream)).map_err(|e| e.to_string())?;
+    upstream.take_new_sources();
+    let mut seen = Seen::default();
+    run_seen(&warm_up, upstream, &mut seen)?;
     if let Some(child) = &child {
         child.set_running(false);
     }
@@ -238,6 +272,7 @@ fn start<'t>(
         target,
         addr,
         child,
+        seen,
     })
 }
 
@@ -269,32 +304,22 @@ fn spec(
 /// machine's drift hits them alike; then, per target, the latency pair at LOAD x its median
 /// CON peak.
 fn measure_all(
-    running: &[Running<'_>],
+    mut running: Vec<Running<'_>>,
     up: SocketAddr,
     upstream: &mut FastUpstream,
     settings: &Settings,
 ) -> Result<Vec<Row>, String> {
-    let mut run = |s: LoadSpec| loadgen::run(&s, Some(&mut *upstream)).map_err(|e| e.to_string());
     let window = Offered::Window(settings.window);
     let mut peaks: Vec<(Vec<LoadReport>, Vec<LoadReport>)> =
         running.iter().map(|_| Default::default()).collect();
     for round in 1..=settings.rounds {
-        for (i, (r, (con, non))) in running.iter().zip(&mut peaks).enumerate() {
-            only_run(running, i);
-            con.push(run(spec(
-                settings,
-                true,
-                window,
-                r.addr,
-                &r.target.options,
-            ))?);
-            non.push(run(spec(
-                settings,
-                false,
-                window,
-                r.addr,
-                &r.target.options,
-            ))?);
+        for i in 0..running.len() {
+            only_run(&running, i);
+            let (r, (con, non)) = (&mut running[i], &mut peaks[i]);
+            for (confirmable, runs) in [(true, &mut *con), (false, &mut *non)] {
+                let s = spec(settings, confirmable, window, r.addr, &r.target.options);
+                runs.push(run_seen(&s, upstream, &mut r.seen)?);
+            }
             eprintln!(
                 "round {round} {:>12}: CON {:>9.0}/s NON {:>9.0}/s",
                 r.target.name,
@@ -305,11 +330,18 @@ fn measure_all(
     }
     let direct_options = vec![(URI_PATH, b"bench".to_vec())];
     let mut rows = Vec::new();
-    for (i, (r, (peak_con, peak_non))) in running.iter().zip(peaks).enumerate() {
-        only_run(running, i);
+    let mut direct_seen = Seen::default();
+    for (i, (peak_con, peak_non)) in peaks.into_iter().enumerate() {
+        only_run(&running, i);
+        let r = &mut running[i];
         let rate = Offered::Rate(median(&peak_con).rate() * settings.load);
-        let half = run(spec(settings, true, rate, r.addr, &r.target.options))?;
-        let direct_half = run(spec(settings, true, rate, up, &direct_options))?;
+        let half = run_seen(
+            &spec(settings, true, rate, r.addr, &r.target.options),
+            upstream,
+            &mut r.seen,
+        )?;
+        let direct = spec(settings, true, rate, up, &direct_options);
+        let direct_half = run_seen(&direct, upstream, &mut direct_seen)?;
         eprintln!(
             "{:>12}: at {rate:?} p99 {:.1} us (direct {:.1} us)",
             r.target.name, half.latency.p99_us, direct_half.latency.p99_us
@@ -320,9 +352,10 @@ fn measure_all(
             peak_non,
             half,
             direct_half,
+            mids: std::mem::take(&mut r.seen),
         });
     }
-    only_run(running, usize::MAX);
+    only_run(&running, usize::MAX);
     Ok(rows)
 }
 
@@ -501,7 +534,7 @@ fn install_peers() -> bool {
     }
 }
 
-fn print_tables(rows: &[Row], settings: &Settings) {
+fn print_tables(rows: &[Row], settings: &Settings, took: Duration) {
     let relay = rows.iter().find(|r| r.name == "relay");
     let vs = |rate: f64, of: Option<f64>| {
         of.map_or("-".into(), |o| format!("{:.0} %", 100.0 * rate / o))
@@ -556,16 +589,35 @@ fn print_tables(rows: &[Row], settings: &Settings) {
             r.half.errors + r.half.lost,
         );
     }
+    println!(
+        "\n### Message IDs as a deduplicating upstream sees them (every run of each target; the whole measurement took {:.0} s, less than EXCHANGE_LIFETIME)\n",
+        took.as_secs_f64()
+    );
+    println!("| target | requests to the upstream | sources (backoffd: endpoints) | (source, MID) reused with a new token | same token again (retransmissions) |");
+    println!("|---|---:|---:|---:|---:|");
+    for r in rows.iter().filter(|r| r.name != "direct") {
+        let m = &r.mids;
+        println!(
+            "| {} | {} | {} | {} | {} |",
+            r.name,
+            m.requests,
+            m.sources.len(),
+            m.reused,
+            m.repeated
+        );
+    }
     let json: Vec<String> = rows
         .iter()
         .map(|r| {
             format!(
-                "\"{}\":{{\"con_per_s\":{:.0},\"non_per_s\":{:.0},\"latency_p99_us\":{:.1},\"direct_p99_us\":{:.1}}}",
+                "\"{}\":{{\"con_per_s\":{:.0},\"non_per_s\":{:.0},\"latency_p99_us\":{:.1},\"direct_p99_us\":{:.1},\"sources\":{},\"mid_reused\":{}}}",
                 r.name,
                 median(&r.peak_con).rate(),
                 median(&r.peak_non).rate(),
                 r.half.latency.p99_us,
-                r.direct_half.latency.p99_us
+                r.direct_half.latency.p99_us,
+                r.mids.sources.len(),
+                r.mids.reused
             )
         })
         .collect();

@@ -113,6 +113,52 @@ fn bind_and_listen<A>(fd: OwnedFd, addr: &A) -> io::Result<TcpListener> {
     Ok(TcpListener::from(fd))
 }
 
+/// What [`raise_fd_limit`] found and did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FdLimit {
+    /// The soft limit already allows the descriptors wanted.
+    Enough,
+    /// The soft limit was raised from `from` to `to` (at least what was wanted).
+    Raised {
+        /// The soft limit before.
+        from: u64,
+        /// The soft limit now.
+        to: u64,
+    },
+    /// The hard limit is below what was wanted; the soft limit was raised to it.
+    Short {
+        /// The hard limit, now also the soft one.
+        hard: u64,
+    },
+}
+
+/// Makes sure this process may hold `wanted` open files (`RLIMIT_NOFILE`), raising the soft
+/// limit towards the hard one if needed; an unprivileged process cannot go past the hard one.
+pub fn raise_fd_limit(wanted: u64) -> io::Result<FdLimit> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct we pass.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let (soft, hard): (u64, u64) = (limit.rlim_cur, limit.rlim_max);
+    if soft >= wanted {
+        return Ok(FdLimit::Enough);
+    }
+    let to = wanted.min(hard);
+    limit.rlim_cur = to;
+    // SAFETY: setrlimit reads the struct we pass.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(match to < wanted {
+        true => FdLimit::Short { hard },
+        false => FdLimit::Raised { from: soft, to },
+    })
+}
+
 /// A sans-IO core that queues bytes for its socket (an HTTP/2 connection, a TLS session).
 pub trait Outbox {
     /// Bytes waiting to be written to the socket, oldest first.

@@ -197,6 +197,53 @@ fn timers_never_act_on_finished_exchanges_and_no_state_is_left() {
 }
 
 #[test]
+fn a_million_requests_to_one_upstream_in_100_s_need_no_5_03_and_leave_no_endpoint_behind() {
+    // Default settings: one socket's 65,536 Message IDs last 247 s, so at ~10k requests/s the
+    // proxy needs a new endpoint every ~6.5 s. The ledger checks every (endpoint, MID) against
+    // reuse within the lifetime and every closed endpoint against its last MID; the upstream
+    // deduplicates by (endpoint, MID), so a reuse would also replay another request's answer.
+    let mut s = Scenario::new("one-upstream-1M", 81, 1_000_000);
+    s.servers = vec![ServerSpec {
+        dedup: true,
+        outages: false,
+    }];
+    s.clients = 6000;
+    s.think = Duration::from_millis(200);
+    s.non_fraction = 0.3;
+    s.mix = Mix {
+        piggyback: 94,
+        slow: 0,
+        late: 0,
+        separate_con: 2,
+        separate_non: 1,
+        separate_never: 0,
+        never: 0,
+        reset: 0,
+        not_found: 3,
+    };
+    s.client_leg = Leg::clean();
+    s.upstream_leg.loss = 0.01;
+    s.upstream_leg.duplicate = 0.01;
+    let r = sim::run(&s);
+    r.assert_ok();
+    assert!(r.last_start <= Duration::from_secs(100), "{r}");
+    assert_eq!(
+        (
+            r.outcomes.answered_5_03,
+            r.counters.service_unavailable_5_03
+        ),
+        (0, 0),
+        "{r}"
+    );
+    let (opened, _, left) = r.endpoints;
+    assert!(opened as u32 >= 1_000_000 / 65_536, "{r}");
+    assert_eq!(
+        left, 2,
+        "once the load stops every endpoint closes a lifetime later but the current one and the spare: {r}"
+    );
+}
+
+#[test]
 fn the_same_seed_replays_the_same_run() {
     let scenario = Scenario::new("replay", 71, 20_000);
     let (a, b) = (sim::run(&scenario), sim::run(&scenario));

@@ -5,7 +5,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use backoffd::proxy::{Proxy, ProxyConfig, Routing};
+use backoffd::proxy::{EndpointEvent, Proxy, ProxyConfig, Routing};
 use backoffd::time::Timestamp;
 use libfuzzer_sys::fuzz_target;
 
@@ -22,6 +22,18 @@ fuzz_target!(|data: &[u8]| {
         ..ProxyConfig::default()
     });
     let mut now = Timestamp::from_nanos(1);
+    // Endpoint 0 is the first socket towards the upstream; later ones open as IDs run out.
+    let mut endpoints = Vec::new();
+    let mut follow = |proxy: &mut Proxy, now| {
+        for event in proxy.accept_endpoint_events(now) {
+            match event {
+                EndpointEvent::Open { id, .. } => endpoints.push(id),
+                EndpointEvent::Close { id } => endpoints.retain(|&e| e != id),
+            }
+        }
+        endpoints.first().copied()
+    };
+    let mut upstream = follow(&mut proxy, now).expect("a first endpoint");
     // Records: [selector, len, bytes...]; selector picks client/upstream/time step.
     let mut rest = data;
     while let [selector, len, tail @ ..] = rest {
@@ -35,13 +47,14 @@ fuzz_target!(|data: &[u8]| {
                     .unwrap();
                 proxy.handle_client_datagram(now, from, datagram);
             }
-            2 => proxy.handle_upstream_datagram(now, 0, datagram),
+            2 => proxy.handle_upstream_datagram(now, upstream, datagram),
             _ => {
                 now += Duration::from_millis(u64::from(*selector) * 97);
                 proxy.handle_timeout(now);
             }
         }
         while proxy.poll_transmit().is_some() {}
+        upstream = follow(&mut proxy, now).unwrap_or(upstream);
         assert!(proxy.live_exchanges() <= 64 + 64 + 1000);
     }
 });

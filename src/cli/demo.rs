@@ -134,7 +134,11 @@ fn print_coap(r: &CoapReport, loss: f64) {
         r.duplicate_executions
     );
     println!(
-        "  exchanges alive after the run         {:>6}   (cached answers, freed by their deadline)",
+        "  answers kept after the run            {:>6}   (for retransmissions, freed by their deadline)",
+        c.cached_answers
+    );
+    println!(
+        "  exchanges still being worked on       {:>6}",
         c.live_exchanges
     );
 }

@@ -13,6 +13,8 @@ mod timer_bench;
 use std::net::SocketAddr;
 
 use crate::metrics::{MetricsConfig, MetricsServer};
+use crate::net::{raise_fd_limit, FdLimit};
+use crate::proxy::ProxyConfig;
 use crate::reactor::Reactor;
 use flags::{Flags, UsageError};
 
@@ -161,6 +163,34 @@ fn addr_flag(flags: &Flags, name: &str) -> Result<Option<SocketAddr>, UsageError
 /// `--metrics HOST:PORT`: where the metrics endpoint listens, if anywhere.
 fn metrics_flag(flags: &Flags) -> Result<Option<SocketAddr>, UsageError> {
     addr_flag(flags, "metrics")
+}
+
+/// Descriptors beyond the upstream endpoints: listeners, the loop's own (epoll, timerfd,
+/// signalfd), metrics and control-port connections, standard streams.
+const FD_RESERVE: u64 = 256;
+
+/// Makes room for every descriptor the proxies may open: each upstream's endpoints at
+/// `--max-upstream-endpoints`. The sockets open only as the load needs them, so a limit too low
+/// is a warning, not an error: past it, new endpoints fail and requests get 5.03.
+fn make_room_for_endpoints<'a>(proxies: impl IntoIterator<Item = &'a ProxyConfig>) {
+    let (mut wanted, mut bound, mut upstreams) = (FD_RESERVE, 0, 0);
+    for p in proxies {
+        upstreams += p.upstream_count();
+        bound = bound.max(p.max_upstream_endpoints);
+        wanted += (p.upstream_count() * p.max_upstream_endpoints) as u64;
+    }
+    match raise_fd_limit(wanted) {
+        Ok(FdLimit::Enough) => {}
+        Ok(FdLimit::Raised { from, to }) => {
+            log::info!("raised the open-file limit from {from} to {to} for up to {bound} sockets per upstream")
+        }
+        Ok(FdLimit::Short { hard }) => log::warn!(
+            "the open-file limit is {hard}, below the {wanted} that {upstreams} upstream(s) x \
+             --max-upstream-endpoints {bound} may need: raise it (ulimit -n, systemd \
+             LimitNOFILE=) or lower --max-upstream-endpoints"
+        ),
+        Err(e) => log::debug!("cannot read or raise the open-file limit: {e}"),
+    }
 }
 
 /// Adds the metrics endpoint to the loop, if one was asked for; the error says what failed.

@@ -242,12 +242,15 @@ pub fn describe(plan: &Plan) -> String {
         };
         let p = &c.policy;
         out += &format!(
-            "proxy on {listen}: {target}; timeout {:?}, {} retries, x{}, +-{}%, total {:?}\n",
+            "proxy on {listen}: {target}; timeout {:?}, {} retries, x{}, +-{}%, total {:?}; \
+             up to {} endpoints per upstream (~{:.0} requests/s sustained)\n",
             p.timeout,
             p.max_retries,
             p.backoff_factor,
             p.jitter * 100.0,
-            p.total_timeout
+            p.total_timeout,
+            c.max_upstream_endpoints,
+            c.sustained_rate_per_upstream()
         );
     }
     if let Some(r) = &plan.reconnect {
@@ -275,6 +278,7 @@ fn run(plan: Plan, wake: WakeMode, drain: Duration) -> i32 {
         Ok(r) => r,
         Err(e) => return fail(format!("cannot start the event loop: {e}")),
     };
+    super::make_room_for_endpoints(plan.proxies.iter().map(|(_, c)| c));
     let mut parts: Vec<(String, Box<dyn Component>)> = Vec::new();
     for (listen, config) in plan.proxies {
         match ProxyComponent::bind(listen, config) {

@@ -23,6 +23,25 @@ pub struct RawAddr {
 }
 
 impl RawAddr {
+    /// The address as the standard library writes it (`None` if not IPv4 or IPv6).
+    pub fn to_socket_addr(&self) -> Option<std::net::SocketAddr> {
+        match i32::from(self.storage.ss_family) {
+            libc::AF_INET => {
+                // SAFETY: the family says the storage holds a sockaddr_in.
+                let a = unsafe { &*(&self.storage as *const _ as *const libc::sockaddr_in) };
+                let ip = std::net::Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr));
+                Some((ip, u16::from_be(a.sin_port)).into())
+            }
+            libc::AF_INET6 => {
+                // SAFETY: the family says the storage holds a sockaddr_in6.
+                let a = unsafe { &*(&self.storage as *const _ as *const libc::sockaddr_in6) };
+                let ip = std::net::Ipv6Addr::from(a.sin6_addr.s6_addr);
+                Some((ip, u16::from_be(a.sin6_port)).into())
+            }
+            _ => None,
+        }
+    }
+
     fn empty() -> RawAddr {
         RawAddr {
             // SAFETY: sockaddr_storage is plain old data; all-zero is a valid (unspecified) value.

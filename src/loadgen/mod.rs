@@ -16,7 +16,7 @@ use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 use batch::Batch;
-pub use upstream::FastUpstream;
+pub use upstream::{FastUpstream, MidCounts};
 
 use crate::coap::{empty_ack, peek_header, Code, MessageBuilder, MessageType};
 use crate::stats::Summary;

@@ -3,7 +3,12 @@
 //! A CON request gets a piggybacked ACK, a NON request a NON response, both 2.05 Content with
 //! the request's token (RFC 7252 §5.2.1, §5.2.3). It keeps no state and executes nothing, so
 //! it costs a fraction of what a proxy in front of it costs: the proxy stays the bottleneck.
+//!
+//! On request it also watches the Message IDs it is sent, as a deduplicating server would see
+//! them (RFC 7252 §4.4): a (source, MID) that comes again with another token is a reuse, which
+//! such a server would answer with the old request's answer.
 
+use std::collections::{HashMap, HashSet};
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
@@ -21,6 +26,48 @@ pub struct FastUpstream {
     pub answered: u64,
     /// Datagrams that were not requests (ACKs, RSTs, pings, garbage): not answered.
     pub ignored: u64,
+    /// Set by [`watch_message_ids`](Self::watch_message_ids).
+    watch: Option<MidWatch>,
+}
+
+/// Per source, a one-byte fingerprint (1..=255; 0 = unused) of the token each Message ID came
+/// with: 64 KiB per source.
+#[derive(Default)]
+struct MidWatch {
+    by_source: HashMap<SocketAddr, Box<[u8]>>,
+    new_sources: HashSet<SocketAddr>,
+    reused: u64,
+    repeated: u64,
+}
+
+impl MidWatch {
+    fn saw(&mut self, from: SocketAddr, mid: u16, token: &[u8]) {
+        let fingerprint = 1
+            + (token.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+                (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+            }) % 255) as u8;
+        let seen = self.by_source.entry(from).or_insert_with(|| {
+            self.new_sources.insert(from);
+            vec![0; 65_536].into_boxed_slice()
+        });
+        match std::mem::replace(&mut seen[usize::from(mid)], fingerprint) {
+            0 => {}
+            old if old == fingerprint => self.repeated += 1,
+            _ => self.reused += 1,
+        }
+    }
+}
+
+/// What [`FastUpstream::watch_message_ids`] saw so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MidCounts {
+    /// A (source, MID) seen again with another token: reused (a deduplicating server would
+    /// answer it with the earlier request's answer).
+    pub reused: u64,
+    /// A (source, MID) seen again with the same token: a retransmission.
+    pub repeated: u64,
+    /// Sources seen.
+    pub sources: usize,
 }
 
 impl FastUpstream {
@@ -35,7 +82,33 @@ impl FastUpstream {
             next_mid: 0,
             answered: 0,
             ignored: 0,
+            watch: None,
         })
+    }
+
+    /// From now on, remembers which Message ID each source used with which token (64 KiB
+    /// per source; for runs shorter than EXCHANGE_LIFETIME, so any reuse is within it).
+    pub fn watch_message_ids(&mut self) {
+        self.watch.get_or_insert_with(MidWatch::default);
+    }
+
+    /// Reuses and retransmissions seen so far (zero when not watching).
+    pub fn mid_counts(&self) -> MidCounts {
+        self.watch
+            .as_ref()
+            .map_or(MidCounts::default(), |w| MidCounts {
+                reused: w.reused,
+                repeated: w.repeated,
+                sources: w.by_source.len(),
+            })
+    }
+
+    /// Sources first seen since the last call.
+    pub fn take_new_sources(&mut self) -> HashSet<SocketAddr> {
+        self.watch
+            .as_mut()
+            .map(|w| std::mem::take(&mut w.new_sources))
+            .unwrap_or_default()
     }
 
     /// Where requests should go.
@@ -52,6 +125,14 @@ impl FastUpstream {
         }
         for i in 0..self.rx.len() {
             let (request, from) = self.rx.get(i);
+            if let (Some(w), Some((_, mid, token))) = (self.watch.as_mut(), peek_header(request)) {
+                if let Some(source) = from
+                    .to_socket_addr()
+                    .filter(|_| Code(request[1]).is_request())
+                {
+                    w.saw(source, mid, token);
+                }
+            }
             let mut reply = [0u8; 4 + MAX_TOKEN_LEN];
             match answer(request, self.next_mid, &mut reply) {
                 0 => self.ignored += 1,
@@ -134,6 +215,18 @@ mod tests {
         assert_eq!(m.msg_type(), MessageType::Non);
         assert_eq!(m.message_id(), 7);
         assert_eq!(m.token(), b"12345678");
+    }
+
+    #[test]
+    fn a_message_id_again_with_another_token_is_a_reuse_with_the_same_one_a_retransmission() {
+        let mut w = MidWatch::default();
+        let a: SocketAddr = "127.0.0.1:1000".parse().unwrap();
+        let b: SocketAddr = "127.0.0.1:1001".parse().unwrap();
+        w.saw(a, 7, b"one");
+        w.saw(a, 7, b"one");
+        w.saw(b, 7, b"two");
+        w.saw(a, 7, b"two");
+        assert_eq!((w.reused, w.repeated, w.by_source.len()), (1, 1, 2));
     }
 
     #[test]

@@ -49,6 +49,14 @@ impl MetricsWriter {
         }
     }
 
+    /// A gauge family with one label, e.g. endpoints per upstream.
+    pub fn labelled_gauge(&mut self, name: &str, help: &str, label: &str, values: &[(&str, f64)]) {
+        self.family(name, help, "gauge");
+        for (v, value) in values {
+            let _ = writeln!(self.out, "{name}{{{label}=\"{}\"}} {value}", escape(v));
+        }
+    }
+
     /// A histogram from cumulative `(upper bound, count)` buckets (the last one is `+Inf`).
     pub fn histogram(
         &mut self,

@@ -7,7 +7,19 @@ use crate::coap::option::{self, encode_uint, HOP_LIMIT, OBSERVE, PROXY_URI, URI_
 use crate::coap::{decode_uint, Code, Message, MessageBuilder, MessageType};
 use crate::time::Timestamp;
 
-use super::{AllowedTarget, Destination, Proxy, ProxyConfig, RetryPolicy, Routing, Transmit};
+use super::{
+    AllowedTarget, Destination, EndpointId, Proxy, ProxyConfig, RetryPolicy, Routing, Transmit,
+};
+
+/// The first endpoint of the first upstream: where requests go while traffic is light.
+const EP0: EndpointId = EndpointId(0);
+
+/// A proxy whose endpoint sockets are open.
+fn started(config: ProxyConfig) -> Proxy {
+    let mut p = Proxy::new(config);
+    p.accept_endpoint_events(t(0));
+    p
+}
 
 fn client() -> SocketAddr {
     "127.0.0.1:40000".parse().unwrap()
@@ -22,7 +34,7 @@ fn t(ms: u64) -> Timestamp {
 }
 
 fn reverse() -> Proxy {
-    Proxy::new(ProxyConfig {
+    started(ProxyConfig {
         routing: Routing {
             upstream: Some(upstream_addr()),
             allow: Vec::new(),
@@ -38,7 +50,7 @@ fn reverse() -> Proxy {
 }
 
 fn forward() -> Proxy {
-    Proxy::new(ProxyConfig {
+    started(ProxyConfig {
         routing: Routing {
             upstream: None,
             allow: vec![AllowedTarget {
@@ -101,7 +113,7 @@ fn unrecognised_elective_safe_option_is_forwarded() {
         &request(MessageType::Con, Code::GET, 1, &[(2048, b"x")]),
     );
     let out = drain(&mut p);
-    assert_eq!(out[0].to, Destination::Upstream(0));
+    assert_eq!(out[0].to, Destination::Upstream(EP0));
     assert_eq!(
         Message::parse(&out[0].payload).unwrap().option(2048),
         Some(&b"x"[..])
@@ -184,7 +196,7 @@ fn retries_follow_the_policy_then_5_04() {
     }
     let upstream: Vec<u128> = sent_at
         .iter()
-        .filter(|(_, to)| *to == Destination::Upstream(0))
+        .filter(|(_, to)| *to == Destination::Upstream(EP0))
         .map(|(ms, _)| *ms)
         .collect();
     assert_eq!(upstream, vec![2000, 5000, 9500, 16250]);
@@ -198,7 +210,7 @@ fn retries_follow_the_policy_then_5_04() {
 
 #[test]
 fn total_timeout_cuts_the_schedule_short() {
-    let mut p = Proxy::new(ProxyConfig {
+    let mut p = started(ProxyConfig {
         policy: RetryPolicy {
             total_timeout: Duration::from_secs(4),
             jitter: 0.0,
@@ -231,7 +243,7 @@ fn upstream_rst_answers_5_02() {
     let mid = Message::parse(&up.payload).unwrap().message_id();
     let mut rst = Vec::new();
     crate::coap::rst(&mut rst, mid);
-    p.handle_upstream_datagram(t(10), 0, &rst);
+    p.handle_upstream_datagram(t(10), EP0, &rst);
     let out = drain(&mut p);
     let m = only_to_client(&out);
     assert_eq!(
@@ -260,7 +272,7 @@ fn response_with_unknown_critical_option_answers_5_02() {
     );
     b.option(65001, b"?");
     b.finish().unwrap();
-    p.handle_upstream_datagram(t(5), 0, &resp);
+    p.handle_upstream_datagram(t(5), EP0, &resp);
     assert_eq!(only_to_client(&drain(&mut p)).code(), Code::BAD_GATEWAY);
 }
 
@@ -274,7 +286,7 @@ fn forward_proxy_decomposes_proxy_uri_for_allowed_targets() {
         &request(MessageType::Con, Code::GET, 1, &[(PROXY_URI, uri)]),
     );
     let out = drain(&mut p);
-    assert_eq!(out[0].to, Destination::Upstream(0));
+    assert_eq!(out[0].to, Destination::Upstream(EP0));
     let up = Message::parse(&out[0].payload).unwrap();
     assert!(up.option(PROXY_URI).is_none());
     assert!(
@@ -346,13 +358,13 @@ fn notifications_are_relayed_with_the_clients_token_until_deregistration() {
         b.finish().unwrap();
         out
     };
-    p.handle_upstream_datagram(t(5), 0, &notify(MessageType::Ack, mid, 1));
+    p.handle_upstream_datagram(t(5), EP0, &notify(MessageType::Ack, mid, 1));
     let first = drain(&mut p);
     assert_eq!(only_to_client(&first).msg_type(), MessageType::Ack);
     for (i, seq) in [2u32, 3, 4].into_iter().enumerate() {
         p.handle_upstream_datagram(
             t(100 * (i as u64 + 1)),
-            0,
+            EP0,
             &notify(MessageType::Non, 900 + seq as u16, seq),
         );
         let out = drain(&mut p);
@@ -363,7 +375,7 @@ fn notifications_are_relayed_with_the_clients_token_until_deregistration() {
         );
     }
     // An out-of-order older notification is dropped.
-    p.handle_upstream_datagram(t(450), 0, &notify(MessageType::Non, 950, 3));
+    p.handle_upstream_datagram(t(450), EP0, &notify(MessageType::Non, 950, 3));
     assert!(drain(&mut p).is_empty());
     // Deregistration (same token, Observe: 1) ends the observation; later notifications get RST.
     p.handle_client_datagram(
@@ -372,10 +384,10 @@ fn notifications_are_relayed_with_the_clients_token_until_deregistration() {
         &request(MessageType::Con, Code::GET, 2, &[(OBSERVE, &[1])]),
     );
     drain(&mut p);
-    p.handle_upstream_datagram(t(600), 0, &notify(MessageType::Non, 960, 9));
+    p.handle_upstream_datagram(t(600), EP0, &notify(MessageType::Non, 960, 9));
     let out = drain(&mut p);
     assert_eq!(out.len(), 1);
-    assert_eq!(out[0].to, Destination::Upstream(0));
+    assert_eq!(out[0].to, Destination::Upstream(EP0));
     assert_eq!(
         Message::parse(&out[0].payload).unwrap().msg_type(),
         MessageType::Rst
@@ -413,7 +425,7 @@ fn all_state_is_freed_by_the_last_deadline() {
 
 #[test]
 fn proxy_uri_naming_the_proxy_itself_is_served_locally() {
-    let mut p = Proxy::new(ProxyConfig {
+    let mut p = started(ProxyConfig {
         local_addr: Some("127.0.0.1:5683".parse().unwrap()),
         routing: Routing {
             forward: true,
@@ -431,7 +443,7 @@ fn proxy_uri_naming_the_proxy_itself_is_served_locally() {
     let out = drain(&mut p);
     assert_eq!(
         out[0].to,
-        Destination::Upstream(0),
+        Destination::Upstream(EP0),
         "the reverse upstream, not 4.03"
     );
     let up = Message::parse(&out[0].payload).unwrap();

@@ -3,11 +3,13 @@
 use std::net::SocketAddr;
 
 use crate::coap::option::{self, encode_uint, HOP_LIMIT, OBSERVE, PROXY_SCHEME, PROXY_URI};
-use crate::coap::{decode_uint, peek_header, rewrite, rst, Code, Message, MessageType};
+use crate::coap::{decode_uint, empty_ack, peek_header, rewrite, rst, Code, Message, MessageType};
 use crate::time::Timestamp;
 
-use super::engine::{encode_local, Destination, LocalAnswer, Proxy};
-use super::exchange::{ExchangeKey, State, TimerKind, Token, UpstreamId};
+use super::answer_cache::Replay;
+use super::endpoints::{EndpointId, NoEndpoint};
+use super::engine::{encode_local, Destination, LocalAnswer, Proxy, Seen};
+use super::exchange::{ExchangeKey, TimerKind, Token, UpstreamId};
 use super::route::{self, RouteError, Target};
 
 /// Where a request goes, decided before any state is created.
@@ -62,33 +64,10 @@ impl Proxy {
         self.push(to, buf);
     }
 
-    /// The client acknowledged (or rejected) a confirmable answer or a notification.
-    fn on_client_ack_or_rst(&mut self, now: Timestamp, from: SocketAddr, msg: &Message) {
-        let Some(&key) = self.by_client_mid.get(&(from, msg.message_id())) else {
-            self.counters.unmatched_client += 1;
-            return;
-        };
-        self.by_client_mid.remove(&(from, msg.message_id()));
-        if self
-            .get(key)
-            .and_then(|x| x.delivery.as_ref())
-            .map(|d| d.mid)
-            == Some(msg.message_id())
-        {
-            self.cancel_delivery(key);
-        }
-        // RFC 7641 §3.6: an RST in reply to a notification cancels the observation.
-        if msg.msg_type() == MessageType::Rst
-            && self.get(key).is_some_and(|x| x.state == State::Observing)
-        {
-            self.end_observation(now, key);
-        }
-    }
-
     fn on_client_request(&mut self, now: Timestamp, from: SocketAddr, msg: &Message) {
         let token = Token::new(msg.token()).expect("parse checked the token length");
-        if let Some(&key) = self.by_client.get(&(from, token, msg.message_id())) {
-            return self.on_duplicate(key, msg);
+        if let Some(&seen) = self.by_client.get(&(from, token, msg.message_id())) {
+            return self.on_duplicate(from, seen, msg);
         }
         self.counters.requests += 1;
         self.observation_request(now, from, token, msg);
@@ -96,40 +75,80 @@ impl Proxy {
             Ok(route) => route,
             Err(answer) => return self.answer_locally(now, from, token, msg, &answer),
         };
-        if let Some(answer) = self.over_capacity(route.upstream) {
+        if let Some(answer) = self.over_capacity(route.upstream, from) {
             return self.answer_locally(now, from, token, msg, &answer);
         }
-        let lifetime = self.config.upstream_exchange_lifetime;
-        let upstream = &mut self.upstreams[usize::from(route.upstream)];
-        let Some(mid) = upstream.mids.allocate(now, lifetime) else {
-            if let Some(refused) = upstream.mids.refused(now) {
-                log::warn!(
-                    "upstream {}: all 65536 Message IDs used within --upstream-exchange-lifetime \
-                     ({lifetime:?}); {refused} request(s) answered 5.03 since the last warning",
-                    upstream.addr
-                );
+        match self.endpoints.allocate(now, route.upstream) {
+            Ok(at) => self.start_exchange(now, from, token, msg, route, at),
+            Err(no) => {
+                let answer = self.no_endpoint(now, route.upstream, no);
+                self.answer_locally(now, from, token, msg, &answer)
             }
-            let answer = self.unavailable("upstream Message ID space exhausted");
-            return self.answer_locally(now, from, token, msg, &answer);
-        };
-        self.start_exchange(now, from, token, msg, route, mid);
+        }
+    }
+
+    /// No Message ID for this upstream: every endpoint the bound allows has its IDs reserved,
+    /// or the next socket is not open. 5.03, with a Max-Age saying when to try again.
+    fn no_endpoint(&mut self, now: Timestamp, up: UpstreamId, no: NoEndpoint) -> LocalAnswer {
+        self.counters.refused_endpoints += 1;
+        let bound = self.config.max_upstream_endpoints;
+        let upstream = &mut self.upstreams[usize::from(up)];
+        if let Some(refused) = upstream.refused(now) {
+            match no {
+                NoEndpoint::Bound { .. } => log::warn!(
+                    "upstream {}: the Message IDs of all {bound} endpoints (--max-upstream-endpoints) \
+                     are reserved; {refused} request(s) answered 5.03 since the last warning",
+                    upstream.addr
+                ),
+                NoEndpoint::Unavailable => log::warn!(
+                    "upstream {}: no endpoint socket could be opened; {refused} request(s) \
+                     answered 5.03 since the last warning",
+                    upstream.addr
+                ),
+            }
+        }
+        let mut answer = self.unavailable("no upstream Message ID free (endpoint bound)");
+        if let NoEndpoint::Bound { until } = no {
+            let wait = until.saturating_since(now).as_secs_f64().ceil() as u32;
+            answer.max_age = Some(wait.max(1));
+        }
+        answer
     }
 
     /// A client retransmission: answered from state, never forwarded again.
-    fn on_duplicate(&mut self, key: ExchangeKey, msg: &Message) {
+    fn on_duplicate(&mut self, from: SocketAddr, seen: Seen, msg: &Message) {
         self.counters.client_duplicates += 1;
         if msg.msg_type() != MessageType::Con {
             return;
         }
+        let replay = match seen {
+            Seen::Live(key) => return self.on_live_duplicate(key),
+            Seen::Answered(seq) => self.answers.replay(seq),
+            Seen::AnsweredLocally(seq) => self.local_answers.replay(seq),
+        };
+        match replay {
+            Some(Replay::Answer(bytes)) => self.push(Destination::Client(from), bytes),
+            Some(Replay::EmptyAck) => {
+                let mut buf = Vec::with_capacity(4);
+                empty_ack(&mut buf, msg.message_id());
+                self.push(Destination::Client(from), buf);
+            }
+            Some(Replay::Nothing) | None => {}
+        }
+    }
+
+    /// A retransmission of a request still being worked on.
+    fn on_live_duplicate(&mut self, key: ExchangeKey) {
         let Some(x) = self.get(key) else { return };
         let piggybacked = !x.client_acked && !x.answer.is_empty();
         if piggybacked {
+            // An observation's registration, answered on the ACK.
             let (client, answer) = (x.client, x.answer.to_vec());
             self.push(Destination::Client(client), answer);
         } else if x.client_acked {
             let (client, mid) = (x.client, x.client_mid);
             let mut buf = Vec::with_capacity(4);
-            crate::coap::empty_ack(&mut buf, mid);
+            empty_ack(&mut buf, mid);
             self.push(Destination::Client(client), buf);
         } else {
             // Still waiting upstream and the client is impatient: acknowledge now and answer
@@ -253,19 +272,30 @@ impl Proxy {
                 || (local.ip().is_unspecified() && ip.is_unspecified()))
     }
 
-    /// 5.03 with Max-Age when too many exchanges are in flight (RFC 7252 §4.7, §5.9.3.4).
-    fn over_capacity(&self, upstream: UpstreamId) -> Option<LocalAnswer> {
-        if self.draining {
-            return Some(self.unavailable("shutting down"));
-        }
-        let up = &self.upstreams[usize::from(upstream)];
-        if self.inflight >= self.config.max_inflight {
-            return Some(self.unavailable("too many requests in flight"));
-        }
-        if up.inflight >= self.config.max_inflight_per_upstream {
-            return Some(self.unavailable("too many requests in flight to this upstream"));
-        }
-        None
+    /// 5.03 with Max-Age when too many exchanges are in flight (RFC 7252 §4.7, §5.9.3.4): in
+    /// all, to this upstream, or from this client (so that one source cannot take what the
+    /// others need).
+    fn over_capacity(&mut self, upstream: UpstreamId, from: SocketAddr) -> Option<LocalAnswer> {
+        let c = &mut self.counters;
+        let client_inflight = self.clients.get(&from).map_or(0, |s| s.inflight as usize);
+        let why = if self.draining {
+            c.refused_draining += 1;
+            "shutting down"
+        } else if self.inflight >= self.config.max_inflight {
+            c.refused_inflight += 1;
+            "too many requests in flight"
+        } else if self.upstreams[usize::from(upstream)].inflight
+            >= self.config.max_inflight_per_upstream
+        {
+            c.refused_upstream_inflight += 1;
+            "too many requests in flight to this upstream"
+        } else if client_inflight >= self.config.max_inflight_per_client {
+            c.refused_client += 1;
+            "too many requests in flight from this client"
+        } else {
+            return None;
+        };
+        Some(self.unavailable(why))
     }
 
     fn unavailable(&self, why: &'static str) -> LocalAnswer {
@@ -281,9 +311,10 @@ impl Proxy {
         }
     }
 
-    /// Answers a request itself, through a finished exchange like any other answer: a
-    /// retransmission then gets this answer again (RFC 7252 §4.5) rather than a second
-    /// chance upstream once the load that caused a 5.03 is gone.
+    /// Answers a request itself, without going upstream. The answer is kept (apart from real
+    /// answers, and shorter: see `Proxy::local_answers`) so that a retransmission gets it again
+    /// (RFC 7252 §4.5) rather than a second chance upstream once the load that caused a 5.03
+    /// is gone.
     fn answer_locally(
         &mut self,
         now: Timestamp,
@@ -293,10 +324,23 @@ impl Proxy {
         a: &LocalAnswer,
     ) {
         self.count_local(a.code);
-        let key = self.insert_exchange(now, from, token, msg, State::Finished, false);
+        let con = msg.msg_type() == MessageType::Con;
+        let (ty, mid) = match con {
+            true => (MessageType::Ack, msg.message_id()),
+            false => {
+                // A NON answer carries a MID of ours: the kept answer holds the client's numbering.
+                self.client_ref(from);
+                (MessageType::Non, self.fresh_client_mid(from))
+            }
+        };
         let mut buf = Vec::with_capacity(16 + a.diagnostic.len());
-        encode_local(&mut buf, MessageType::Ack, 0, token.as_bytes(), a);
-        self.answer_client(now, key, &buf, false);
+        encode_local(&mut buf, ty, mid, token.as_bytes(), a);
+        let replay = match con {
+            true => Replay::Answer(&buf[..]),
+            false => Replay::Nothing,
+        };
+        self.keep_local_answer(now, (from, token, msg.message_id()), replay, !con);
+        self.push(Destination::Client(from), buf);
     }
 
     fn count_local(&mut self, code: Code) {
@@ -321,11 +365,12 @@ impl Proxy {
         token: Token,
         msg: &Message,
         route: Route,
-        mid: u16,
+        (endpoint, mid): (EndpointId, u16),
     ) {
         let non_idempotent = matches!(msg.code(), Code::POST | Code::PATCH | Code::IPATCH);
         let policy = self.policy(non_idempotent);
-        let key = self.insert_exchange(now, from, token, msg, State::Waiting, non_idempotent);
+        let at = (route.upstream, endpoint);
+        let key = self.insert_exchange(from, token, msg, at, non_idempotent);
         // Our token: the slot index (for O(1) lookup) and 32 random bits (RFC 7252 §5.3.1).
         let mut token_bytes = [0u8; 8];
         token_bytes[..4].copy_from_slice(&key.index.to_be_bytes());
@@ -334,15 +379,18 @@ impl Proxy {
         let mut request = Vec::with_capacity(msg.as_bytes().len() + 16);
         encode_upstream_request(&mut request, msg, mid, &upstream_token, &route);
         let x = self.get_mut(key).expect("just inserted");
-        x.upstream = route.upstream;
         x.upstream_mid = mid;
         x.upstream_mid_live = true;
         x.upstream_token = upstream_token;
         x.request = request.into_boxed_slice();
         x.wants_observe = msg.option(OBSERVE).and_then(|v| decode_uint(v).ok()) == Some(0);
-        self.by_upstream_mid.insert((route.upstream, mid), key);
+        self.by_upstream_mid.insert((endpoint, mid), key);
         self.upstreams[usize::from(route.upstream)].inflight += 1;
         self.inflight += 1;
+        if let Some(c) = self.clients.get_mut(&from) {
+            c.inflight += 1;
+        }
+        self.endpoints.acquire(endpoint);
         self.counters.forwarded += 1;
         let total = self.arm(key, TimerKind::TotalTimeout, now + policy.total_timeout);
         let ack = (msg.msg_type() == MessageType::Con)

@@ -136,6 +136,13 @@ pub struct ProxyConfig {
     pub max_inflight: usize,
     /// Exchanges in flight to one upstream (RFC 7252 §4.7 asks proxies to limit this).
     pub max_inflight_per_upstream: usize,
+    /// Exchanges in flight from one client (source address and port), so that one source
+    /// cannot take what the others need.
+    pub max_inflight_per_client: usize,
+    /// Sockets of the proxy's own towards one upstream at most. Each carries 65,536 Message
+    /// IDs per `upstream_exchange_lifetime`, so N of them sustain about
+    /// `(N - 1) * 65536 / lifetime` requests/s (one is the spare).
+    pub max_upstream_endpoints: usize,
     /// Completed answers kept for client retransmissions (bounded; oldest evicted first).
     pub max_cached: usize,
     /// Live observations (RFC 7641) relayed at once.
@@ -168,6 +175,8 @@ impl Default for ProxyConfig {
             },
             max_inflight: 10_000,
             max_inflight_per_upstream: 10_000,
+            max_inflight_per_client: 256,
+            max_upstream_endpoints: 1024,
             max_cached: 100_000,
             max_observations: 1_000,
             ack_delay: Duration::from_millis(100),
@@ -180,7 +189,22 @@ impl Default for ProxyConfig {
     }
 }
 
+/// More endpoints than this per upstream would outnumber the ephemeral ports of a host.
+pub const MAX_UPSTREAM_ENDPOINTS: usize = 16_384;
+
 impl ProxyConfig {
+    /// Upstreams this configuration talks to: the reverse one and every allowed target.
+    pub fn upstream_count(&self) -> usize {
+        usize::from(self.routing.upstream.is_some()) + self.routing.allow.len()
+    }
+
+    /// Requests per second one upstream sustains at most before Message IDs run out: the
+    /// bound's endpoints but the spare, 65,536 IDs each per lifetime.
+    pub fn sustained_rate_per_upstream(&self) -> f64 {
+        let endpoints = self.max_upstream_endpoints.saturating_sub(1).max(1) as f64;
+        endpoints * 65_536.0 / self.upstream_exchange_lifetime.as_secs_f64()
+    }
+
     /// Checks the whole configuration; returns warnings worth logging.
     pub fn validate(&self) -> Result<Vec<String>, ConfigError> {
         let mut warnings = self.policy.validate("")?;
@@ -204,11 +228,17 @@ impl ProxyConfig {
         }
         for (name, v) in [
             ("max-inflight", self.max_inflight),
+            ("max-inflight-per-client", self.max_inflight_per_client),
             ("max-cached", self.max_cached),
         ] {
             if v == 0 {
                 return Err(ConfigError(format!("--{name}: must be at least 1")));
             }
+        }
+        if !(1..=MAX_UPSTREAM_ENDPOINTS).contains(&self.max_upstream_endpoints) {
+            return Err(ConfigError(format!(
+                "--max-upstream-endpoints: must be 1..={MAX_UPSTREAM_ENDPOINTS}"
+            )));
         }
         let longest = self
             .policy

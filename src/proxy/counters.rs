@@ -27,8 +27,19 @@ pub struct Counters {
     /// request carried an unrecognised unsafe option (RFC 7252 §5.7.1).
     pub bad_gateway_5_02: u64,
     /// 5.03 Service Unavailable: an in-flight limit was reached, the proxy is shutting down,
-    /// or the upstream's Message ID space is exhausted.
+    /// or the upstream had no Message ID free; by cause in the `refused_*` counters.
     pub service_unavailable_5_03: u64,
+    /// 5.03s because every endpoint the bound allows had its Message IDs reserved (or the next
+    /// endpoint's socket could not be opened).
+    pub refused_endpoints: u64,
+    /// 5.03s because the client had `max_inflight_per_client` requests in flight.
+    pub refused_client: u64,
+    /// 5.03s because `max_inflight` requests were in flight in all.
+    pub refused_inflight: u64,
+    /// 5.03s because `max_inflight_per_upstream` requests were in flight to the upstream.
+    pub refused_upstream_inflight: u64,
+    /// 5.03s because the proxy was shutting down.
+    pub refused_draining: u64,
     /// 5.04 Gateway Timeout: the retry policy gave up waiting for the upstream.
     pub gateway_timeout_5_04: u64,
     /// 4.02 Bad Option: an unrecognised critical option (RFC 7252 §5.4.1).
@@ -57,16 +68,18 @@ pub struct Counters {
     pub stale_timer_events: u64,
     /// Confirmable answers the client never acknowledged.
     pub client_delivery_failures: u64,
-    /// Finished exchanges evicted early because the answer cache was full.
+    /// Answers evicted from a full answer cache before their lifetime ended.
     pub cache_evictions: u64,
     /// Of those, answers evicted while their client could still retransmit (cache too small).
     pub early_evictions: u64,
-    /// Gauge: exchanges alive, in any state.
+    /// The proxy's own answers (never forwarded) evicted from their full store.
+    pub local_answer_evictions: u64,
+    /// Gauge: exchanges being worked on (waiting, observing, or delivering an answer).
     pub live_exchanges: u64,
-    /// Gauge: of those, finished answers kept to answer duplicates.
+    /// Gauge: answers kept to answer duplicates (the proxy's own included).
     pub cached_answers: u64,
-    /// Gauge: of those, requests still waiting on an upstream (`Waiting` or
-    /// `AwaitingSeparate`); neither finished nor observing.
+    /// Gauge: of the live exchanges, requests still waiting on an upstream (`Waiting` or
+    /// `AwaitingSeparate`).
     pub in_flight: u64,
     /// Gauge: Observe relays alive (RFC 7641).
     pub observations: u64,

@@ -1,17 +1,20 @@
 //! The proxy's sockets: the only place the proxy touches the network.
 //!
-//! One UDP socket faces clients; one socket per upstream is *connected* to it, so the kernel
-//! reports ICMP port unreachable as `ECONNREFUSED` and the engine can answer 5.02 at once.
-//! The component moves datagrams between sockets and the engine and keeps one reactor timer
-//! armed for the engine's earliest deadline.
+//! One UDP socket faces clients. Towards each upstream the engine keeps a pool of endpoints
+//! and says when to open or close one ([`EndpointEvent`]); each is a socket on its own
+//! ephemeral port, *connected* to the upstream, so the kernel reports ICMP port unreachable
+//! as `ECONNREFUSED` and the engine can answer 5.02 at once. The component moves datagrams
+//! between sockets and the engine and keeps one reactor timer armed for the engine's earliest
+//! deadline.
 
+use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
 
 use mio::net::UdpSocket;
 use mio::{Interest, Token};
 
-use super::{Destination, Proxy, ProxyConfig, UpstreamId};
+use super::{Destination, EndpointEvent, EndpointId, Proxy, ProxyConfig, UpstreamStats};
 use crate::metrics::MetricsWriter;
 use crate::net::{connected_udp, MAX_UDP_DATAGRAM};
 use crate::reactor::{Component, Ctx, Readiness, TimerSlot};
@@ -23,32 +26,33 @@ pub struct ProxyComponent {
     engine: Proxy,
     listener: UdpSocket,
     listener_token: Option<Token>,
-    upstreams: Vec<(UdpSocket, Option<Token>)>,
+    /// Upstream endpoints' sockets by [`EndpointId`] (the engine reuses freed numbers, so this
+    /// stays as long as the most endpoints ever open at once).
+    endpoints: Vec<Option<(UdpSocket, Token)>>,
+    by_token: HashMap<Token, EndpointId>,
     /// One reactor timer at the engine's earliest deadline.
     timer: TimerSlot,
     buf: Vec<u8>,
+    /// The loop's clock at the latest event, for the Message ID gauge of a scrape.
+    last_now: Timestamp,
     /// Datagrams the kernel would not take (send buffer full): counted, then treated as lost.
     pub send_drops: u64,
 }
 
 impl ProxyComponent {
-    /// Binds the client-facing socket and one connected socket per upstream.
+    /// Binds the client-facing socket; the upstream sockets open when the component starts.
     pub fn bind(listen: SocketAddr, mut config: ProxyConfig) -> io::Result<Self> {
         let listener = UdpSocket::bind(listen)?;
         config.local_addr = Some(listener.local_addr()?);
-        let engine = Proxy::new(config);
-        let upstreams = engine
-            .upstream_addrs()
-            .into_iter()
-            .map(|addr| connected_udp(addr).map(|s| (s, None)))
-            .collect::<io::Result<Vec<_>>>()?;
         Ok(ProxyComponent {
-            engine,
+            engine: Proxy::new(config),
             listener,
             listener_token: None,
-            upstreams,
+            endpoints: Vec::new(),
+            by_token: HashMap::new(),
             timer: TimerSlot::default(),
             buf: vec![0; MAX_UDP_DATAGRAM],
+            last_now: Timestamp::ZERO,
             send_drops: 0,
         })
     }
@@ -81,9 +85,11 @@ impl ProxyComponent {
         }
     }
 
-    fn read_upstream(&mut self, now: Timestamp, id: UpstreamId) {
+    fn read_upstream(&mut self, now: Timestamp, id: EndpointId) {
         loop {
-            let socket = &self.upstreams[usize::from(id)].0;
+            let Some(Some((socket, _))) = self.endpoints.get(id.0 as usize) else {
+                return;
+            };
             match socket.recv(&mut self.buf) {
                 Ok(n) => self
                     .engine
@@ -94,21 +100,68 @@ impl ProxyComponent {
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
-                    log::warn!("upstream socket {id}: {e}");
+                    log::warn!("upstream endpoint socket {}: {e}", id.0);
                     return;
                 }
             }
         }
     }
 
-    /// Sends everything the engine queued.
-    fn flush(&mut self, now: Timestamp) {
+    fn socket(&self, id: EndpointId) -> Option<&(UdpSocket, Token)> {
+        self.endpoints.get(id.0 as usize)?.as_ref()
+    }
+
+    /// Opens and closes the upstream sockets the engine asks for. At start-up a socket that
+    /// cannot be opened is an error; later the engine is told and asks again a bit later.
+    fn apply_endpoint_events(&mut self, ctx: &mut Ctx<'_>, starting: bool) -> io::Result<()> {
+        let now = ctx.now();
+        while let Some(event) = self.engine.poll_endpoint_event() {
+            match event {
+                EndpointEvent::Open { id, peer } => match self.open(ctx, id, peer) {
+                    Ok(()) => self.engine.endpoint_opened(now, id),
+                    Err(e) if starting => {
+                        return Err(io::Error::new(e.kind(), format!("upstream {peer}: {e}")))
+                    }
+                    Err(e) => {
+                        log::warn!("cannot open another socket towards upstream {peer}: {e}");
+                        self.engine.endpoint_failed(now, id);
+                    }
+                },
+                EndpointEvent::Close { id } => {
+                    let slot = self.endpoints.get_mut(id.0 as usize).and_then(Option::take);
+                    if let Some((mut socket, token)) = slot {
+                        ctx.deregister(&mut socket, token);
+                        self.by_token.remove(&token);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn open(&mut self, ctx: &mut Ctx<'_>, id: EndpointId, peer: SocketAddr) -> io::Result<()> {
+        let mut socket = connected_udp(peer)?;
+        let token = ctx.register(&mut socket, Interest::READABLE)?;
+        let index = id.0 as usize;
+        if self.endpoints.len() <= index {
+            self.endpoints.resize_with(index + 1, || None);
+        }
+        self.endpoints[index] = Some((socket, token));
+        self.by_token.insert(token, id);
+        Ok(())
+    }
+
+    /// Sends everything the engine queued, after opening the sockets it needs.
+    fn flush(&mut self, ctx: &mut Ctx<'_>) {
+        let now = ctx.now();
+        let _ = self.apply_endpoint_events(ctx, false);
         while let Some(t) = self.engine.poll_transmit() {
             let sent = match t.to {
                 Destination::Client(addr) => self.listener.send_to(&t.payload, addr).map(drop),
-                Destination::Upstream(id) => {
-                    self.upstreams[usize::from(id)].0.send(&t.payload).map(drop)
-                }
+                Destination::Upstream(id) => match self.socket(id) {
+                    Some((socket, _)) => socket.send(&t.payload).map(drop),
+                    None => Err(io::Error::from(io::ErrorKind::NotConnected)),
+                },
             };
             match sent {
                 Ok(()) => {}
@@ -123,10 +176,13 @@ impl ProxyComponent {
                 }
             }
         }
+        // Answering an ICMP error can have asked for sockets too.
+        let _ = self.apply_endpoint_events(ctx, false);
     }
 
     fn after_input(&mut self, ctx: &mut Ctx<'_>) {
-        self.flush(ctx.now());
+        self.last_now = ctx.now();
+        self.flush(ctx);
         self.timer.set(ctx, self.engine.poll_timeout(), 0);
     }
 }
@@ -134,18 +190,15 @@ impl ProxyComponent {
 impl Component for ProxyComponent {
     fn on_start(&mut self, ctx: &mut Ctx<'_>) -> io::Result<()> {
         self.listener_token = Some(ctx.register(&mut self.listener, Interest::READABLE)?);
-        for (socket, token) in &mut self.upstreams {
-            *token = Some(ctx.register(socket, Interest::READABLE)?);
-        }
-        Ok(())
+        self.apply_endpoint_events(ctx, true)
     }
 
     fn on_ready(&mut self, ctx: &mut Ctx<'_>, token: Token, _: Readiness) {
         let now = ctx.now();
         if Some(token) == self.listener_token {
             self.read_clients(now);
-        } else if let Some(id) = self.upstreams.iter().position(|(_, t)| *t == Some(token)) {
-            self.read_upstream(now, id as UpstreamId);
+        } else if let Some(&id) = self.by_token.get(&token) {
+            self.read_upstream(now, id);
         }
         self.after_input(ctx);
     }
@@ -167,12 +220,43 @@ impl Component for ProxyComponent {
 
     fn write_metrics(&self, out: &mut MetricsWriter) {
         write_proxy_metrics(&self.engine.counters(), self.send_drops, out);
+        write_upstream_metrics(&self.engine.upstream_stats(self.last_now), out);
     }
+}
+
+/// Per-upstream gauges: endpoints open and Message IDs reserved.
+fn write_upstream_metrics(stats: &[UpstreamStats], out: &mut MetricsWriter) {
+    let names: Vec<String> = stats.iter().map(|s| s.addr.to_string()).collect();
+    let gauge = |f: fn(&UpstreamStats) -> f64| -> Vec<(&str, f64)> {
+        names
+            .iter()
+            .map(String::as_str)
+            .zip(stats.iter().map(f))
+            .collect()
+    };
+    out.labelled_gauge(
+        "backoffd_coap_upstream_endpoints",
+        "Sockets of the proxy's own open towards each upstream (each its own Message ID space).",
+        "upstream",
+        &gauge(|s| s.endpoints as f64),
+    );
+    out.labelled_gauge(
+        "backoffd_coap_upstream_mids_reserved",
+        "Message IDs handed out towards each upstream less than a lifetime ago.",
+        "upstream",
+        &gauge(|s| s.mids_reserved as f64),
+    );
+    out.labelled_gauge(
+        "backoffd_coap_upstream_in_flight",
+        "Requests waiting on each upstream.",
+        "upstream",
+        &gauge(|s| s.in_flight as f64),
+    );
 }
 
 /// The proxy's counters under `backoffd_coap_*` names.
 fn write_proxy_metrics(c: &super::Counters, send_drops: u64, out: &mut MetricsWriter) {
-    let counters: [(&str, &str, u64); 11] = [
+    let counters: [(&str, &str, u64); 12] = [
         (
             "requests_total",
             "Client requests accepted (duplicates excluded).",
@@ -224,6 +308,11 @@ fn write_proxy_metrics(c: &super::Counters, send_drops: u64, out: &mut MetricsWr
             c.early_evictions,
         ),
         (
+            "local_answer_evictions_total",
+            "The proxy's own answers evicted from their full store.",
+            c.local_answer_evictions,
+        ),
+        (
             "send_drops_total",
             "Datagrams the kernel refused to send (treated as lost).",
             send_drops,
@@ -249,6 +338,18 @@ fn write_proxy_metrics(c: &super::Counters, send_drops: u64, out: &mut MetricsWr
             ("5.04", c.gateway_timeout_5_04),
             ("5.05", c.proxying_not_supported_5_05),
             ("5.08", c.hop_limit_5_08),
+        ],
+    );
+    out.labelled_counter(
+        "backoffd_coap_refusals_total",
+        "Requests answered 5.03 by the proxy, by cause.",
+        "cause",
+        &[
+            ("endpoints", c.refused_endpoints),
+            ("client", c.refused_client),
+            ("inflight", c.refused_inflight),
+            ("upstream_inflight", c.refused_upstream_inflight),
+            ("draining", c.refused_draining),
         ],
     );
     out.labelled_counter(

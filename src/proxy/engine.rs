@@ -1,11 +1,13 @@
 //! The proxy engine: exchanges, their timers, and what goes out. Sans-IO: datagrams and `now`
-//! come in through `handle_*`, datagrams leave through [`Proxy::poll_transmit`], and the driver
-//! asks [`Proxy::poll_timeout`] when to call [`Proxy::handle_timeout`].
+//! come in through `handle_*`, datagrams leave through [`Proxy::poll_transmit`], sockets are
+//! asked for through [`Proxy::poll_endpoint_event`], and the driver asks
+//! [`Proxy::poll_timeout`] when to call [`Proxy::handle_timeout`].
 //!
-//! The client leg lives in `client_leg.rs`, the upstream leg in `upstream_leg.rs`; this file
-//! holds the state they share and the life cycle of an exchange (answer, give up, expire).
+//! The client leg lives in `client_leg.rs` (requests in) and `delivery.rs` (answers out), the
+//! upstream leg in `upstream_leg.rs`, the upstream sockets and their Message IDs in
+//! `endpoints.rs`, the kept answers in `answer_cache.rs`; this file holds the state they share
+//! and the life cycle of an exchange (start, give up, finish, retire).
 
-use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -15,13 +17,13 @@ use rand::{Rng, SeedableRng};
 use slab::Slab;
 
 use crate::coap::option::{encode_uint, MAX_AGE};
-use crate::coap::{params, peek_header, rewrite, Code, Message, MessageBuilder, MessageType};
+use crate::coap::{params, Code, Message, MessageBuilder, MessageType};
 use crate::time::Timestamp;
 use crate::timer::{TimerId, TimerWheel};
 
-use super::exchange::{
-    ClientDelivery, Exchange, ExchangeKey, State, TimerKind, TimerRef, Token, UpstreamId,
-};
+use super::answer_cache::{AnswerRing, ClientKey, Gone, Replay};
+use super::endpoints::{EndpointEvent, EndpointId, Endpoints};
+use super::exchange::{Exchange, ExchangeKey, State, TimerKind, TimerRef, Token, UpstreamId};
 use super::{Counters, ProxyConfig};
 
 /// Which socket a datagram leaves through.
@@ -29,8 +31,8 @@ use super::{Counters, ProxyConfig};
 pub enum Destination {
     /// The client-facing socket, to this client.
     Client(SocketAddr),
-    /// The socket connected to this upstream.
-    Upstream(UpstreamId),
+    /// This upstream endpoint's socket (connected to its upstream).
+    Upstream(EndpointId),
 }
 
 /// A datagram to send.
@@ -42,34 +44,61 @@ pub struct Transmit {
     pub payload: Vec<u8>,
 }
 
-/// Allocates upstream Message IDs so that none is reused within the configured lifetime
-/// (RFC 7252 §4.4). IDs go up one by one; the 65536 IDs form 64 blocks of 1024, and a block may
-/// be entered again only when its last ID was handed out at least `lifetime` ago.
+/// What the duplicate index knows of a client request (source, token, MID).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Seen {
+    /// Still being worked on.
+    Live(ExchangeKey),
+    /// Answered; the answer is this entry of the answer cache.
+    Answered(u64),
+    /// Answered by the proxy itself without going upstream; this entry of the local answers.
+    AnsweredLocally(u64),
+}
+
+/// The proxy's state per client. RFC 7252 §4.4 forbids reusing a Message ID of the proxy's
+/// own towards an endpoint within EXCHANGE_LIFETIME; a single counter for all clients wraps
+/// after 65536 answers in total, well within that at a few hundred answers per second.
+/// Counting per client, a MID repeats only after 65536 messages to that client. The entry
+/// lives while anything may still carry one of its MIDs: every live exchange of the client and
+/// every kept answer with a MID of ours holds a reference, so a returning client starts afresh.
 #[derive(Debug)]
-pub(super) struct MidAllocator {
-    next: u16,
-    block_left: [Option<Timestamp>; 64],
-    /// Requests refused for want of an ID since the last warning, and when that was: a
+pub(super) struct ClientState {
+    pub(super) next_mid: u16,
+    pub(super) refs: u32,
+    /// Of the client's exchanges, those still waiting on an upstream (`--max-inflight-per-client`).
+    pub(super) inflight: u32,
+}
+
+/// One upstream: what is in flight to it, and the rate-limited refusal warning.
+#[derive(Debug)]
+pub(super) struct Upstream {
+    pub(super) addr: SocketAddr,
+    pub(super) inflight: usize,
+    /// Requests refused for want of a Message ID since the last warning, and when that was: a
     /// sustained overload must not log a line per request.
     refused: u64,
     warned: Option<Timestamp>,
 }
 
-/// Shortest interval between two "Message IDs exhausted" warnings for one upstream.
+/// Shortest interval between two "no Message ID" warnings for one upstream.
 const EXHAUSTION_WARNING_INTERVAL: Duration = Duration::from_secs(10);
 
-impl MidAllocator {
-    fn new(first: u16) -> Self {
-        MidAllocator {
-            next: first,
-            block_left: [None; 64],
+/// Kept answers expire in batches: at most this late, and one wake-up per batch rather than
+/// one per answer at high request rates.
+const EXPIRY_BATCH: Duration = Duration::from_millis(100);
+
+impl Upstream {
+    fn new(addr: SocketAddr) -> Self {
+        Upstream {
+            addr,
+            inflight: 0,
             refused: 0,
             warned: None,
         }
     }
 
-    /// Counts a request refused because [`allocate`](Self::allocate) had no ID; returns how
-    /// many were refused since the last warning when it is time for another one.
+    /// Counts a request refused for want of a Message ID; returns how many were refused since
+    /// the last warning when it is time for another one.
     pub(super) fn refused(&mut self, now: Timestamp) -> Option<u64> {
         self.refused += 1;
         if self
@@ -81,44 +110,19 @@ impl MidAllocator {
         self.warned = Some(now);
         Some(std::mem::take(&mut self.refused))
     }
-
-    /// The next free MID, or `None` when the ID space is still reserved (rate too high).
-    pub(super) fn allocate(&mut self, now: Timestamp, lifetime: Duration) -> Option<u16> {
-        let mid = self.next;
-        let block = usize::from(mid / 1024);
-        if mid % 1024 == 0 {
-            if let Some(left) = self.block_left[block] {
-                if now < left + lifetime {
-                    return None;
-                }
-            }
-        }
-        self.next = mid.wrapping_add(1);
-        if self.next % 1024 == 0 {
-            self.block_left[block] = Some(now);
-        }
-        Some(mid)
-    }
 }
 
-/// Message IDs of the proxy's own messages to one client. RFC 7252 §4.4 forbids reusing one
-/// towards an endpoint within EXCHANGE_LIFETIME; a single counter for all clients wraps after
-/// 65536 answers in total, well within that at a few hundred answers per second. Counting per
-/// client, a MID repeats only after 65536 messages to that client. Each exchange holds its
-/// client's entry and outlives the MIDs it sent by their lifetime (see [`Proxy::finish`]), so
-/// the entry goes with the client's last exchange and a returning client starts afresh.
-#[derive(Debug)]
-pub(super) struct ClientMids {
-    next: u16,
-    exchanges: usize,
-}
-
-/// One upstream endpoint.
-#[derive(Debug)]
-pub(super) struct Upstream {
-    pub(super) addr: SocketAddr,
-    pub(super) inflight: usize,
-    pub(super) mids: MidAllocator,
+/// One upstream's endpoints as the metrics see them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UpstreamStats {
+    /// The upstream's address.
+    pub addr: SocketAddr,
+    /// Endpoints (sockets of the proxy's own) open or being opened towards it.
+    pub endpoints: usize,
+    /// Message IDs handed out towards it less than a lifetime ago, over all its endpoints.
+    pub mids_reserved: u64,
+    /// Exchanges waiting on it.
+    pub in_flight: usize,
 }
 
 /// What the proxy answers with when it answers itself.
@@ -134,25 +138,38 @@ pub struct Proxy {
     pub(super) config: ProxyConfig,
     pub(super) exchanges: Slab<Exchange>,
     pub(super) next_generation: u32,
-    /// Client retransmission detection: (client, token, MID).
-    pub(super) by_client: HashMap<(SocketAddr, Token, u16), ExchangeKey>,
-    /// Piggybacked answers, empty ACKs and RSTs from upstream: (upstream, our MID).
-    pub(super) by_upstream_mid: HashMap<(UpstreamId, u16), ExchangeKey>,
+    /// Client retransmission detection: every request seen, live or answered.
+    pub(super) by_client: HashMap<ClientKey, Seen>,
+    /// Piggybacked answers, empty ACKs and RSTs from upstream: (endpoint, our MID).
+    pub(super) by_upstream_mid: HashMap<(EndpointId, u16), ExchangeKey>,
     /// ACK/RST from clients to our CON/NON answers: (client, our MID).
     pub(super) by_client_mid: HashMap<(SocketAddr, u16), ExchangeKey>,
     /// Live observations by (client, client token), for deregistration (RFC 7641 §3.6).
     pub(super) observers: HashMap<(SocketAddr, Token), ExchangeKey>,
     pub(super) upstreams: Vec<Upstream>,
+    pub(super) endpoints: Endpoints,
     pub(super) timers: TimerWheel<TimerRef>,
     pub(super) out: VecDeque<Transmit>,
     pub(super) rng: SmallRng,
     pub(super) counters: Counters,
-    /// Finished exchanges in the order they finished, for the bounded answer cache.
-    pub(super) finished_order: VecDeque<ExchangeKey>,
-    pub(super) finished: usize,
+    /// Answers to requests that went upstream, for the clients' retransmissions: kept
+    /// EXCHANGE_LIFETIME (NON answers too, so all expire in the order they came), bounded.
+    pub(super) answers: AnswerRing<ClientKey>,
+    /// Answers the proxy made without asking an upstream (4.xx, 5.03, 5.05, 5.08): cheap to
+    /// make again, so kept only MAX_TRANSMIT_WAIT, and apart, so that a flood of them never
+    /// pushes a real answer out of `answers`.
+    pub(super) local_answers: AnswerRing<ClientKey>,
+    /// Separate responses and notifications the upstreams sent as CON and we acknowledged: a
+    /// retransmission (our ACK was lost) is acknowledged again and not taken twice (§4.5).
+    pub(super) upstream_cons: AnswerRing<(EndpointId, u16)>,
+    pub(super) by_upstream_con: HashMap<(EndpointId, u16), u64>,
+    /// Answered exchanges still delivering a CON answer, oldest first (with stale keys of
+    /// those already delivered), and how many are live: bounded like the answer cache.
+    pub(super) delivering: VecDeque<ExchangeKey>,
+    pub(super) delivering_count: usize,
     pub(super) inflight: usize,
     pub(super) observations: usize,
-    pub(super) client_mids: HashMap<SocketAddr, ClientMids>,
+    pub(super) clients: HashMap<SocketAddr, ClientState>,
     /// Reused encode buffer.
     pub(super) scratch: Vec<u8>,
     /// Shutting down: new requests are refused with 5.03.
@@ -160,7 +177,8 @@ pub struct Proxy {
 }
 
 impl Proxy {
-    /// A proxy for a validated configuration.
+    /// A proxy for a validated configuration. It asks for each upstream's first endpoints at
+    /// once: drain [`poll_endpoint_event`](Self::poll_endpoint_event) before any traffic.
     pub fn new(config: ProxyConfig) -> Self {
         let mut rng = match config.seed {
             0 => SmallRng::from_os_rng(),
@@ -168,14 +186,13 @@ impl Proxy {
         };
         let mut targets: Vec<SocketAddr> = config.routing.upstream.into_iter().collect();
         targets.extend(config.routing.allow.iter().map(|a| a.addr));
-        let upstreams = targets
-            .into_iter()
-            .map(|addr| Upstream {
-                addr,
-                inflight: 0,
-                mids: MidAllocator::new(rng.random()),
-            })
-            .collect();
+        let endpoints = Endpoints::new(
+            &targets,
+            config.upstream_exchange_lifetime,
+            config.max_upstream_endpoints,
+            rng.random(),
+        );
+        let max_cached = config.max_cached;
         Proxy {
             config,
             exchanges: Slab::new(),
@@ -183,25 +200,25 @@ impl Proxy {
             by_client: HashMap::new(),
             by_upstream_mid: HashMap::new(),
             by_client_mid: HashMap::new(),
-            client_mids: HashMap::new(),
             observers: HashMap::new(),
-            upstreams,
+            upstreams: targets.into_iter().map(Upstream::new).collect(),
+            endpoints,
             timers: TimerWheel::new(),
             out: VecDeque::new(),
             rng,
             counters: Counters::default(),
-            finished_order: VecDeque::new(),
-            finished: 0,
+            answers: AnswerRing::new(params::EXCHANGE_LIFETIME, max_cached),
+            local_answers: AnswerRing::new(params::MAX_TRANSMIT_WAIT, max_cached),
+            upstream_cons: AnswerRing::new(params::MAX_TRANSMIT_WAIT, max_cached),
+            by_upstream_con: HashMap::new(),
+            delivering: VecDeque::new(),
+            delivering_count: 0,
             inflight: 0,
             observations: 0,
+            clients: HashMap::new(),
             scratch: Vec::with_capacity(1500),
             draining: false,
         }
-    }
-
-    /// The upstream endpoints, by [`UpstreamId`]: the driver opens one socket for each.
-    pub fn upstream_addrs(&self) -> Vec<SocketAddr> {
-        self.upstreams.iter().map(|u| u.addr).collect()
     }
 
     /// The next datagram to send, if any.
@@ -209,9 +226,51 @@ impl Proxy {
         self.out.pop_front()
     }
 
+    /// The next upstream socket to open or close. Handle these before the datagrams of
+    /// [`poll_transmit`](Self::poll_transmit): nothing is sent from an endpoint before its
+    /// socket is confirmed, and none is closed while anything may still go out of it.
+    pub fn poll_endpoint_event(&mut self) -> Option<EndpointEvent> {
+        self.endpoints.poll_event()
+    }
+
+    /// The socket asked for by [`EndpointEvent::Open`] is open: the endpoint may be used.
+    pub fn endpoint_opened(&mut self, now: Timestamp, id: EndpointId) {
+        self.endpoints.opened(now, id);
+    }
+
+    /// The socket asked for by [`EndpointEvent::Open`] could not be opened (the reason is the
+    /// driver's to log); another is asked for a little later.
+    pub fn endpoint_failed(&mut self, now: Timestamp, id: EndpointId) {
+        self.endpoints.failed(now, id);
+    }
+
+    /// For in-process harnesses (simulations, tests, fuzzing): takes every pending endpoint
+    /// event and confirms each [`EndpointEvent::Open`] as a driver that never fails would.
+    /// Returns the events, so that a simulated network can follow the endpoints.
+    pub fn accept_endpoint_events(&mut self, now: Timestamp) -> Vec<EndpointEvent> {
+        let mut events = Vec::new();
+        while let Some(event) = self.poll_endpoint_event() {
+            if let EndpointEvent::Open { id, .. } = event {
+                self.endpoint_opened(now, id);
+            }
+            events.push(event);
+        }
+        events
+    }
+
     /// When [`handle_timeout`](Self::handle_timeout) must next be called.
     pub fn poll_timeout(&self) -> Option<Timestamp> {
-        self.timers.next_deadline()
+        let batched = |t: Option<Timestamp>| t.map(|t| t + EXPIRY_BATCH);
+        [
+            self.timers.next_deadline(),
+            batched(self.answers.next_expiry()),
+            batched(self.local_answers.next_expiry()),
+            batched(self.upstream_cons.next_expiry()),
+            self.endpoints.next_deadline(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// Runs every timer due at `now`. Calling it early or twice is harmless.
@@ -224,20 +283,35 @@ impl Proxy {
             }
             self.on_timer(now, key, kind);
         }
+        self.expire_answers(now);
+        self.endpoints.sweep(now);
     }
 
     /// Counters, with the gauges filled in.
     pub fn counters(&self) -> Counters {
         Counters {
             live_exchanges: self.exchanges.len() as u64,
-            cached_answers: self.finished as u64,
+            cached_answers: (self.answers.len() + self.local_answers.len()) as u64,
             in_flight: self.inflight as u64,
             observations: self.observations as u64,
             ..self.counters.clone()
         }
     }
 
-    /// Exchanges alive in any state (bounded by the configured limits).
+    /// Each upstream's endpoints and Message IDs at `now` (for metrics).
+    pub fn upstream_stats(&self, now: Timestamp) -> Vec<UpstreamStats> {
+        (self.upstreams.iter().enumerate())
+            .map(|(i, u)| UpstreamStats {
+                addr: u.addr,
+                endpoints: self.endpoints.count(i as UpstreamId),
+                mids_reserved: self.endpoints.reserved(now, i as UpstreamId),
+                in_flight: u.inflight,
+            })
+            .collect()
+    }
+
+    /// Exchanges being worked on (waiting upstream, observing, or delivering an answer);
+    /// bounded by the in-flight, observation and cache limits.
     pub fn live_exchanges(&self) -> usize {
         self.exchanges.len()
     }
@@ -296,7 +370,6 @@ impl Proxy {
             TimerKind::AckDelay => !x.client_acked && x.client_type == MessageType::Con,
             TimerKind::ClientRetransmit => x.delivery.is_some(),
             TimerKind::ObserveStale => x.state == State::Observing,
-            TimerKind::Expire => true,
         };
         if !acts {
             self.counters.stale_timer_events += 1;
@@ -317,29 +390,14 @@ impl Proxy {
                 log::debug!("observation {key:?} went stale");
                 self.end_observation(now, key);
             }
-            TimerKind::Expire => self.expire(now, key),
         }
-    }
-
-    /// The client's CON request was not answered quickly: ACK it now, answer separately later.
-    pub(super) fn send_empty_ack(&mut self, key: ExchangeKey) {
-        let Some(x) = self.get_mut(key) else { return };
-        x.client_acked = true;
-        let (client, mid, ack_timer) = (x.client, x.client_mid, x.ack_timer.take());
-        if let Some(t) = ack_timer {
-            self.timers.cancel(t);
-        }
-        let mut buf = Vec::with_capacity(4);
-        crate::coap::empty_ack(&mut buf, mid);
-        self.counters.empty_acks_sent += 1;
-        self.push(Destination::Client(client), buf);
     }
 
     pub(super) fn push(&mut self, to: Destination, payload: Vec<u8>) {
         self.out.push_back(Transmit { to, payload });
     }
 
-    /// Gives up on the upstream and answers the client with a proxy error (5.02 or 5.04).
+    /// Fails the exchange's upstream leg: the client gets `code` (5.02 or 5.04).
     pub(super) fn give_up(
         &mut self,
         now: Timestamp,
@@ -355,178 +413,49 @@ impl Proxy {
             x.client,
             x.attempts
         );
+        let token = x.client_token;
         match code {
             Code::BAD_GATEWAY => self.counters.bad_gateway_5_02 += 1,
             _ => self.counters.gateway_timeout_5_04 += 1,
         }
-        self.close_upstream_leg(key);
+        self.close_upstream_leg(now, key);
         let answer = LocalAnswer {
             code,
             max_age: None,
             diagnostic: why,
         };
-        let token = self.get(key).expect("checked above").client_token;
         let mut buf = std::mem::take(&mut self.scratch);
         encode_local(&mut buf, MessageType::Ack, 0, token.as_bytes(), &answer);
         self.answer_client(now, key, &buf, false);
         self.scratch = buf;
     }
 
-    /// Leaves `Waiting`/`AwaitingSeparate`: no more retransmissions, MID and slot released.
-    pub(super) fn close_upstream_leg(&mut self, key: ExchangeKey) {
+    /// Leaves `Waiting`/`AwaitingSeparate`: no more retransmissions; MID, slot and endpoint
+    /// released. The caller answers the client next, which settles the state.
+    pub(super) fn close_upstream_leg(&mut self, now: Timestamp, key: ExchangeKey) {
         let Some(x) = self.get_mut(key) else { return };
         if !x.upstream_pending() {
             return;
         }
         let timers = [x.retransmit_timer.take(), x.total_timer.take()];
         x.request = Box::default();
-        let (up, mid, live) = (x.upstream, x.upstream_mid, x.upstream_mid_live);
+        let (up, endpoint, mid, live) =
+            (x.upstream, x.endpoint, x.upstream_mid, x.upstream_mid_live);
+        let client = x.client;
         x.upstream_mid_live = false;
-        x.state = State::Finished;
+        x.state = State::Answered;
         for t in timers.into_iter().flatten() {
             self.timers.cancel(t);
         }
         if live {
-            self.by_upstream_mid.remove(&(up, mid));
+            self.by_upstream_mid.remove(&(endpoint, mid));
         }
         self.upstreams[usize::from(up)].inflight -= 1;
         self.inflight -= 1;
-    }
-
-    /// Sends an answer to the client: piggybacked on the ACK while the client's CON is not yet
-    /// acknowledged, otherwise as a separate CON (retransmitted until ACKed) or a NON.
-    /// `encoded` is a complete message whose type, MID and token are replaced here.
-    /// `observing` keeps the exchange alive for notifications instead of finishing it.
-    pub(super) fn answer_client(
-        &mut self,
-        now: Timestamp,
-        key: ExchangeKey,
-        encoded: &[u8],
-        observing: bool,
-    ) {
-        let Some(x) = self.get(key) else { return };
-        let (ty, mid) = match (x.client_type, x.client_acked) {
-            (MessageType::Con, false) => (MessageType::Ack, x.client_mid),
-            (MessageType::Con, true) => (MessageType::Con, self.fresh_client_mid(x.client)),
-            _ => (MessageType::Non, self.fresh_client_mid(x.client)),
-        };
-        let token = self.get(key).expect("checked above").client_token;
-        let mut bytes = Vec::with_capacity(encoded.len());
-        let encoded = Message::parse(encoded).ok().filter(|msg| {
-            rewrite(&mut bytes, msg, (ty, mid, token.as_bytes()), |b, n, v| {
-                b.option(n, v);
-            })
-            .finish()
-            .is_ok()
-        });
-        let Some(msg) = encoded else {
-            // Cannot happen for parsed input; finish anyway so no state is left behind.
-            return self.finish(now, key);
-        };
-        self.send_to_client(now, key, ty, mid, bytes.clone());
-        let x = self.get_mut(key).expect("checked above");
-        x.answer = bytes.into_boxed_slice();
-        if let Some(t) = x.ack_timer.take() {
-            self.timers.cancel(t);
+        if let Some(c) = self.clients.get_mut(&client) {
+            c.inflight -= 1;
         }
-        match observing {
-            true => self.start_observation(now, key, &msg),
-            false => self.finish(now, key),
-        }
-    }
-
-    /// Sends a CON or NON to the client, tracking its MID for the ACK/RST; CON is retransmitted.
-    ///
-    /// A NON's MID is tracked only for an observation, where the client's RST cancels it
-    /// (RFC 7641 §3.6); an RST to a plain NON answer would have nothing left to stop.
-    pub(super) fn send_to_client(
-        &mut self,
-        now: Timestamp,
-        key: ExchangeKey,
-        ty: MessageType,
-        mid: u16,
-        bytes: Vec<u8>,
-    ) {
-        let Some(x) = self.get(key) else { return };
-        let (client, observe) = (x.client, x.wants_observe);
-        if ty == MessageType::Non && observe {
-            self.forget_non_mid(key);
-            self.get_mut(key).expect("checked above").non_mid = Some(mid);
-        }
-        if ty == MessageType::Con || (ty == MessageType::Non && observe) {
-            self.by_client_mid.insert((client, mid), key);
-        }
-        if ty == MessageType::Con {
-            self.cancel_delivery(key);
-            // RFC 7252 §4.8: initial timeout uniform in [ACK_TIMEOUT, ACK_TIMEOUT * 1.5].
-            let timeout =
-                params::ACK_TIMEOUT.mul_f64(self.rng.random_range(1.0..params::ACK_RANDOM_FACTOR));
-            let timer = self.arm(key, TimerKind::ClientRetransmit, now + timeout);
-            let x = self.get_mut(key).expect("checked above");
-            x.delivery = Some(Box::new(ClientDelivery {
-                mid,
-                retransmits: 0,
-                timeout,
-                timer,
-            }));
-        }
-        self.push(Destination::Client(client), bytes);
-    }
-
-    fn retransmit_to_client(&mut self, now: Timestamp, key: ExchangeKey) {
-        let Some(x) = self.get_mut(key) else { return };
-        let Some(d) = x.delivery.as_mut() else { return };
-        if d.retransmits >= params::MAX_RETRANSMIT {
-            let mid = d.mid;
-            x.delivery = None;
-            let client = x.client;
-            self.by_client_mid.remove(&(client, mid));
-            self.counters.client_delivery_failures += 1;
-            log::info!("client {client} never acknowledged answer MID {mid}; giving up on it");
-            return;
-        }
-        d.retransmits += 1;
-        d.timeout *= 2;
-        let (timeout, client) = (d.timeout, x.client);
-        let bytes = x.answer.to_vec();
-        let timer = self.arm(key, TimerKind::ClientRetransmit, now + timeout);
-        if let Some(d) = self.get_mut(key).and_then(|x| x.delivery.as_mut()) {
-            d.timer = timer;
-        }
-        self.counters.client_retransmissions += 1;
-        self.push(Destination::Client(client), bytes);
-    }
-
-    /// Stops retransmitting to the client (ACK or RST arrived, or the exchange is going away).
-    pub(super) fn cancel_delivery(&mut self, key: ExchangeKey) {
-        let Some(x) = self.get_mut(key) else { return };
-        if let Some(d) = x.delivery.take() {
-            let client = x.client;
-            self.timers.cancel(d.timer);
-            self.by_client_mid.remove(&(client, d.mid));
-        }
-    }
-
-    /// Unmaps the latest NON to the client: superseded, or the exchange is going away.
-    fn forget_non_mid(&mut self, key: ExchangeKey) {
-        let Some(x) = self.get_mut(key) else { return };
-        if let Some(mid) = x.non_mid.take() {
-            let id = (x.client, mid);
-            if self.by_client_mid.get(&id) == Some(&key) {
-                self.by_client_mid.remove(&id);
-            }
-        }
-    }
-
-    /// The next Message ID towards `client`, whose exchange holds its [`ClientMids`].
-    pub(super) fn fresh_client_mid(&mut self, client: SocketAddr) -> u16 {
-        match self.client_mids.get_mut(&client) {
-            Some(m) => {
-                m.next = m.next.wrapping_add(1);
-                m.next
-            }
-            None => self.rng.random(),
-        }
+        self.endpoints.release(now, endpoint);
     }
 
     /// Counts an upstream's own answer (the proxy's 5.02/5.03/5.04 are counted where made).
@@ -538,129 +467,207 @@ impl Proxy {
         }
     }
 
-    /// Enters `Finished`: kept to answer duplicates until its lifetime ends, within the cache bound.
+    /// The exchange has its answer. Once the client has it too (piggybacked, NON, or a CON it
+    /// acknowledged), the exchange retires; until then it is `Answered`, retransmitting.
     pub(super) fn finish(&mut self, now: Timestamp, key: ExchangeKey) {
         let Some(x) = self.get_mut(key) else { return };
-        x.state = State::Finished;
-        let lifetime = match x.client_type {
-            MessageType::Con => params::EXCHANGE_LIFETIME,
-            _ => params::NON_LIFETIME,
-        };
-        // A piggybacked answer carries the client's MID; any other carries one of ours, which
-        // must stay reserved towards the client for the lifetime after it was sent (§4.4).
-        let ours = peek_header(&x.answer).is_some_and(|(ty, _, _)| ty != MessageType::Ack);
-        let expires = (if ours { now } else { x.created } + lifetime).max(now);
-        if let Some(t) = x.life_timer.take() {
-            self.timers.cancel(t);
+        if x.delivery.is_none() {
+            return self.retire(now, key);
         }
-        let timer = self.arm(key, TimerKind::Expire, expires);
-        self.get_mut(key).expect("checked above").life_timer = Some(timer);
-        self.finished += 1;
-        self.finished_order.push_back(key);
-        self.enforce_cache_bound(now);
+        x.state = State::Answered;
+        self.delivering.push_back(key);
+        self.delivering_count += 1;
+        self.bound_deliveries(now);
     }
 
-    /// Keeps at most `max_cached` finished exchanges, evicting the oldest first. Memory stays
-    /// bounded; the price of a cache smaller than ~100 s of answers is that a late client
-    /// retransmission of an evicted answer is forwarded again (counted as `early_evictions`).
-    fn enforce_cache_bound(&mut self, now: Timestamp) {
-        while let Some(&oldest) = self.finished_order.front() {
-            let alive_finished = self.get(oldest).is_some_and(|x| x.state == State::Finished);
-            if alive_finished && self.finished <= self.config.max_cached {
-                break;
-            }
-            self.finished_order.pop_front();
-            if alive_finished {
-                self.counters.cache_evictions += 1;
-                if self
-                    .get(oldest)
-                    .is_some_and(|x| x.created + params::MAX_TRANSMIT_WAIT > now)
-                {
-                    // The client may still retransmit this request; it would be forwarded again.
-                    if self.counters.early_evictions == 0 {
-                        log::warn!("--max-cached is too small for this request rate: evicting answers clients may still retransmit for (size it to >= 100 s of answers)");
-                    }
-                    self.counters.early_evictions += 1;
+    /// A CON answer's delivery ended (acknowledged, rejected, or given up): the exchange retires.
+    pub(super) fn delivered(&mut self, now: Timestamp, key: ExchangeKey) {
+        if self.get(key).is_some_and(|x| x.state == State::Answered) {
+            self.delivering_count -= 1;
+            self.retire(now, key);
+            while let Some(&front) = self.delivering.front() {
+                if self.get(front).is_some_and(|x| x.state == State::Answered) {
+                    break;
                 }
-                self.free(oldest);
+                self.delivering.pop_front();
             }
         }
     }
 
-    fn expire(&mut self, now: Timestamp, key: ExchangeKey) {
-        let Some(x) = self.get(key) else { return };
-        if x.delivery.is_some() {
-            // Still retransmitting to the client: that ends within MAX_TRANSMIT_WAIT.
-            let timer = self.arm(key, TimerKind::Expire, now + params::MAX_TRANSMIT_WAIT);
-            self.get_mut(key).expect("checked above").life_timer = Some(timer);
-            return;
+    /// At most `max_cached` answers are being delivered at once: past that, the oldest
+    /// delivery is given up (it has been retransmitted longest).
+    fn bound_deliveries(&mut self, now: Timestamp) {
+        while self.delivering_count > self.config.max_cached {
+            let Some(oldest) = self.delivering.pop_front() else {
+                break;
+            };
+            if self.get(oldest).is_some_and(|x| x.state == State::Answered) {
+                self.cancel_delivery(oldest);
+                self.counters.client_delivery_failures += 1;
+                self.delivered(now, oldest);
+            }
         }
-        self.free(key);
+        // Keys of exchanges already delivered stay until they reach the front; drop them
+        // when they are most of the queue, so it stays proportional to the live deliveries.
+        if self.delivering.len() > 2 * self.delivering_count + 64 {
+            let exchanges = &self.exchanges;
+            self.delivering.retain(|k| {
+                exchanges
+                    .get(k.index as usize)
+                    .is_some_and(|x| x.generation == k.generation && x.state == State::Answered)
+            });
+        }
     }
 
-    /// Removes every trace of an exchange: maps, timers, counters, slab slot.
-    pub(super) fn free(&mut self, key: ExchangeKey) {
-        // Only exchanges that went through `finish` are counted as cached answers.
-        let counted = self.get(key).is_some_and(|x| x.state == State::Finished);
-        self.close_upstream_leg(key);
-        if self.get(key).is_some_and(|x| x.state == State::Observing) {
-            self.leave_observing(key);
-        }
-        self.cancel_delivery(key);
+    /// Removes the exchange and keeps its answer for the client's duplicates.
+    fn retire(&mut self, now: Timestamp, key: ExchangeKey) {
         self.forget_non_mid(key);
         let x = self.exchanges.remove(key.index as usize);
-        for t in [x.retransmit_timer, x.total_timer, x.ack_timer, x.life_timer]
-            .into_iter()
-            .flatten()
+        for t in [
+            x.retransmit_timer,
+            x.total_timer,
+            x.ack_timer,
+            x.stale_timer,
+        ]
+        .into_iter()
+        .flatten()
         {
             self.timers.cancel(t);
         }
-        if counted {
-            self.finished -= 1;
+        let client_key = (x.client, x.client_token, x.client_mid);
+        let replay = match (x.client_type, x.client_acked) {
+            (MessageType::Con, false) if !x.answer.is_empty() => Replay::Answer(&x.answer[..]),
+            (MessageType::Con, _) => Replay::EmptyAck,
+            _ => Replay::Nothing,
+        };
+        // A piggybacked answer carries the client's MID; any other message to the client
+        // carried one of ours, whose numbering must outlive it (see `ClientState`).
+        let piggybacked_only =
+            x.client_type == MessageType::Con && !x.client_acked && x.last_notification.is_none();
+        let seq = self
+            .answers
+            .push(now, client_key, replay, !piggybacked_only);
+        self.by_client.insert(client_key, Seen::Answered(seq));
+        if piggybacked_only {
+            self.client_unref(x.client);
         }
-        if let Entry::Occupied(mut mids) = self.client_mids.entry(x.client) {
-            mids.get_mut().exchanges -= 1;
-            if mids.get().exchanges == 0 {
-                mids.remove();
+        while let Some(gone) = self.answers.pop_over_bound(now) {
+            self.counters.cache_evictions += 1;
+            if gone.early {
+                // The client may still retransmit this request; it would be forwarded again.
+                if self.counters.early_evictions == 0 {
+                    log::warn!("--max-cached is too small for this request rate: evicting answers clients may still retransmit for (size it to >= 100 s of answers)");
+                }
+                self.counters.early_evictions += 1;
             }
+            self.forget_answer(gone, Seen::Answered);
         }
-        self.by_client
-            .remove(&(x.client, x.client_token, x.client_mid));
-        self.trim_finished_order();
     }
 
-    /// Drops freed exchanges from the front of the finish order, so it drains with them.
-    fn trim_finished_order(&mut self) {
-        while let Some(&front) = self.finished_order.front() {
-            if self.get(front).is_some() {
-                break;
-            }
-            self.finished_order.pop_front();
-        }
-    }
-
-    /// Creates the exchange of a new client request and indexes it for duplicates.
-    pub(super) fn insert_exchange(
+    /// Keeps the proxy's own answer to a request that never went upstream.
+    pub(super) fn keep_local_answer(
         &mut self,
         now: Timestamp,
+        client_key: ClientKey,
+        replay: Replay<&[u8]>,
+        holds_client: bool,
+    ) {
+        let seq = self
+            .local_answers
+            .push(now, client_key, replay, holds_client);
+        self.by_client
+            .insert(client_key, Seen::AnsweredLocally(seq));
+        while let Some(gone) = self.local_answers.pop_over_bound(now) {
+            self.counters.local_answer_evictions += 1;
+            self.forget_answer(gone, Seen::AnsweredLocally);
+        }
+    }
+
+    /// Remembers that the upstream CON `mid` on `endpoint` was acknowledged.
+    pub(super) fn keep_upstream_con(&mut self, now: Timestamp, endpoint: EndpointId, mid: u16) {
+        let seq = self
+            .upstream_cons
+            .push(now, (endpoint, mid), Replay::Nothing, false);
+        self.by_upstream_con.insert((endpoint, mid), seq);
+        while let Some(gone) = self.upstream_cons.pop_over_bound(now) {
+            self.forget_upstream_con(gone);
+        }
+    }
+
+    fn forget_upstream_con(&mut self, gone: Gone<(EndpointId, u16)>) {
+        if self.by_upstream_con.get(&gone.key) == Some(&gone.seq) {
+            self.by_upstream_con.remove(&gone.key);
+        }
+    }
+
+    /// Drops every kept answer whose time is up.
+    fn expire_answers(&mut self, now: Timestamp) {
+        while let Some(gone) = self.answers.pop_expired(now) {
+            self.forget_answer(gone, Seen::Answered);
+        }
+        while let Some(gone) = self.local_answers.pop_expired(now) {
+            self.forget_answer(gone, Seen::AnsweredLocally);
+        }
+        while let Some(gone) = self.upstream_cons.pop_expired(now) {
+            self.forget_upstream_con(gone);
+        }
+    }
+
+    /// Unindexes an answer that left its cache.
+    fn forget_answer(&mut self, gone: Gone<ClientKey>, seen: fn(u64) -> Seen) {
+        if self.by_client.get(&gone.key) == Some(&seen(gone.seq)) {
+            self.by_client.remove(&gone.key);
+        }
+        if gone.holds_client {
+            self.client_unref(gone.key.0);
+        }
+    }
+
+    /// Takes a reference on the client's state (creating it with a random first MID).
+    pub(super) fn client_ref(&mut self, client: SocketAddr) {
+        let rng = &mut self.rng;
+        let c = self.clients.entry(client).or_insert_with(|| ClientState {
+            next_mid: rng.random(),
+            refs: 0,
+            inflight: 0,
+        });
+        c.refs += 1;
+    }
+
+    fn client_unref(&mut self, client: SocketAddr) {
+        if let Some(c) = self.clients.get_mut(&client) {
+            c.refs -= 1;
+            if c.refs == 0 {
+                self.clients.remove(&client);
+            }
+        }
+    }
+
+    /// Creates the exchange of a new client request going out of `endpoint`, and indexes it
+    /// for duplicates.
+    pub(super) fn insert_exchange(
+        &mut self,
         from: SocketAddr,
         token: Token,
         msg: &Message,
-        state: State,
+        route: (UpstreamId, EndpointId),
         non_idempotent: bool,
     ) -> ExchangeKey {
         let generation = self.next_generation();
         let client_id = (msg.message_id(), token, msg.msg_type());
-        let x = Exchange::new(generation, state, now, from, client_id, non_idempotent);
+        let x = Exchange::new(
+            generation,
+            State::Waiting,
+            from,
+            client_id,
+            route,
+            non_idempotent,
+        );
         let index = u32::try_from(self.exchanges.insert(x)).expect("fewer than 2^32 exchanges");
         let key = ExchangeKey { index, generation };
-        self.by_client.insert((from, token, msg.message_id()), key);
-        let rng = &mut self.rng;
-        let mids = self.client_mids.entry(from).or_insert_with(|| ClientMids {
-            next: rng.random(),
-            exchanges: 0,
-        });
-        mids.exchanges += 1;
+        self.by_client
+            .insert((from, token, msg.message_id()), Seen::Live(key));
+        self.client_ref(from);
         key
     }
 
@@ -691,7 +698,7 @@ pub(super) fn encode_local(
 }
 
 #[cfg(test)]
-mod mid_tests {
+mod warning_tests {
     use super::*;
 
     fn at(ms: u64) -> Timestamp {
@@ -699,25 +706,14 @@ mod mid_tests {
     }
 
     #[test]
-    fn the_id_space_runs_out_within_a_lifetime_and_returns_after_it() {
-        let lifetime = Duration::from_secs(1);
-        let mut mids = MidAllocator::new(0);
-        for i in 0..=u16::MAX {
-            assert_eq!(mids.allocate(at(0), lifetime), Some(i));
-        }
-        assert_eq!(mids.allocate(at(999), lifetime), None);
-        assert_eq!(mids.allocate(at(1000), lifetime), Some(0));
-    }
-
-    #[test]
     fn refusals_are_reported_at_most_once_per_interval_with_their_count() {
-        let mut mids = MidAllocator::new(0);
-        assert_eq!(mids.refused(at(0)), Some(1));
+        let mut up = Upstream::new("127.0.0.1:5683".parse().unwrap());
+        assert_eq!(up.refused(at(0)), Some(1));
         for ms in 1..=4 {
-            assert_eq!(mids.refused(at(ms * 1000)), None);
+            assert_eq!(up.refused(at(ms * 1000)), None);
         }
-        assert_eq!(mids.refused(at(9_999)), None);
-        assert_eq!(mids.refused(at(10_000)), Some(6));
-        assert_eq!(mids.refused(at(10_001)), None);
+        assert_eq!(up.refused(at(9_999)), None);
+        assert_eq!(up.refused(at(10_000)), Some(6));
+        assert_eq!(up.refused(at(10_001)), None);
     }
 }

@@ -6,7 +6,9 @@ use crate::coap::MessageType;
 use crate::time::Timestamp;
 use crate::timer::TimerId;
 
-/// Index of an upstream endpoint in the proxy's upstream table.
+use super::endpoints::EndpointId;
+
+/// Index of an upstream (a reverse target or an allowed forward target) in the proxy's table.
 pub type UpstreamId = u16;
 
 /// Names one exchange; a timer or map entry holding a key for a freed or reused slot is
@@ -49,9 +51,10 @@ pub enum State {
     AwaitingSeparate,
     /// A registration succeeded: upstream notifications are relayed (RFC 7641).
     Observing,
-    /// Answered or given up. Nothing goes upstream again; the state only answers duplicates
-    /// and finishes delivering a confirmable answer to the client, until it expires.
-    Finished,
+    /// Answered or given up, and the answer went as a CON the client has not acknowledged
+    /// yet: it is retransmitted until it does (RFC 7252 §4.2). Nothing goes upstream again.
+    /// Once delivered the exchange leaves, and its answer waits in the answer cache.
+    Answered,
 }
 
 /// What a timer is for.
@@ -67,8 +70,6 @@ pub enum TimerKind {
     ClientRetransmit,
     /// An observation got no notification for too long.
     ObserveStale,
-    /// Free the exchange.
-    Expire,
 }
 
 /// A timer's payload in the proxy's own wheel.
@@ -92,12 +93,13 @@ pub struct ClientDelivery {
 pub struct Exchange {
     pub generation: u32,
     pub state: State,
-    pub created: Timestamp,
     pub client: SocketAddr,
     pub client_mid: u16,
     pub client_token: Token,
     pub client_type: MessageType,
     pub upstream: UpstreamId,
+    /// The endpoint the request left from: its answers, ACKs and notifications come back there.
+    pub endpoint: EndpointId,
     pub upstream_mid: u16,
     /// Whether `upstream_mid` is still in the upstream MID map (until the upstream answered).
     pub upstream_mid_live: bool,
@@ -113,7 +115,8 @@ pub struct Exchange {
     pub request: Box<[u8]>,
     /// An empty ACK went to the client, so the answer must travel separately (RFC 7252 §5.2.2).
     pub client_acked: bool,
-    /// The answer sent to the client (piggybacked ACK or NON), replayed for duplicates.
+    /// The latest answer sent to the client: retransmitted while unacknowledged, and given to
+    /// the answer cache when the exchange leaves.
     pub answer: Box<[u8]>,
     /// Boxed: only separate CON answers have one, so the common exchange pays one pointer.
     pub delivery: Option<Box<ClientDelivery>>,
@@ -124,34 +127,32 @@ pub struct Exchange {
     pub retransmit_timer: Option<TimerId>,
     pub total_timer: Option<TimerId>,
     pub ack_timer: Option<TimerId>,
-    pub life_timer: Option<TimerId>,
+    pub stale_timer: Option<TimerId>,
     /// Observe: the request registered (Observe: 0).
     pub wants_observe: bool,
     /// Last relayed notification's Observe sequence number and arrival (RFC 7641 §3.4).
     pub last_notification: Option<(u32, Timestamp)>,
-    /// Upstream MID of the last separate response or notification, to spot its retransmission.
-    pub last_upstream_con_mid: Option<u16>,
 }
 
 impl Exchange {
-    /// The state of a new client request in `state`, with nothing sent upstream yet.
+    /// A new client request going to `endpoint`, with nothing sent upstream yet.
     pub fn new(
         generation: u32,
         state: State,
-        now: Timestamp,
         client: SocketAddr,
         (client_mid, client_token, client_type): (u16, Token, MessageType),
+        (upstream, endpoint): (UpstreamId, EndpointId),
         non_idempotent: bool,
     ) -> Exchange {
         Exchange {
             generation,
             state,
-            created: now,
             client,
             client_mid,
             client_token,
             client_type,
-            upstream: 0,
+            upstream,
+            endpoint,
             upstream_mid: 0,
             upstream_mid_live: false,
             upstream_token: Token::default(),
@@ -165,10 +166,9 @@ impl Exchange {
             retransmit_timer: None,
             total_timer: None,
             ack_timer: None,
-            life_timer: None,
+            stale_timer: None,
             wants_observe: false,
             last_notification: None,
-            last_upstream_con_mid: None,
         }
     }
 

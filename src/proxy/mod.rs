@@ -1,36 +1,47 @@
 //! The CoAP forwarding proxy (RFC 7252 §5.7) with its own upstream retry policy.
 //!
 //! [`Proxy`] is a sans-IO engine: the driver hands it client datagrams, upstream datagrams,
-//! upstream ICMP errors and `now`; it returns datagrams to send and the next instant it needs.
+//! upstream ICMP errors and `now`; it returns datagrams to send, the upstream sockets to open
+//! or close, and the next instant it needs.
 //!
 //! Life of an exchange (one client request):
 //! - **new request** (not a duplicate by source address, token and Message ID): options are
 //!   checked, a route chosen, and a copy goes upstream with the proxy's own Message ID and token
-//!   (`Waiting`). The client's MID, token and type are remembered and restored on the way back.
-//!   A request the proxy answers itself (4.xx, 5.03, ...) gets an exchange too, finished at
-//!   once, so its retransmissions get the same answer and never a second chance upstream.
+//!   (`Waiting`), out of one of the upstream's endpoints (see below). The client's MID, token
+//!   and type are remembered and restored on the way back. A request the proxy answers itself
+//!   (4.xx, 5.03, ...) goes nowhere, but its answer is kept, so its retransmissions get the
+//!   same answer and never a second chance upstream.
 //! - **upstream leg**: retransmitted per the [`RetryPolicy`] (POST/PATCH/iPATCH use the
 //!   non-idempotent policy); an empty ACK from upstream stops retransmission
 //!   (`AwaitingSeparate`); RST or ICMP unreachable answers 5.02, retries exhausted or the total
 //!   timeout 5.04, a response with an unrecognised critical option 5.02.
 //! - **client leg**: a fast answer is piggybacked on the ACK of a CON request; after
 //!   `ack_delay` the client gets an empty ACK and the answer follows as a CON, retransmitted
-//!   until acknowledged. Client retransmissions are answered from state, never forwarded again.
-//! - **finished**: the answer is kept for duplicates until EXCHANGE_LIFETIME (NON_LIFETIME for
-//!   NON) after the request arrived, within a bounded cache; then every trace is freed. An
-//!   answer with a Message ID of the proxy's own (separate, NON, notification) keeps it that
-//!   long after sending it: those IDs count per client, and none may repeat towards a client
-//!   within its lifetime (RFC 7252 §4.4).
+//!   until acknowledged (`Answered`). Client retransmissions are answered from state, never
+//!   forwarded again.
+//! - **retired**: once the client has its answer the exchange is gone and the answer waits in
+//!   a compact cache for the client's duplicates, EXCHANGE_LIFETIME after it finished, within
+//!   a bound. An answer with a Message ID of the proxy's own (separate, NON, notification)
+//!   keeps that client's numbering alive as long: those IDs count per client, and none may
+//!   repeat towards a client within its lifetime (RFC 7252 §4.4).
+//!
+//! Upstream endpoints (`endpoints.rs`): a Message ID is reserved towards an endpoint for
+//! EXCHANGE_LIFETIME, so one socket carries 65,536 requests per 247 s. Each upstream gets a pool
+//! of sockets of the proxy's own (each its own ephemeral port, so its own ID space), opened as
+//! the load needs them up to `--max-upstream-endpoints`, and closed after a lifetime idle.
 //!
 //! Every timer names its exchange and generation and checks the state before acting, so no
 //! timer ever sends anything for a finished exchange.
 
+mod answer_cache;
 #[cfg(test)]
 mod behaviour_tests;
 mod client_leg;
 mod config;
 mod counters;
+mod delivery;
 mod driver;
+mod endpoints;
 mod engine;
 mod exchange;
 mod observe;
@@ -42,5 +53,6 @@ mod upstream_leg;
 pub use config::{AllowedTarget, ConfigError, ProxyConfig, RetryPolicy, Routing};
 pub use counters::Counters;
 pub use driver::ProxyComponent;
-pub use engine::{Destination, Proxy, Transmit};
+pub use endpoints::{EndpointEvent, EndpointId};
+pub use engine::{Destination, Proxy, Transmit, UpstreamStats};
 pub use exchange::{State, UpstreamId};

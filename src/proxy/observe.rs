@@ -23,9 +23,11 @@ impl Proxy {
         let Some(x) = self.get_mut(key) else { return };
         x.state = State::Observing;
         x.last_notification = Some((observe_seq(msg), now));
-        let id = (x.client, x.client_token);
+        let (id, endpoint) = ((x.client, x.client_token), x.endpoint);
         self.observations += 1;
         self.observers.insert(id, key);
+        // Notifications come to the endpoint the registration left from: it stays open.
+        self.endpoints.acquire(endpoint);
         self.arm_stale_timer(now, key, msg);
     }
 
@@ -72,22 +74,23 @@ impl Proxy {
     /// Ends an observation (deregistration, client RST, final response, or staleness).
     pub(super) fn end_observation(&mut self, now: Timestamp, key: ExchangeKey) {
         if self.get(key).is_some_and(|x| x.state == State::Observing) {
-            self.leave_observing(key);
+            self.leave_observing(now, key);
             self.finish(now, key);
         }
     }
 
-    pub(super) fn leave_observing(&mut self, key: ExchangeKey) {
+    fn leave_observing(&mut self, now: Timestamp, key: ExchangeKey) {
         let Some(x) = self.get_mut(key) else { return };
-        x.state = State::Finished;
-        let id = (x.client, x.client_token);
-        if let Some(t) = x.life_timer.take() {
+        x.state = State::Answered;
+        let (id, endpoint) = ((x.client, x.client_token), x.endpoint);
+        if let Some(t) = x.stale_timer.take() {
             self.timers.cancel(t);
         }
         self.observations -= 1;
         if self.observers.get(&id) == Some(&key) {
             self.observers.remove(&id);
         }
+        self.endpoints.release(now, endpoint);
     }
 
     /// Relays a registration answer we will not keep alive: without its Observe option, so the
@@ -125,7 +128,7 @@ impl Proxy {
         let at = now + Duration::from_secs(u64::from(max_age)) + STALE_MARGIN;
         let timer = self.arm(key, TimerKind::ObserveStale, at);
         if let Some(x) = self.get_mut(key) {
-            if let Some(old) = x.life_timer.replace(timer) {
+            if let Some(old) = x.stale_timer.replace(timer) {
                 self.timers.cancel(old);
             }
         }

@@ -6,13 +6,14 @@ use crate::coap::option::{self, OBSERVE};
 use crate::coap::{empty_ack, peek_header, Message, MessageType};
 use crate::time::Timestamp;
 
+use super::endpoints::EndpointId;
 use super::engine::{Destination, Proxy};
-use super::exchange::{ExchangeKey, State, TimerKind, UpstreamId};
+use super::exchange::{ExchangeKey, State, TimerKind};
 use crate::coap::Code;
 
 impl Proxy {
-    /// A datagram arrived from upstream `up` (on the socket connected to it).
-    pub fn handle_upstream_datagram(&mut self, now: Timestamp, up: UpstreamId, bytes: &[u8]) {
+    /// A datagram arrived on the socket of endpoint `up` (from the upstream it is connected to).
+    pub fn handle_upstream_datagram(&mut self, now: Timestamp, up: EndpointId, bytes: &[u8]) {
         let msg = match Message::parse(bytes) {
             Ok(msg) => msg,
             Err(e) => return self.on_malformed_upstream(now, up, bytes, e),
@@ -37,9 +38,13 @@ impl Proxy {
         }
     }
 
-    /// The upstream socket reported ICMP port unreachable (ECONNREFUSED): nobody listens there,
-    /// so every request still waiting on that upstream gets 5.02 (RFC 7252 §5.7.1).
-    pub fn handle_upstream_unreachable(&mut self, now: Timestamp, up: UpstreamId) {
+    /// An endpoint's socket reported ICMP port unreachable (ECONNREFUSED): nobody listens at
+    /// its upstream, so every request still waiting on that upstream, from whichever endpoint,
+    /// gets 5.02 (RFC 7252 §5.7.1).
+    pub fn handle_upstream_unreachable(&mut self, now: Timestamp, endpoint: EndpointId) {
+        let Some(up) = self.endpoints.upstream_of(endpoint) else {
+            return;
+        };
         let waiting: Vec<ExchangeKey> = self
             .exchanges
             .iter()
@@ -63,7 +68,7 @@ impl Proxy {
             "only a waiting exchange goes upstream"
         );
         x.attempts += 1;
-        let (attempts, up) = (x.attempts, x.upstream);
+        let (attempts, endpoint) = (x.attempts, x.endpoint);
         let bytes = x.request.to_vec();
         let policy = self.policy_of(self.get(key).expect("checked above"));
         // delay_k = timeout * factor^(k-1) * U[1-jitter, 1+jitter]; after the last retry the
@@ -74,7 +79,7 @@ impl Proxy {
         let delay = policy.nominal_delay(attempts).mul_f64(spread);
         let timer = self.arm(key, TimerKind::UpstreamRetransmit, now + delay);
         self.get_mut(key).expect("checked above").retransmit_timer = Some(timer);
-        self.push(Destination::Upstream(up), bytes);
+        self.push(Destination::Upstream(endpoint), bytes);
     }
 
     /// The retransmission timer fired while still `Waiting`.
@@ -92,12 +97,12 @@ impl Proxy {
     fn on_malformed_upstream(
         &mut self,
         now: Timestamp,
-        up: UpstreamId,
+        up: EndpointId,
         bytes: &[u8],
         e: crate::coap::FormatError,
     ) {
         self.counters.upstream_format_errors += 1;
-        log::debug!("malformed datagram from upstream {up}: {e}");
+        log::debug!("malformed datagram from upstream endpoint {up:?}: {e}");
         match peek_header(bytes) {
             Some((MessageType::Con, mid, _)) => self.send_rst(Destination::Upstream(up), mid),
             Some((MessageType::Ack, mid, _)) => {
@@ -114,7 +119,7 @@ impl Proxy {
         }
     }
 
-    fn on_upstream_ack(&mut self, now: Timestamp, up: UpstreamId, msg: &Message) {
+    fn on_upstream_ack(&mut self, now: Timestamp, up: EndpointId, msg: &Message) {
         let Some(&key) = self.by_upstream_mid.get(&(up, msg.message_id())) else {
             self.counters.unmatched_upstream += 1;
             return;
@@ -139,35 +144,29 @@ impl Proxy {
         self.on_upstream_answer(now, key, msg);
     }
 
-    /// A separate response or a notification (CON or NON), matched by our token.
-    fn on_upstream_response_message(&mut self, now: Timestamp, up: UpstreamId, msg: &Message) {
-        let key = self.key_for_token(up, msg.token());
-        let accepted = key.and_then(|k| self.get(k)).map(|x| {
-            let retransmission = msg.msg_type() == MessageType::Con
-                && x.last_upstream_con_mid == Some(msg.message_id());
-            (x.state, retransmission)
-        });
-        let (state, retransmission) = match accepted {
-            Some((s @ (State::Waiting | State::AwaitingSeparate | State::Observing), r)) => (s, r),
-            Some((State::Finished, true)) => (State::Finished, true),
-            _ => {
-                // Unknown token or a finished exchange: RST, which also cancels an
-                // observation the upstream still holds (RFC 7641 §3.6).
-                self.counters.unmatched_upstream += 1;
-                return self.send_rst(Destination::Upstream(up), msg.message_id());
-            }
-        };
-        let key = key.expect("accepted implies a key");
-        if msg.msg_type() == MessageType::Con {
-            let mut buf = Vec::with_capacity(4);
-            empty_ack(&mut buf, msg.message_id());
-            self.push(Destination::Upstream(up), buf);
-            if let Some(x) = self.get_mut(key) {
-                x.last_upstream_con_mid = Some(msg.message_id());
-            }
+    /// A separate response or a notification (CON or NON), matched by our token and the
+    /// endpoint it came to. A CON is acknowledged, and its retransmissions (when our ACK was
+    /// lost) are acknowledged again but not taken twice (RFC 7252 §4.5).
+    fn on_upstream_response_message(&mut self, now: Timestamp, up: EndpointId, msg: &Message) {
+        let (mid, con) = (msg.message_id(), msg.msg_type() == MessageType::Con);
+        if con && self.by_upstream_con.contains_key(&(up, mid)) {
+            return self.ack_upstream(up, mid);
         }
-        if retransmission {
-            return;
+        let key = self.key_for_token(up, msg.token());
+        let state = key.and_then(|k| self.get(k)).map(|x| x.state);
+        let (
+            Some(key),
+            Some(state @ (State::Waiting | State::AwaitingSeparate | State::Observing)),
+        ) = (key, state)
+        else {
+            // Unknown token or a finished exchange: RST, which also cancels an
+            // observation the upstream still holds (RFC 7641 §3.6).
+            self.counters.unmatched_upstream += 1;
+            return self.send_rst(Destination::Upstream(up), mid);
+        };
+        if con {
+            self.ack_upstream(up, mid);
+            self.keep_upstream_con(now, up, mid);
         }
         match state {
             State::Observing => self.relay_notification(now, key, msg),
@@ -175,11 +174,18 @@ impl Proxy {
         }
     }
 
-    /// Our tokens start with the exchange's slab index; the full token must match.
-    fn key_for_token(&self, up: UpstreamId, token: &[u8]) -> Option<ExchangeKey> {
+    fn ack_upstream(&mut self, up: EndpointId, mid: u16) {
+        let mut buf = Vec::with_capacity(4);
+        empty_ack(&mut buf, mid);
+        self.push(Destination::Upstream(up), buf);
+    }
+
+    /// Our tokens start with the exchange's slab index; the full token and the endpoint must
+    /// match.
+    fn key_for_token(&self, up: EndpointId, token: &[u8]) -> Option<ExchangeKey> {
         let index = u32::from_be_bytes(token.get(..4)?.try_into().ok()?);
         let x = self.exchanges.get(index as usize)?;
-        (x.upstream_token.as_bytes() == token && x.upstream == up).then_some(ExchangeKey {
+        (x.upstream_token.as_bytes() == token && x.endpoint == up).then_some(ExchangeKey {
             index,
             generation: x.generation,
         })
@@ -203,7 +209,7 @@ impl Proxy {
         let registers = self.get(key).is_some_and(|x| x.wants_observe)
             && msg.code().class() == 2
             && msg.option(OBSERVE).is_some();
-        self.close_upstream_leg(key);
+        self.close_upstream_leg(now, key);
         if registers && self.observations >= self.config.max_observations {
             log::info!("observation limit reached; relaying without registering");
             return self.relay_without_observe(now, key, msg);

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use backoffd::coap::params::{EXCHANGE_LIFETIME, MAX_RETRANSMIT, NON_LIFETIME};
 use backoffd::coap::{Code, Message, MessageType};
-use backoffd::proxy::{Counters, Destination, ProxyConfig, RetryPolicy, Transmit};
+use backoffd::proxy::{Counters, Destination, EndpointId, ProxyConfig, RetryPolicy, Transmit};
 use backoffd::time::Timestamp;
 
 use super::client::{Client, Tok};
@@ -51,10 +51,11 @@ pub struct Req {
     pub con_answers: u32,
     /// The client's ACK of a separate CON answer reached the proxy.
     pub answer_acked: bool,
-    /// The request upstream: copies sent, first and last send, its MID and token.
+    /// The request upstream: copies sent, first and last send, its endpoint, MID and token.
     pub up_sends: u32,
     pub first_up: Option<Timestamp>,
     pub last_up: Timestamp,
+    pub up_endpoint: EndpointId,
     pub up_mid: u16,
     pub up_token: u64,
     /// Times a deduplicating upstream executed it.
@@ -90,6 +91,7 @@ impl Req {
             up_sends: 0,
             first_up: None,
             last_up: Timestamp::ZERO,
+            up_endpoint: EndpointId(u32::MAX),
             up_mid: 0,
             up_token: 0,
             executions: 0,
@@ -145,8 +147,10 @@ pub struct Ledger {
     policy: RetryPolicy,
     non_idempotent: RetryPolicy,
     mid_lifetime: Duration,
-    /// Upstream MIDs in use: (upstream, MID) -> (request, first send).
-    up_mids: HashMap<(u16, u16), (ReqId, Timestamp)>,
+    /// Upstream MIDs in use: (endpoint, MID) -> (request, first send).
+    up_mids: HashMap<(EndpointId, u16), (ReqId, Timestamp)>,
+    /// When each endpoint last sent a request for the first time (its newest MID).
+    endpoint_last_mid: HashMap<EndpointId, Timestamp>,
     /// MIDs of the proxy's CON/NON to clients: (client, MID) -> (request, sent, type).
     client_mids: HashMap<(ClientId, u16), (ReqId, Timestamp, MessageType)>,
     /// Final answers the proxy sent, by code (one per request).
@@ -176,6 +180,7 @@ impl Ledger {
             non_idempotent: config.non_idempotent,
             mid_lifetime: config.upstream_exchange_lifetime,
             up_mids: HashMap::new(),
+            endpoint_last_mid: HashMap::new(),
             client_mids: HashMap::new(),
             finals: HashMap::new(),
             tally: Tally::default(),
@@ -261,24 +266,49 @@ impl Ledger {
         }
     }
 
-    /// The tap on everything the proxy sends, before the network loses any of it.
-    pub fn proxy_sent(&mut self, now: Timestamp, t: &Transmit, clients: &[Client]) {
+    /// The proxy closed endpoint `ep`: none of its Message IDs may be reserved any more, or
+    /// the next socket on that port could repeat one within the upstream's window.
+    pub fn endpoint_closed(&mut self, now: Timestamp, ep: EndpointId) {
+        if let Some(&last) = self.endpoint_last_mid.get(&ep) {
+            if now - last < self.mid_lifetime {
+                let text = format!(
+                    "endpoint {ep:?} closed {:?} after its last Message ID was used",
+                    now - last
+                );
+                self.violation(now, text);
+            }
+        }
+    }
+
+    /// The tap on everything the proxy sends, before the network loses any of it; `server`
+    /// is the upstream an upstream endpoint is connected to.
+    pub fn proxy_sent(
+        &mut self,
+        now: Timestamp,
+        t: &Transmit,
+        server: Option<u16>,
+        clients: &[Client],
+    ) {
         let Ok(msg) = Message::parse(&t.payload) else {
             return self.violation(
                 now,
                 format!("proxy sent a malformed datagram to {:?}", t.to),
             );
         };
-        match t.to {
-            Destination::Upstream(up) => self.upstream_sent(now, up, &msg),
-            Destination::Client(addr) => {
+        match (t.to, server) {
+            (Destination::Upstream(ep), Some(up)) => self.upstream_sent(now, ep, up, &msg),
+            (Destination::Upstream(ep), None) => self.violation(
+                now,
+                format!("sent out of endpoint {ep:?}, which is not open"),
+            ),
+            (Destination::Client(addr), _) => {
                 let c = client_id(addr).expect("a simulated client");
                 self.client_sent(now, c, &msg, &clients[c as usize]);
             }
         }
     }
 
-    fn upstream_sent(&mut self, now: Timestamp, up: u16, msg: &Message) {
+    fn upstream_sent(&mut self, now: Timestamp, ep: EndpointId, up: u16, msg: &Message) {
         if !msg.code().is_request() {
             return; // ACK/RST of an upstream answer: no token, no request
         }
@@ -304,7 +334,7 @@ impl Ledger {
                 msg.code()
             ));
         }
-        if r.up_sends > 0 && (mid, token) != (r.up_mid, r.up_token) {
+        if r.up_sends > 0 && (ep, mid, token) != (r.up_endpoint, r.up_mid, r.up_token) {
             problems.push(
                 "forwarded again as a new exchange (client retransmission re-forwarded)".into(),
             );
@@ -332,19 +362,20 @@ impl Ledger {
             ));
         }
         if r.up_sends == 0 {
-            if let Some(&(other, first)) = self.up_mids.get(&(up, mid)) {
+            if let Some(&(other, first)) = self.up_mids.get(&(ep, mid)) {
                 if other != id && now - first < self.mid_lifetime {
                     problems.push(format!(
-                        "upstream MID {mid} reused {:?} after request {other}",
+                        "upstream MID {mid} on {ep:?} reused {:?} after request {other}",
                         now - first
                     ));
                 }
             }
-            self.up_mids.insert((up, mid), (id, now));
+            self.up_mids.insert((ep, mid), (id, now));
+            self.endpoint_last_mid.insert(ep, now);
         }
         let r = &mut self.reqs[id as usize];
         if r.up_sends == 0 {
-            (r.up_mid, r.up_token, r.first_up) = (mid, token, Some(now));
+            (r.up_endpoint, r.up_mid, r.up_token, r.first_up) = (ep, mid, token, Some(now));
         }
         r.up_sends += 1;
         r.last_up = now;

@@ -13,13 +13,15 @@ pub mod net;
 pub mod upstream;
 
 use std::cmp::Ordering;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, HashMap};
 use std::fmt;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use backoffd::coap::params::{EXCHANGE_LIFETIME, MAX_TRANSMIT_WAIT};
-use backoffd::proxy::{AllowedTarget, Counters, Destination, Proxy, ProxyConfig, Routing};
+use backoffd::proxy::{
+    AllowedTarget, Counters, Destination, EndpointEvent, EndpointId, Proxy, ProxyConfig, Routing,
+};
 use backoffd::time::Timestamp;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -39,13 +41,14 @@ const DRAIN: Duration = EXCHANGE_LIFETIME
     .saturating_add(MAX_TRANSMIT_WAIT)
     .saturating_add(Duration::from_secs(200));
 
-/// A datagram's hop through the simulated network.
+/// A datagram's hop through the simulated network. Upstream hops name the proxy's endpoint
+/// (its socket towards one upstream server).
 #[derive(Clone, Copy, Debug)]
 pub enum Hop {
     ClientToProxy(ClientId),
     ProxyToClient(ClientId),
-    ProxyToUpstream(u16),
-    UpstreamToProxy(u16),
+    ProxyToUpstream(EndpointId),
+    UpstreamToProxy(EndpointId),
 }
 
 /// Something that happens at an instant of virtual time.
@@ -267,7 +270,11 @@ pub struct Report {
     /// Datagrams sent, lost and duplicated by the network.
     pub datagrams: (u64, u64, u64),
     pub virtual_time: Duration,
+    /// When the last request started.
+    pub last_start: Duration,
     pub wall: Duration,
+    /// Upstream endpoints: opened in all, most open at once, open at the end.
+    pub endpoints: (u64, usize, usize),
     pub violations: Vec<String>,
     pub violation_count: u64,
 }
@@ -292,8 +299,9 @@ impl fmt::Display for Report {
         writeln!(f, "{}", self.scenario)?;
         writeln!(
             f,
-            "  {} exchanges, {} events, {:.0} s virtual in {:.2} s wall ({:.0} exchanges/s)",
+            "  {} exchanges started within {:.0} s, {} events, {:.0} s virtual in {:.2} s wall ({:.0} exchanges/s)",
             self.requests,
+            self.last_start.as_secs_f64(),
             self.events,
             self.virtual_time.as_secs_f64(),
             self.wall.as_secs_f64(),
@@ -303,6 +311,11 @@ impl fmt::Display for Report {
         writeln!(
             f,
             "  network: {sent} datagrams, {lost} lost, {duplicated} duplicated"
+        )?;
+        let (opened, most, left) = self.endpoints;
+        writeln!(
+            f,
+            "  upstream endpoints: {opened} opened, at most {most} open at once, {left} open at the end"
         )?;
         writeln!(f, "  {}", self.outcomes)?;
         let c = &self.counters;
@@ -330,6 +343,9 @@ pub struct Sim {
     proxy: Proxy,
     clients: Vec<Client>,
     servers: Vec<Server>,
+    /// The proxy's open endpoints and the server each one is connected to.
+    endpoints: HashMap<EndpointId, u16>,
+    endpoint_stats: (u64, usize),
     ctx: Ctx,
     events: u64,
 }
@@ -360,13 +376,45 @@ impl Sim {
             .enumerate()
             .map(|(u, spec)| Server::new(u as u16, *spec))
             .collect();
-        Sim {
+        let mut sim = Sim {
             proxy: Proxy::new(config),
             clients,
             servers,
+            endpoints: HashMap::new(),
+            endpoint_stats: (0, 0),
             ctx,
             events: 0,
+        };
+        sim.follow_endpoints();
+        sim
+    }
+
+    /// Opens and closes what the proxy asks for, as a driver would; the ledger checks that no
+    /// endpoint closes while one of its Message IDs may be reserved.
+    fn follow_endpoints(&mut self) {
+        let now = self.ctx.now;
+        for event in self.proxy.accept_endpoint_events(now) {
+            match event {
+                EndpointEvent::Open { id, peer } => {
+                    let server = (0..self.servers.len() as u16)
+                        .find(|&u| upstream_addr(u) == peer)
+                        .expect("endpoints connect to a simulated upstream");
+                    if self.endpoints.insert(id, server).is_some() {
+                        let text = format!("endpoint {id:?} opened twice");
+                        self.ctx.ledger.violation(now, text);
+                    }
+                    self.endpoint_stats.0 += 1;
+                }
+                EndpointEvent::Close { id } => {
+                    if self.endpoints.remove(&id).is_none() {
+                        let text = format!("endpoint {id:?} closed but not open");
+                        self.ctx.ledger.violation(now, text);
+                    }
+                    self.ctx.ledger.endpoint_closed(now, id);
+                }
+            }
         }
+        self.endpoint_stats.1 = self.endpoint_stats.1.max(self.endpoints.len());
     }
 
     /// Runs until nothing is left to happen (or the drain deadline passed), then checks.
@@ -413,18 +461,27 @@ impl Sim {
                     let from = client_addr(c);
                     self.proxy.handle_client_datagram(now, from, &bytes);
                 }
-                Hop::UpstreamToProxy(u) => self.proxy.handle_upstream_datagram(now, u, &bytes),
+                Hop::UpstreamToProxy(ep) => {
+                    // A datagram to a closed endpoint finds no socket (the kernel drops it).
+                    if self.endpoints.contains_key(&ep) {
+                        self.proxy.handle_upstream_datagram(now, ep, &bytes)
+                    }
+                }
                 Hop::ProxyToClient(c) => {
                     self.clients[c as usize].on_datagram(&mut self.ctx, &bytes)
                 }
-                Hop::ProxyToUpstream(u) => {
+                Hop::ProxyToUpstream(ep) => {
+                    let Some(&u) = self.endpoints.get(&ep) else {
+                        let text = format!("a datagram left endpoint {ep:?}, which is not open");
+                        return self.ctx.ledger.violation(now, text);
+                    };
                     let server = &mut self.servers[usize::from(u)];
                     if server.is_down(now) {
                         if server.should_report_unreachable(now) {
-                            self.proxy.handle_upstream_unreachable(now, u);
+                            self.proxy.handle_upstream_unreachable(now, ep);
                         }
                     } else {
-                        server.on_datagram(&mut self.ctx, &bytes);
+                        server.on_datagram(&mut self.ctx, ep, &bytes);
                     }
                 }
             },
@@ -440,13 +497,20 @@ impl Sim {
 
     /// Everything the proxy wants to send goes through the ledger's tap, then the network.
     fn flush_proxy(&mut self) {
+        self.follow_endpoints();
         while let Some(t) = self.proxy.poll_transmit() {
-            self.ctx.ledger.proxy_sent(self.ctx.now, &t, &self.clients);
+            let server = match t.to {
+                Destination::Upstream(ep) => self.endpoints.get(&ep).copied(),
+                Destination::Client(_) => None,
+            };
+            self.ctx
+                .ledger
+                .proxy_sent(self.ctx.now, &t, server, &self.clients);
             let hop = match t.to {
                 Destination::Client(addr) => {
                     Hop::ProxyToClient(client_id(addr).expect("a simulated client"))
                 }
-                Destination::Upstream(u) => Hop::ProxyToUpstream(u),
+                Destination::Upstream(ep) => Hop::ProxyToUpstream(ep),
             };
             self.ctx.send(hop, t.payload, None);
         }
@@ -484,7 +548,13 @@ impl Sim {
                 self.ctx.net.duplicated,
             ),
             virtual_time: self.ctx.now.saturating_since(Timestamp::ZERO),
+            last_start: self.ctx.last_start.saturating_since(Timestamp::ZERO),
             wall,
+            endpoints: (
+                self.endpoint_stats.0,
+                self.endpoint_stats.1,
+                self.endpoints.len(),
+            ),
             violations: self.ctx.ledger.violations.clone(),
             violation_count: self.ctx.ledger.violation_count,
         }

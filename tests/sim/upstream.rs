@@ -2,7 +2,9 @@
 //! piggybacked answer (fast, slow or late), empty ACK then a separate CON (retransmitted until
 //! ACKed or RST) or NON answer, empty ACK and silence, silence, RST, or 4.04. A deduplicating
 //! server remembers (source, MID) for EXCHANGE_LIFETIME, replays its reply to duplicates and
-//! executes each request once (RFC 7252 §4.5); the others execute every copy they receive.
+//! executes each request once (RFC 7252 §4.5); the others execute every copy they receive. The
+//! source is the proxy's endpoint (its socket's port) the request came from, and every reply
+//! goes back to it.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
@@ -10,6 +12,7 @@ use std::time::Duration;
 use backoffd::coap::option::URI_QUERY;
 use backoffd::coap::params::{ACK_RANDOM_FACTOR, ACK_TIMEOUT, EXCHANGE_LIFETIME, MAX_RETRANSMIT};
 use backoffd::coap::{empty_ack, rst, Code, Message, MessageBuilder, MessageType};
+use backoffd::proxy::EndpointId;
 use backoffd::time::Timestamp;
 use rand::Rng;
 
@@ -102,19 +105,24 @@ impl Mix {
     }
 }
 
-/// A server's delayed work.
+/// A server's delayed work, each towards the proxy endpoint `to`.
 pub enum Action {
     /// Send this datagram now (a late piggybacked answer).
-    Send(Vec<u8>),
+    Send { to: EndpointId, bytes: Vec<u8> },
     /// Send a separate answer with a fresh MID.
     Separate {
+        to: EndpointId,
         con: bool,
         code: Code,
         token: Tok,
         id: ReqId,
     },
     /// Retransmit the separate CON answer `mid` unless it was ACKed (generation matches).
-    Retransmit { mid: u16, generation: u32 },
+    Retransmit {
+        to: EndpointId,
+        mid: u16,
+        generation: u32,
+    },
 }
 
 /// What a deduplicating server remembers per request MID.
@@ -136,9 +144,9 @@ pub struct Server {
     index: u16,
     spec: ServerSpec,
     next_mid: u16,
-    seen: HashMap<u16, Seen>,
-    seen_order: VecDeque<(Timestamp, u16)>,
-    pending: HashMap<u16, PendingCon>,
+    seen: HashMap<(EndpointId, u16), Seen>,
+    seen_order: VecDeque<(Timestamp, (EndpointId, u16))>,
+    pending: HashMap<(EndpointId, u16), PendingCon>,
     generation: u32,
     last_unreachable: Option<Timestamp>,
 }
@@ -174,20 +182,26 @@ impl Server {
         due
     }
 
-    fn send(&self, ctx: &mut Ctx, bytes: Vec<u8>) {
-        ctx.send(Hop::UpstreamToProxy(self.index), bytes, None);
+    fn send(&self, ctx: &mut Ctx, to: EndpointId, bytes: Vec<u8>) {
+        ctx.send(Hop::UpstreamToProxy(to), bytes, None);
     }
 
-    pub fn on_datagram(&mut self, ctx: &mut Ctx, bytes: &[u8]) {
+    fn later(&self, ctx: &mut Ctx, at: Timestamp, action: Action) {
+        let up = self.index;
+        ctx.schedule(at, Event::Server { up, action });
+    }
+
+    /// A datagram from the proxy's endpoint `from`.
+    pub fn on_datagram(&mut self, ctx: &mut Ctx, from: EndpointId, bytes: &[u8]) {
         let Ok(msg) = Message::parse(bytes) else {
             let text = format!("upstream {} got a malformed datagram", self.index);
             return ctx.ledger.violation(ctx.now, text);
         };
         match msg.msg_type() {
             MessageType::Ack | MessageType::Rst => {
-                self.pending.remove(&msg.message_id());
+                self.pending.remove(&(from, msg.message_id()));
             }
-            _ if msg.code().is_request() => self.on_request(ctx, &msg),
+            _ if msg.code().is_request() => self.on_request(ctx, from, &msg),
             _ => {
                 let text = format!("upstream {} got a non-request CON/NON", self.index);
                 ctx.ledger.violation(ctx.now, text);
@@ -195,9 +209,9 @@ impl Server {
         }
     }
 
-    fn on_request(&mut self, ctx: &mut Ctx, msg: &Message) {
+    fn on_request(&mut self, ctx: &mut Ctx, from: EndpointId, msg: &Message) {
         let mid = msg.message_id();
-        if self.spec.dedup && self.replay(ctx, mid) {
+        if self.spec.dedup && self.replay(ctx, (from, mid)) {
             return;
         }
         let Some(id) = request_id(msg) else {
@@ -222,18 +236,13 @@ impl Server {
             }
             Behaviour::Separate { con, after } => {
                 let action = Action::Separate {
+                    to: from,
                     con,
                     code,
                     token,
                     id,
                 };
-                ctx.schedule(
-                    ctx.now + after,
-                    Event::Server {
-                        up: self.index,
-                        action,
-                    },
-                );
+                self.later(ctx, ctx.now + after, action);
                 (Some(encoded(empty_ack, mid)), Duration::ZERO)
             }
             Behaviour::SeparateNever => (Some(encoded(empty_ack, mid)), Duration::ZERO),
@@ -242,31 +251,28 @@ impl Server {
         };
         let ready = ctx.now + ready;
         if let Some(bytes) = &reply {
-            let action = Action::Send(bytes.clone());
-            ctx.schedule(
-                ready,
-                Event::Server {
-                    up: self.index,
-                    action,
-                },
-            );
+            let action = Action::Send {
+                to: from,
+                bytes: bytes.clone(),
+            };
+            self.later(ctx, ready, action);
         }
         if self.spec.dedup {
             let until = ctx.now + EXCHANGE_LIFETIME;
             self.seen.insert(
-                mid,
+                (from, mid),
                 Seen {
                     until,
                     ready,
                     reply,
                 },
             );
-            self.seen_order.push_back((until, mid));
+            self.seen_order.push_back((until, (from, mid)));
         }
     }
 
     /// A duplicate within EXCHANGE_LIFETIME gets the same reply again, once it is ready.
-    fn replay(&mut self, ctx: &mut Ctx, mid: u16) -> bool {
+    fn replay(&mut self, ctx: &mut Ctx, source_mid: (EndpointId, u16)) -> bool {
         while let Some(&(until, old)) = self.seen_order.front() {
             if until > ctx.now {
                 break;
@@ -276,19 +282,20 @@ impl Server {
                 self.seen.remove(&old);
             }
         }
-        let Some(seen) = self.seen.get(&mid) else {
+        let Some(seen) = self.seen.get(&source_mid) else {
             return false;
         };
         if let Some(reply) = seen.reply.as_ref().filter(|_| seen.ready <= ctx.now) {
-            self.send(ctx, reply.clone());
+            self.send(ctx, source_mid.0, reply.clone());
         }
         true
     }
 
     pub fn on_action(&mut self, ctx: &mut Ctx, action: Action) {
         match action {
-            Action::Send(bytes) => self.send(ctx, bytes),
+            Action::Send { to, bytes } => self.send(ctx, to, bytes),
             Action::Separate {
+                to,
                 con,
                 code,
                 token,
@@ -313,46 +320,46 @@ impl Server {
                         timeout,
                         generation,
                     };
-                    self.pending.insert(mid, pending);
-                    let action = Action::Retransmit { mid, generation };
-                    ctx.schedule(
-                        ctx.now + timeout,
-                        Event::Server {
-                            up: self.index,
-                            action,
-                        },
-                    );
+                    self.pending.insert((to, mid), pending);
+                    let action = Action::Retransmit {
+                        to,
+                        mid,
+                        generation,
+                    };
+                    self.later(ctx, ctx.now + timeout, action);
                 }
-                self.send(ctx, bytes);
+                self.send(ctx, to, bytes);
             }
-            Action::Retransmit { mid, generation } => self.retransmit(ctx, mid, generation),
+            Action::Retransmit {
+                to,
+                mid,
+                generation,
+            } => self.retransmit(ctx, to, mid, generation),
         }
     }
 
-    fn retransmit(&mut self, ctx: &mut Ctx, mid: u16, generation: u32) {
+    fn retransmit(&mut self, ctx: &mut Ctx, to: EndpointId, mid: u16, generation: u32) {
         let Some(p) = self
             .pending
-            .get_mut(&mid)
+            .get_mut(&(to, mid))
             .filter(|p| p.generation == generation)
         else {
             return;
         };
         if p.retransmits == MAX_RETRANSMIT {
-            self.pending.remove(&mid);
+            self.pending.remove(&(to, mid));
             return;
         }
         p.retransmits += 1;
         p.timeout *= 2;
         let (bytes, at) = (p.bytes.clone(), ctx.now + p.timeout);
-        let action = Action::Retransmit { mid, generation };
-        ctx.schedule(
-            at,
-            Event::Server {
-                up: self.index,
-                action,
-            },
-        );
-        self.send(ctx, bytes);
+        let action = Action::Retransmit {
+            to,
+            mid,
+            generation,
+        };
+        self.later(ctx, at, action);
+        self.send(ctx, to, bytes);
     }
 }
 

@@ -1,0 +1,193 @@
+//! The client leg's way out: answers to clients, piggybacked or separate, and the confirmable
+//! ones retransmitted until acknowledged (RFC 7252 §4.2, §5.2).
+
+use std::net::SocketAddr;
+
+use rand::Rng;
+
+use crate::coap::{empty_ack, params, rewrite, Message, MessageType};
+use crate::time::Timestamp;
+
+use super::engine::{Destination, Proxy};
+use super::exchange::{ClientDelivery, ExchangeKey, State, TimerKind};
+
+impl Proxy {
+    /// The client's CON request was not answered quickly: ACK it now, answer separately later.
+    pub(super) fn send_empty_ack(&mut self, key: ExchangeKey) {
+        let Some(x) = self.get_mut(key) else { return };
+        x.client_acked = true;
+        let (client, mid, ack_timer) = (x.client, x.client_mid, x.ack_timer.take());
+        if let Some(t) = ack_timer {
+            self.timers.cancel(t);
+        }
+        let mut buf = Vec::with_capacity(4);
+        empty_ack(&mut buf, mid);
+        self.counters.empty_acks_sent += 1;
+        self.push(Destination::Client(client), buf);
+    }
+
+    /// Sends an answer to the client: piggybacked on the ACK while the client's CON is not yet
+    /// acknowledged, otherwise as a separate CON (retransmitted until ACKed) or a NON.
+    /// `encoded` is a complete message whose type, MID and token are replaced here.
+    /// `observing` keeps the exchange alive for notifications instead of finishing it.
+    pub(super) fn answer_client(
+        &mut self,
+        now: Timestamp,
+        key: ExchangeKey,
+        encoded: &[u8],
+        observing: bool,
+    ) {
+        let Some(x) = self.get(key) else { return };
+        let (client, token) = (x.client, x.client_token);
+        let (ty, mid) = match (x.client_type, x.client_acked) {
+            (MessageType::Con, false) => (MessageType::Ack, x.client_mid),
+            (MessageType::Con, true) => (MessageType::Con, self.fresh_client_mid(client)),
+            _ => (MessageType::Non, self.fresh_client_mid(client)),
+        };
+        let mut bytes = Vec::with_capacity(encoded.len());
+        let encoded = Message::parse(encoded).ok().filter(|msg| {
+            rewrite(&mut bytes, msg, (ty, mid, token.as_bytes()), |b, n, v| {
+                b.option(n, v);
+            })
+            .finish()
+            .is_ok()
+        });
+        let Some(msg) = encoded else {
+            // Cannot happen for parsed input; finish anyway so no state is left behind.
+            return self.finish(now, key);
+        };
+        self.send_to_client(now, key, ty, mid, bytes.clone());
+        let Some(x) = self.get_mut(key) else { return };
+        x.answer = bytes.into_boxed_slice();
+        if let Some(t) = x.ack_timer.take() {
+            self.timers.cancel(t);
+        }
+        match observing {
+            true => self.start_observation(now, key, &msg),
+            false => self.finish(now, key),
+        }
+    }
+
+    /// Sends a CON or NON to the client, tracking its MID for the ACK/RST; CON is retransmitted.
+    ///
+    /// A NON's MID is tracked only for an observation, where the client's RST cancels it
+    /// (RFC 7641 §3.6); an RST to a plain NON answer would have nothing left to stop.
+    pub(super) fn send_to_client(
+        &mut self,
+        now: Timestamp,
+        key: ExchangeKey,
+        ty: MessageType,
+        mid: u16,
+        bytes: Vec<u8>,
+    ) {
+        let Some(x) = self.get(key) else { return };
+        let (client, observe) = (x.client, x.wants_observe);
+        if ty == MessageType::Non && observe {
+            self.forget_non_mid(key);
+            if let Some(x) = self.get_mut(key) {
+                x.non_mid = Some(mid);
+            }
+        }
+        if ty == MessageType::Con || (ty == MessageType::Non && observe) {
+            self.by_client_mid.insert((client, mid), key);
+        }
+        if ty == MessageType::Con {
+            self.cancel_delivery(key);
+            // RFC 7252 §4.8: initial timeout uniform in [ACK_TIMEOUT, ACK_TIMEOUT * 1.5].
+            let timeout =
+                params::ACK_TIMEOUT.mul_f64(self.rng.random_range(1.0..params::ACK_RANDOM_FACTOR));
+            let timer = self.arm(key, TimerKind::ClientRetransmit, now + timeout);
+            if let Some(x) = self.get_mut(key) {
+                x.delivery = Some(Box::new(ClientDelivery {
+                    mid,
+                    retransmits: 0,
+                    timeout,
+                    timer,
+                }));
+            }
+        }
+        self.push(Destination::Client(client), bytes);
+    }
+
+    /// The retransmission timer of a CON to the client fired: send it again, or give up after
+    /// MAX_RETRANSMIT (an answered exchange then retires).
+    pub(super) fn retransmit_to_client(&mut self, now: Timestamp, key: ExchangeKey) {
+        let Some(x) = self.get_mut(key) else { return };
+        let Some(d) = x.delivery.as_mut() else { return };
+        if d.retransmits >= params::MAX_RETRANSMIT {
+            let mid = d.mid;
+            x.delivery = None;
+            let client = x.client;
+            self.by_client_mid.remove(&(client, mid));
+            self.counters.client_delivery_failures += 1;
+            log::info!("client {client} never acknowledged answer MID {mid}; giving up on it");
+            return self.delivered(now, key);
+        }
+        d.retransmits += 1;
+        d.timeout *= 2;
+        let (timeout, client) = (d.timeout, x.client);
+        let bytes = x.answer.to_vec();
+        let timer = self.arm(key, TimerKind::ClientRetransmit, now + timeout);
+        if let Some(d) = self.get_mut(key).and_then(|x| x.delivery.as_mut()) {
+            d.timer = timer;
+        }
+        self.counters.client_retransmissions += 1;
+        self.push(Destination::Client(client), bytes);
+    }
+
+    /// Stops retransmitting to the client (ACK or RST arrived, or a newer message replaces it).
+    pub(super) fn cancel_delivery(&mut self, key: ExchangeKey) {
+        let Some(x) = self.get_mut(key) else { return };
+        if let Some(d) = x.delivery.take() {
+            let client = x.client;
+            self.timers.cancel(d.timer);
+            self.by_client_mid.remove(&(client, d.mid));
+        }
+    }
+
+    /// The client acknowledged (or rejected) a confirmable answer or a notification.
+    pub(super) fn on_client_ack_or_rst(&mut self, now: Timestamp, from: SocketAddr, msg: &Message) {
+        let Some(&key) = self.by_client_mid.get(&(from, msg.message_id())) else {
+            self.counters.unmatched_client += 1;
+            return;
+        };
+        self.by_client_mid.remove(&(from, msg.message_id()));
+        let delivering = self
+            .get(key)
+            .and_then(|x| x.delivery.as_ref())
+            .map(|d| d.mid);
+        if delivering == Some(msg.message_id()) {
+            self.cancel_delivery(key);
+            self.delivered(now, key);
+        }
+        // RFC 7641 §3.6: an RST in reply to a notification cancels the observation.
+        if msg.msg_type() == MessageType::Rst
+            && self.get(key).is_some_and(|x| x.state == State::Observing)
+        {
+            self.end_observation(now, key);
+        }
+    }
+
+    /// Unmaps the latest NON to the client: superseded, or the exchange is going away.
+    pub(super) fn forget_non_mid(&mut self, key: ExchangeKey) {
+        let Some(x) = self.get_mut(key) else { return };
+        if let Some(mid) = x.non_mid.take() {
+            let id = (x.client, mid);
+            if self.by_client_mid.get(&id) == Some(&key) {
+                self.by_client_mid.remove(&id);
+            }
+        }
+    }
+
+    /// The next Message ID towards `client`, whose [`ClientState`](super::engine::ClientState)
+    /// the caller holds a reference on.
+    pub(super) fn fresh_client_mid(&mut self, client: SocketAddr) -> u16 {
+        match self.clients.get_mut(&client) {
+            Some(c) => {
+                c.next_mid = c.next_mid.wrapping_add(1);
+                c.next_mid
+            }
+            None => self.rng.random(),
+        }
+    }
+}
