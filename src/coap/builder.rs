@@ -80,8 +80,16 @@ impl<'o> MessageBuilder<'o> {
             return self;
         }
         let (at, prev, next) = self.slot_for(number);
-        // Write [header, value, next option's header re-encoded] over next's old header.
         let (head, hl) = option_header(number - prev, value.len());
+        if next.is_none() && at == self.out.len() {
+            // In order and no payload yet: the common case is a plain append.
+            self.out.extend_from_slice(&head[..hl]);
+            self.out.extend_from_slice(value);
+            self.opts_end = self.out.len();
+            self.last = number;
+            return self;
+        }
+        // Write [header, value, next option's header re-encoded] over next's old header.
         let ((tail, tl), replaced) = match next {
             Some((m, old_len, m_len)) => (option_header(m - number, m_len), old_len),
             None => (([0; 5], 0), 0),

@@ -16,6 +16,7 @@ use std::time::Duration;
 use crate::coap::params::MAX_TRANSMIT_WAIT;
 use crate::time::Timestamp;
 
+use super::clients::ClientSlot;
 use super::exchange::Token;
 
 /// How a client request is recognised when it comes again: source, token and Message ID.
@@ -46,7 +47,7 @@ struct Entry<K> {
     /// When the answer was kept; it expires a lifetime later.
     kept: Timestamp,
     stored: Stored,
-    holds_client: bool,
+    client: Option<ClientSlot>,
 }
 
 /// An entry that left the ring, for the caller to unindex.
@@ -54,9 +55,9 @@ struct Entry<K> {
 pub(super) struct Gone<K> {
     pub key: K,
     pub seq: u64,
-    /// The answer carried a Message ID of the proxy's towards the client, so the client's
-    /// numbering had to live as long as it (see `ClientState`).
-    pub holds_client: bool,
+    /// The answer carried a Message ID of the proxy's towards this client, whose numbering
+    /// had to live as long as it (see `clients.rs`): the reference to release.
+    pub client: Option<ClientSlot>,
     /// Evicted for room while the client could still retransmit the request.
     pub early: bool,
 }
@@ -98,7 +99,7 @@ impl<K: Copy> AnswerRing<K> {
         now: Timestamp,
         key: K,
         replay: Replay<&[u8]>,
-        holds_client: bool,
+        client: Option<ClientSlot>,
     ) -> u64 {
         let stored = match replay {
             Replay::Nothing => Stored::Nothing,
@@ -116,9 +117,15 @@ impl<K: Copy> AnswerRing<K> {
             key,
             kept: now,
             stored,
-            holds_client,
+            client,
         });
         self.first_seq + self.entries.len() as u64 - 1
+    }
+
+    /// Whether entry `seq` is still kept.
+    pub(super) fn holds(&self, seq: u64) -> bool {
+        seq.checked_sub(self.first_seq)
+            .is_some_and(|i| i < self.entries.len() as u64)
     }
 
     /// What the retransmission of entry `seq`'s request gets (`None` if it is gone).
@@ -177,7 +184,7 @@ impl<K: Copy> AnswerRing<K> {
         Some(Gone {
             key: e.key,
             seq,
-            holds_client: e.holds_client,
+            client: e.client,
             early: evicted && e.kept + MAX_TRANSMIT_WAIT > now,
         })
     }
@@ -199,9 +206,11 @@ mod tests {
     #[test]
     fn answers_replay_until_they_expire_oldest_first() {
         let mut ring = AnswerRing::new(Duration::from_secs(10), 100);
-        let a = ring.push(at(1), key(1), Replay::Answer(b"first"), false);
-        let b = ring.push(at(2), key(2), Replay::EmptyAck, true);
-        let c = ring.push(at(3), key(3), Replay::Answer(b"third"), false);
+        let slot = Some(crate::proxy::clients::tests::some_slot());
+        let a = ring.push(at(1), key(1), Replay::Answer(b"first"), None);
+        let b = ring.push(at(2), key(2), Replay::EmptyAck, slot);
+        let c = ring.push(at(3), key(3), Replay::Answer(b"third"), None);
+        assert!(ring.holds(a) && ring.holds(c) && !ring.holds(c + 1));
         assert_eq!(ring.replay(a), Some(Replay::Answer(b"first".to_vec())));
         assert_eq!(ring.replay(b), Some(Replay::EmptyAck));
         assert_eq!(ring.next_expiry(), Some(at(11)));
@@ -209,8 +218,9 @@ mod tests {
         let gone = ring.pop_expired(at(11)).unwrap();
         assert_eq!((gone.key, gone.seq, gone.early), (key(1), a, false));
         assert_eq!(ring.replay(a), None);
+        assert!(!ring.holds(a));
         assert_eq!(ring.replay(c), Some(Replay::Answer(b"third".to_vec())));
-        assert_eq!(ring.pop_expired(at(12)).map(|g| g.holds_client), Some(true));
+        assert_eq!(ring.pop_expired(at(12)).map(|g| g.client), Some(slot));
         assert_eq!(ring.len(), 1);
     }
 
@@ -218,12 +228,12 @@ mod tests {
     fn the_bound_evicts_the_oldest_and_says_if_a_client_could_still_ask() {
         let mut ring = AnswerRing::new(Duration::from_secs(247), 2);
         for n in 0..3 {
-            ring.push(at(u64::from(n)), key(n), Replay::Nothing, false);
+            ring.push(at(u64::from(n)), key(n), Replay::Nothing, None);
         }
         let gone = ring.pop_over_bound(at(3)).unwrap();
         assert_eq!((gone.key, gone.early), (key(0), true));
         assert_eq!(ring.pop_over_bound(at(3)), None);
-        ring.push(at(200), key(9), Replay::Nothing, false);
+        ring.push(at(200), key(9), Replay::Nothing, None);
         assert!(!ring.pop_over_bound(at(200)).unwrap().early, "93 s passed");
     }
 
@@ -237,7 +247,7 @@ mod tests {
                 at(u64::from(n)),
                 key(n as u16),
                 Replay::Answer(body.as_bytes()),
-                false,
+                None,
             );
             live.push_back((seq, body));
             while ring.pop_expired(at(u64::from(n))).is_some() {

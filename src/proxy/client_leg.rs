@@ -3,10 +3,13 @@
 use std::net::SocketAddr;
 
 use crate::coap::option::{self, encode_uint, HOP_LIMIT, OBSERVE, PROXY_SCHEME, PROXY_URI};
-use crate::coap::{decode_uint, empty_ack, peek_header, rewrite, rst, Code, Message, MessageType};
+use crate::coap::{
+    decode_uint, empty_ack, peek_header, rst, Code, Message, MessageBuilder, MessageType,
+};
 use crate::time::Timestamp;
 
 use super::answer_cache::Replay;
+use super::clients::ClientSlot;
 use super::endpoints::{EndpointId, NoEndpoint};
 use super::engine::{encode_local, Destination, LocalAnswer, Proxy, Seen};
 use super::exchange::{ExchangeKey, TimerKind, Token, UpstreamId};
@@ -59,31 +62,39 @@ impl Proxy {
     }
 
     pub(super) fn send_rst(&mut self, to: Destination, mid: u16) {
-        let mut buf = Vec::with_capacity(4);
-        rst(&mut buf, mid);
-        self.push(to, buf);
+        self.out.push_encoded(to, |b| rst(b, mid));
     }
 
     fn on_client_request(&mut self, now: Timestamp, from: SocketAddr, msg: &Message) {
         let token = Token::new(msg.token()).expect("parse checked the token length");
-        if let Some(&seen) = self.by_client.get(&(from, token, msg.message_id())) {
+        if let Some(seen) = self.seen(&(from, token, msg.message_id())) {
             return self.on_duplicate(from, seen, msg);
         }
         self.counters.requests += 1;
         self.observation_request(now, from, token, msg);
-        let route = match self.route(msg) {
-            Ok(route) => route,
-            Err(answer) => return self.answer_locally(now, from, token, msg, &answer),
-        };
-        if let Some(answer) = self.over_capacity(route.upstream, from) {
-            return self.answer_locally(now, from, token, msg, &answer);
+        // The client's entry, looked up once: what follows takes a reference on it or not.
+        let client = (from, self.clients.slot(from));
+        match self.admit(now, msg, client.1) {
+            Ok((route, at)) => self.start_exchange(now, client, token, msg, route, at),
+            Err(answer) => self.answer_locally(now, client, token, msg, &answer),
+        }
+        self.clients.forget_if_unused(client.1);
+    }
+
+    /// Where a new request goes and the Message ID it leaves with, or the answer that refuses it.
+    fn admit(
+        &mut self,
+        now: Timestamp,
+        msg: &Message,
+        client: ClientSlot,
+    ) -> Result<(Route, (EndpointId, u16)), LocalAnswer> {
+        let route = self.route(msg)?;
+        if let Some(answer) = self.over_capacity(route.upstream, client) {
+            return Err(answer);
         }
         match self.endpoints.allocate(now, route.upstream) {
-            Ok(at) => self.start_exchange(now, from, token, msg, route, at),
-            Err(no) => {
-                let answer = self.no_endpoint(now, route.upstream, no);
-                self.answer_locally(now, from, token, msg, &answer)
-            }
+            Ok(at) => Ok((route, at)),
+            Err(no) => Err(self.no_endpoint(now, route.upstream, no)),
         }
     }
 
@@ -127,11 +138,11 @@ impl Proxy {
             Seen::AnsweredLocally(seq) => self.local_answers.replay(seq),
         };
         match replay {
-            Some(Replay::Answer(bytes)) => self.push(Destination::Client(from), bytes),
+            Some(Replay::Answer(bytes)) => self.out.push(Destination::Client(from), &bytes),
             Some(Replay::EmptyAck) => {
-                let mut buf = Vec::with_capacity(4);
-                empty_ack(&mut buf, msg.message_id());
-                self.push(Destination::Client(from), buf);
+                let mid = msg.message_id();
+                self.out
+                    .push_encoded(Destination::Client(from), |b| empty_ack(b, mid));
             }
             Some(Replay::Nothing) | None => {}
         }
@@ -143,13 +154,11 @@ impl Proxy {
         let piggybacked = !x.client_acked && !x.answer.is_empty();
         if piggybacked {
             // An observation's registration, answered on the ACK.
-            let (client, answer) = (x.client, x.answer.to_vec());
-            self.push(Destination::Client(client), answer);
+            self.push_from(key, |x| (Destination::Client(x.client), &x.answer));
         } else if x.client_acked {
             let (client, mid) = (x.client, x.client_mid);
-            let mut buf = Vec::with_capacity(4);
-            empty_ack(&mut buf, mid);
-            self.push(Destination::Client(client), buf);
+            self.out
+                .push_encoded(Destination::Client(client), |b| empty_ack(b, mid));
         } else {
             // Still waiting upstream and the client is impatient: acknowledge now and answer
             // separately (RFC 7252 §5.2.2).
@@ -275,9 +284,9 @@ impl Proxy {
     /// 5.03 with Max-Age when too many exchanges are in flight (RFC 7252 §4.7, §5.9.3.4): in
     /// all, to this upstream, or from this client (so that one source cannot take what the
     /// others need).
-    fn over_capacity(&mut self, upstream: UpstreamId, from: SocketAddr) -> Option<LocalAnswer> {
+    fn over_capacity(&mut self, upstream: UpstreamId, client: ClientSlot) -> Option<LocalAnswer> {
+        let client_inflight = self.clients.inflight(client);
         let c = &mut self.counters;
-        let client_inflight = self.clients.get(&from).map_or(0, |s| s.inflight as usize);
         let why = if self.draining {
             c.refused_draining += 1;
             "shutting down"
@@ -318,29 +327,30 @@ impl Proxy {
     fn answer_locally(
         &mut self,
         now: Timestamp,
-        from: SocketAddr,
+        (from, slot): (SocketAddr, ClientSlot),
         token: Token,
         msg: &Message,
         a: &LocalAnswer,
     ) {
         self.count_local(a.code);
         let con = msg.msg_type() == MessageType::Con;
-        let (ty, mid) = match con {
-            true => (MessageType::Ack, msg.message_id()),
+        let (ty, mid, holds) = match con {
+            true => (MessageType::Ack, msg.message_id(), None),
             false => {
                 // A NON answer carries a MID of ours: the kept answer holds the client's numbering.
-                self.client_ref(from);
-                (MessageType::Non, self.fresh_client_mid(from))
+                self.clients.take_ref(slot);
+                (MessageType::Non, self.clients.fresh_mid(slot), Some(slot))
             }
         };
-        let mut buf = Vec::with_capacity(16 + a.diagnostic.len());
+        let mut buf = std::mem::take(&mut self.scratch);
         encode_local(&mut buf, ty, mid, token.as_bytes(), a);
         let replay = match con {
             true => Replay::Answer(&buf[..]),
             false => Replay::Nothing,
         };
-        self.keep_local_answer(now, (from, token, msg.message_id()), replay, !con);
-        self.push(Destination::Client(from), buf);
+        self.keep_local_answer(now, (from, token, msg.message_id()), replay, holds);
+        self.out.push(Destination::Client(from), &buf);
+        self.scratch = buf;
     }
 
     fn count_local(&mut self, code: Code) {
@@ -361,7 +371,7 @@ impl Proxy {
     fn start_exchange(
         &mut self,
         now: Timestamp,
-        from: SocketAddr,
+        from: (SocketAddr, ClientSlot),
         token: Token,
         msg: &Message,
         route: Route,
@@ -376,20 +386,19 @@ impl Proxy {
         token_bytes[..4].copy_from_slice(&key.index.to_be_bytes());
         token_bytes[4..].copy_from_slice(&rand::Rng::random::<u32>(&mut self.rng).to_be_bytes());
         let upstream_token = Token::new(&token_bytes).expect("8 bytes");
-        let mut request = Vec::with_capacity(msg.as_bytes().len() + 16);
+        let mut request = std::mem::take(&mut self.scratch);
         encode_upstream_request(&mut request, msg, mid, &upstream_token, &route);
         let x = self.get_mut(key).expect("just inserted");
         x.upstream_mid = mid;
         x.upstream_mid_live = true;
         x.upstream_token = upstream_token;
-        x.request = request.into_boxed_slice();
+        x.request = Box::from(&request[..]);
         x.wants_observe = msg.option(OBSERVE).and_then(|v| decode_uint(v).ok()) == Some(0);
+        self.scratch = request;
         self.by_upstream_mid.insert((endpoint, mid), key);
         self.upstreams[usize::from(route.upstream)].inflight += 1;
         self.inflight += 1;
-        if let Some(c) = self.clients.get_mut(&from) {
-            c.inflight += 1;
-        }
+        self.clients.count_inflight(from.1, true);
         self.endpoints.acquire(endpoint);
         self.counters.forwarded += 1;
         let total = self.arm(key, TimerKind::TotalTimeout, now + policy.total_timeout);
@@ -403,7 +412,9 @@ impl Proxy {
 }
 
 /// The upstream copy of a client request: our MID and token, Proxy-Uri/Proxy-Scheme replaced
-/// by Uri-* options, Hop-Limit decremented (RFC 7252 §5.7.2, RFC 8768 §3).
+/// by Uri-* options, Hop-Limit decremented (RFC 7252 §5.7.2, RFC 8768 §3). The options the
+/// proxy adds are merged in number order with the client's, so each one is appended: the cost
+/// is linear in the request's size.
 fn encode_upstream_request(
     out: &mut Vec<u8>,
     msg: &Message,
@@ -411,40 +422,48 @@ fn encode_upstream_request(
     token: &Token,
     route: &Route,
 ) {
-    let replacing_uri = route.target.is_some();
-    let mut b = rewrite(
-        out,
-        msg,
-        (MessageType::Con, mid, token.as_bytes()),
-        |b, n, v| {
-            let uri_option = matches!(
-                n,
-                option::URI_HOST | option::URI_PORT | option::URI_PATH | option::URI_QUERY
-            );
-            if !(n == PROXY_URI
-                || n == PROXY_SCHEME
-                || n == HOP_LIMIT
-                || (replacing_uri && uri_option))
-            {
-                b.option(n, v);
-            }
-        },
+    let target = route.target.as_ref();
+    let (hop, port) = (
+        encode_uint(u32::from(route.hop_limit)),
+        encode_uint(u32::from(target.map_or(route::COAP_PORT, |t| t.port))),
     );
-    b.option(HOP_LIMIT, &encode_uint(u32::from(route.hop_limit)));
-    if let Some(t) = &route.target {
-        if !t.host_is_ip() {
-            b.option(option::URI_HOST, t.host.as_bytes());
+    let added = (target.filter(|t| !t.host_is_ip()))
+        .map(|t| (option::URI_HOST, t.host.as_bytes()))
+        .into_iter()
+        .chain(
+            (target.filter(|t| t.port != route::COAP_PORT)).map(|_| (option::URI_PORT, &port[..])),
+        )
+        .chain(
+            target
+                .into_iter()
+                .flat_map(|t| t.path.iter().map(|p| (option::URI_PATH, &p[..]))),
+        )
+        .chain(
+            target
+                .into_iter()
+                .flat_map(|t| t.query.iter().map(|q| (option::URI_QUERY, &q[..]))),
+        )
+        .chain(std::iter::once((HOP_LIMIT, &hop[..])));
+    let mut added = added.peekable();
+    let replacing_uri = target.is_some();
+    let kept = msg.options().filter(|&(n, _)| {
+        let uri_option = matches!(
+            n,
+            option::URI_HOST | option::URI_PORT | option::URI_PATH | option::URI_QUERY
+        );
+        !(n == PROXY_URI || n == PROXY_SCHEME || n == HOP_LIMIT || (replacing_uri && uri_option))
+    });
+    let mut b = MessageBuilder::new(out, MessageType::Con, msg.code(), mid, token.as_bytes());
+    for (n, v) in kept {
+        while let Some((m, w)) = added.next_if(|&(m, _)| m <= n) {
+            b.option(m, w);
         }
-        if t.port != route::COAP_PORT {
-            b.option(option::URI_PORT, &encode_uint(u32::from(t.port)));
-        }
-        for segment in &t.path {
-            b.option(option::URI_PATH, segment);
-        }
-        for q in &t.query {
-            b.option(option::URI_QUERY, q);
-        }
+        b.option(n, v);
     }
+    for (m, w) in added {
+        b.option(m, w);
+    }
+    b.payload(msg.payload());
     // The input parsed and Uri-* values come from a bounded URI, so this cannot fail.
     let _ = b.finish();
 }

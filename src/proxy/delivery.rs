@@ -20,10 +20,9 @@ impl Proxy {
         if let Some(t) = ack_timer {
             self.timers.cancel(t);
         }
-        let mut buf = Vec::with_capacity(4);
-        empty_ack(&mut buf, mid);
         self.counters.empty_acks_sent += 1;
-        self.push(Destination::Client(client), buf);
+        self.out
+            .push_encoded(Destination::Client(client), |b| empty_ack(b, mid));
     }
 
     /// Sends an answer to the client: piggybacked on the ACK while the client's CON is not yet
@@ -38,13 +37,13 @@ impl Proxy {
         observing: bool,
     ) {
         let Some(x) = self.get(key) else { return };
-        let (client, token) = (x.client, x.client_token);
+        let (slot, token) = (x.client_slot, x.client_token);
         let (ty, mid) = match (x.client_type, x.client_acked) {
             (MessageType::Con, false) => (MessageType::Ack, x.client_mid),
-            (MessageType::Con, true) => (MessageType::Con, self.fresh_client_mid(client)),
-            _ => (MessageType::Non, self.fresh_client_mid(client)),
+            (MessageType::Con, true) => (MessageType::Con, self.clients.fresh_mid(slot)),
+            _ => (MessageType::Non, self.clients.fresh_mid(slot)),
         };
-        let mut bytes = Vec::with_capacity(encoded.len());
+        let mut bytes = std::mem::take(&mut self.scratch);
         let encoded = Message::parse(encoded).ok().filter(|msg| {
             rewrite(&mut bytes, msg, (ty, mid, token.as_bytes()), |b, n, v| {
                 b.option(n, v);
@@ -56,9 +55,11 @@ impl Proxy {
             // Cannot happen for parsed input; finish anyway so no state is left behind.
             return self.finish(now, key);
         };
-        self.send_to_client(now, key, ty, mid, bytes.clone());
+        self.send_to_client(now, key, ty, mid, &bytes);
+        let answer = Box::from(&bytes[..]);
+        self.scratch = bytes;
         let Some(x) = self.get_mut(key) else { return };
-        x.answer = bytes.into_boxed_slice();
+        x.answer = answer;
         if let Some(t) = x.ack_timer.take() {
             self.timers.cancel(t);
         }
@@ -78,7 +79,7 @@ impl Proxy {
         key: ExchangeKey,
         ty: MessageType,
         mid: u16,
-        bytes: Vec<u8>,
+        bytes: &[u8],
     ) {
         let Some(x) = self.get(key) else { return };
         let (client, observe) = (x.client, x.wants_observe);
@@ -106,7 +107,7 @@ impl Proxy {
                 }));
             }
         }
-        self.push(Destination::Client(client), bytes);
+        self.out.push(Destination::Client(client), bytes);
     }
 
     /// The retransmission timer of a CON to the client fired: send it again, or give up after
@@ -125,14 +126,25 @@ impl Proxy {
         }
         d.retransmits += 1;
         d.timeout *= 2;
-        let (timeout, client) = (d.timeout, x.client);
-        let bytes = x.answer.to_vec();
+        let timeout = d.timeout;
         let timer = self.arm(key, TimerKind::ClientRetransmit, now + timeout);
         if let Some(d) = self.get_mut(key).and_then(|x| x.delivery.as_mut()) {
             d.timer = timer;
         }
         self.counters.client_retransmissions += 1;
-        self.push(Destination::Client(client), bytes);
+        self.push_from(key, |x| (Destination::Client(x.client), &x.answer));
+    }
+
+    /// Queues bytes an exchange holds (its request or its answer) without copying them first.
+    pub(super) fn push_from(
+        &mut self,
+        key: ExchangeKey,
+        part: impl FnOnce(&super::exchange::Exchange) -> (Destination, &[u8]),
+    ) {
+        if let Some(x) = self.exchanges.get(key.index as usize) {
+            let (to, bytes) = part(x);
+            self.out.push(to, bytes);
+        }
     }
 
     /// Stops retransmitting to the client (ACK or RST arrived, or a newer message replaces it).
@@ -176,18 +188,6 @@ impl Proxy {
             if self.by_client_mid.get(&id) == Some(&key) {
                 self.by_client_mid.remove(&id);
             }
-        }
-    }
-
-    /// The next Message ID towards `client`, whose [`ClientState`](super::engine::ClientState)
-    /// the caller holds a reference on.
-    pub(super) fn fresh_client_mid(&mut self, client: SocketAddr) -> u16 {
-        match self.clients.get_mut(&client) {
-            Some(c) => {
-                c.next_mid = c.next_mid.wrapping_add(1);
-                c.next_mid
-            }
-            None => self.rng.random(),
         }
     }
 }

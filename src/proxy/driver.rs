@@ -33,6 +33,8 @@ pub struct ProxyComponent {
     /// One reactor timer at the engine's earliest deadline.
     timer: TimerSlot,
     buf: Vec<u8>,
+    /// Each outgoing datagram is copied here from the engine's queue.
+    send_buf: Vec<u8>,
     /// The loop's clock at the latest event, for the Message ID gauge of a scrape.
     last_now: Timestamp,
     /// Datagrams the kernel would not take (send buffer full): counted, then treated as lost.
@@ -52,6 +54,7 @@ impl ProxyComponent {
             by_token: HashMap::new(),
             timer: TimerSlot::default(),
             buf: vec![0; MAX_UDP_DATAGRAM],
+            send_buf: Vec::with_capacity(1500),
             last_now: Timestamp::ZERO,
             send_drops: 0,
         })
@@ -107,10 +110,6 @@ impl ProxyComponent {
         }
     }
 
-    fn socket(&self, id: EndpointId) -> Option<&(UdpSocket, Token)> {
-        self.endpoints.get(id.0 as usize)?.as_ref()
-    }
-
     /// Opens and closes the upstream sockets the engine asks for. At start-up a socket that
     /// cannot be opened is an error; later the engine is told and asks again a bit later.
     fn apply_endpoint_events(&mut self, ctx: &mut Ctx<'_>, starting: bool) -> io::Result<()> {
@@ -155,24 +154,25 @@ impl ProxyComponent {
     fn flush(&mut self, ctx: &mut Ctx<'_>) {
         let now = ctx.now();
         let _ = self.apply_endpoint_events(ctx, false);
-        while let Some(t) = self.engine.poll_transmit() {
-            let sent = match t.to {
-                Destination::Client(addr) => self.listener.send_to(&t.payload, addr).map(drop),
-                Destination::Upstream(id) => match self.socket(id) {
-                    Some((socket, _)) => socket.send(&t.payload).map(drop),
-                    None => Err(io::Error::from(io::ErrorKind::NotConnected)),
+        while let Some(to) = self.engine.poll_transmit_into(&mut self.send_buf) {
+            let payload = &self.send_buf;
+            let sent = match to {
+                Destination::Client(addr) => self.listener.send_to(payload, addr).map(drop),
+                Destination::Upstream(id) => match self.endpoints.get(id.0 as usize) {
+                    Some(Some((socket, _))) => socket.send(payload).map(drop),
+                    _ => Err(io::Error::from(io::ErrorKind::NotConnected)),
                 },
             };
             match sent {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
-                    if let Destination::Upstream(id) = t.to {
+                    if let Destination::Upstream(id) = to {
                         self.engine.handle_upstream_unreachable(now, id);
                     }
                 }
                 Err(e) => {
                     self.send_drops += 1;
-                    log::debug!("send to {:?} failed: {e}", t.to);
+                    log::debug!("send to {to:?} failed: {e}");
                 }
             }
         }
@@ -183,7 +183,9 @@ impl ProxyComponent {
     fn after_input(&mut self, ctx: &mut Ctx<'_>) {
         self.last_now = ctx.now();
         self.flush(ctx);
-        self.timer.set(ctx, self.engine.poll_timeout(), 0);
+        // The engine's earliest deadline moves later with nearly every answer (its ack-delay
+        // timer goes); `handle_timeout` may run early, so an earlier timer is left armed.
+        self.timer.set_no_later(ctx, self.engine.poll_timeout(), 0);
     }
 }
 

@@ -22,8 +22,10 @@ use crate::time::Timestamp;
 use crate::timer::{TimerId, TimerWheel};
 
 use super::answer_cache::{AnswerRing, ClientKey, Gone, Replay};
+use super::clients::{ClientSlot, Clients};
 use super::endpoints::{EndpointEvent, EndpointId, Endpoints};
 use super::exchange::{Exchange, ExchangeKey, State, TimerKind, TimerRef, Token, UpstreamId};
+use super::outbox::Outbox;
 use super::{Counters, ProxyConfig};
 
 /// Which socket a datagram leaves through.
@@ -53,20 +55,6 @@ pub(super) enum Seen {
     Answered(u64),
     /// Answered by the proxy itself without going upstream; this entry of the local answers.
     AnsweredLocally(u64),
-}
-
-/// The proxy's state per client. RFC 7252 §4.4 forbids reusing a Message ID of the proxy's
-/// own towards an endpoint within EXCHANGE_LIFETIME; a single counter for all clients wraps
-/// after 65536 answers in total, well within that at a few hundred answers per second.
-/// Counting per client, a MID repeats only after 65536 messages to that client. The entry
-/// lives while anything may still carry one of its MIDs: every live exchange of the client and
-/// every kept answer with a MID of ours holds a reference, so a returning client starts afresh.
-#[derive(Debug)]
-pub(super) struct ClientState {
-    pub(super) next_mid: u16,
-    pub(super) refs: u32,
-    /// Of the client's exchanges, those still waiting on an upstream (`--max-inflight-per-client`).
-    pub(super) inflight: u32,
 }
 
 /// One upstream: what is in flight to it, and the rate-limited refusal warning.
@@ -138,7 +126,10 @@ pub struct Proxy {
     pub(super) config: ProxyConfig,
     pub(super) exchanges: Slab<Exchange>,
     pub(super) next_generation: u32,
-    /// Client retransmission detection: every request seen, live or answered.
+    /// Client retransmission detection: every request seen, live or answered. An answer
+    /// that leaves its cache is not unindexed one by one (that would be a cold lookup per
+    /// answer at high rates): its entry is recognised as stale by its sequence number, and
+    /// stale entries are dropped in bulk when they outnumber the rest (`index_seen`).
     pub(super) by_client: HashMap<ClientKey, Seen>,
     /// Piggybacked answers, empty ACKs and RSTs from upstream: (endpoint, our MID).
     pub(super) by_upstream_mid: HashMap<(EndpointId, u16), ExchangeKey>,
@@ -149,7 +140,7 @@ pub struct Proxy {
     pub(super) upstreams: Vec<Upstream>,
     pub(super) endpoints: Endpoints,
     pub(super) timers: TimerWheel<TimerRef>,
-    pub(super) out: VecDeque<Transmit>,
+    pub(super) out: Outbox,
     pub(super) rng: SmallRng,
     pub(super) counters: Counters,
     /// Answers to requests that went upstream, for the clients' retransmissions: kept
@@ -169,7 +160,7 @@ pub struct Proxy {
     pub(super) delivering_count: usize,
     pub(super) inflight: usize,
     pub(super) observations: usize,
-    pub(super) clients: HashMap<SocketAddr, ClientState>,
+    pub(super) clients: Clients,
     /// Reused encode buffer.
     pub(super) scratch: Vec<u8>,
     /// Shutting down: new requests are refused with 5.03.
@@ -193,6 +184,7 @@ impl Proxy {
             rng.random(),
         );
         let max_cached = config.max_cached;
+        let clients = Clients::new(rng.random());
         Proxy {
             config,
             exchanges: Slab::new(),
@@ -204,7 +196,7 @@ impl Proxy {
             upstreams: targets.into_iter().map(Upstream::new).collect(),
             endpoints,
             timers: TimerWheel::new(),
-            out: VecDeque::new(),
+            out: Outbox::default(),
             rng,
             counters: Counters::default(),
             answers: AnswerRing::new(params::EXCHANGE_LIFETIME, max_cached),
@@ -215,15 +207,24 @@ impl Proxy {
             delivering_count: 0,
             inflight: 0,
             observations: 0,
-            clients: HashMap::new(),
+            clients,
             scratch: Vec::with_capacity(1500),
             draining: false,
         }
     }
 
-    /// The next datagram to send, if any.
+    /// The next datagram to send, if any: written into `buf` (its old contents replaced);
+    /// returns where it goes.
+    pub fn poll_transmit_into(&mut self, buf: &mut Vec<u8>) -> Option<Destination> {
+        self.out.pop_into(buf)
+    }
+
+    /// [`poll_transmit_into`](Self::poll_transmit_into) into a new buffer, for harnesses
+    /// (tests, simulations) that keep what they send.
     pub fn poll_transmit(&mut self) -> Option<Transmit> {
-        self.out.pop_front()
+        let mut payload = Vec::new();
+        let to = self.poll_transmit_into(&mut payload)?;
+        Some(Transmit { to, payload })
     }
 
     /// The next upstream socket to open or close. Handle these before the datagrams of
@@ -393,10 +394,6 @@ impl Proxy {
         }
     }
 
-    pub(super) fn push(&mut self, to: Destination, payload: Vec<u8>) {
-        self.out.push_back(Transmit { to, payload });
-    }
-
     /// Fails the exchange's upstream leg: the client gets `code` (5.02 or 5.04).
     pub(super) fn give_up(
         &mut self,
@@ -441,7 +438,7 @@ impl Proxy {
         x.request = Box::default();
         let (up, endpoint, mid, live) =
             (x.upstream, x.endpoint, x.upstream_mid, x.upstream_mid_live);
-        let client = x.client;
+        let client = x.client_slot;
         x.upstream_mid_live = false;
         x.state = State::Answered;
         for t in timers.into_iter().flatten() {
@@ -452,9 +449,7 @@ impl Proxy {
         }
         self.upstreams[usize::from(up)].inflight -= 1;
         self.inflight -= 1;
-        if let Some(c) = self.clients.get_mut(&client) {
-            c.inflight -= 1;
-        }
+        self.clients.count_inflight(client, false);
         self.endpoints.release(now, endpoint);
     }
 
@@ -541,16 +536,19 @@ impl Proxy {
             _ => Replay::Nothing,
         };
         // A piggybacked answer carries the client's MID; any other message to the client
-        // carried one of ours, whose numbering must outlive it (see `ClientState`).
+        // carried one of ours, whose numbering must outlive it (see `clients.rs`): the kept
+        // answer takes over the exchange's reference.
         let piggybacked_only =
             x.client_type == MessageType::Con && !x.client_acked && x.last_notification.is_none();
-        let seq = self
-            .answers
-            .push(now, client_key, replay, !piggybacked_only);
-        self.by_client.insert(client_key, Seen::Answered(seq));
-        if piggybacked_only {
-            self.client_unref(x.client);
-        }
+        let holds = match piggybacked_only {
+            true => {
+                self.clients.release(x.client_slot);
+                None
+            }
+            false => Some(x.client_slot),
+        };
+        let seq = self.answers.push(now, client_key, replay, holds);
+        self.index_seen(client_key, Seen::Answered(seq));
         while let Some(gone) = self.answers.pop_over_bound(now) {
             self.counters.cache_evictions += 1;
             if gone.early {
@@ -560,34 +558,61 @@ impl Proxy {
                 }
                 self.counters.early_evictions += 1;
             }
-            self.forget_answer(gone, Seen::Answered);
+            self.forget_answer(gone);
         }
     }
 
-    /// Keeps the proxy's own answer to a request that never went upstream.
+    /// Keeps the proxy's own answer to a request that never went upstream (`client`: the
+    /// reference it holds, if it carried a MID of ours).
     pub(super) fn keep_local_answer(
         &mut self,
         now: Timestamp,
         client_key: ClientKey,
         replay: Replay<&[u8]>,
-        holds_client: bool,
+        client: Option<ClientSlot>,
     ) {
-        let seq = self
-            .local_answers
-            .push(now, client_key, replay, holds_client);
-        self.by_client
-            .insert(client_key, Seen::AnsweredLocally(seq));
+        let seq = self.local_answers.push(now, client_key, replay, client);
+        self.index_seen(client_key, Seen::AnsweredLocally(seq));
         while let Some(gone) = self.local_answers.pop_over_bound(now) {
             self.counters.local_answer_evictions += 1;
-            self.forget_answer(gone, Seen::AnsweredLocally);
+            self.forget_answer(gone);
         }
+    }
+
+    /// What the duplicate index knows of a request, if it is still current.
+    pub(super) fn seen(&self, key: &ClientKey) -> Option<Seen> {
+        let seen = *self.by_client.get(key)?;
+        let current = match seen {
+            Seen::Live(_) => true,
+            Seen::Answered(seq) => self.answers.holds(seq),
+            Seen::AnsweredLocally(seq) => self.local_answers.holds(seq),
+        };
+        current.then_some(seen)
+    }
+
+    /// Indexes a request; drops the stale entries once they outnumber the current ones.
+    fn index_seen(&mut self, key: ClientKey, seen: Seen) {
+        self.by_client.insert(key, seen);
+        let current = self.exchanges.len() + self.answers.len() + self.local_answers.len();
+        if self.by_client.len() > 2 * current + 1024 {
+            self.drop_stale_seen();
+        }
+    }
+
+    fn drop_stale_seen(&mut self) {
+        let (answers, local) = (&self.answers, &self.local_answers);
+        self.by_client.retain(|_, seen| match *seen {
+            Seen::Live(_) => true,
+            Seen::Answered(seq) => answers.holds(seq),
+            Seen::AnsweredLocally(seq) => local.holds(seq),
+        });
     }
 
     /// Remembers that the upstream CON `mid` on `endpoint` was acknowledged.
     pub(super) fn keep_upstream_con(&mut self, now: Timestamp, endpoint: EndpointId, mid: u16) {
         let seq = self
             .upstream_cons
-            .push(now, (endpoint, mid), Replay::Nothing, false);
+            .push(now, (endpoint, mid), Replay::Nothing, None);
         self.by_upstream_con.insert((endpoint, mid), seq);
         while let Some(gone) = self.upstream_cons.pop_over_bound(now) {
             self.forget_upstream_con(gone);
@@ -603,51 +628,33 @@ impl Proxy {
     /// Drops every kept answer whose time is up.
     fn expire_answers(&mut self, now: Timestamp) {
         while let Some(gone) = self.answers.pop_expired(now) {
-            self.forget_answer(gone, Seen::Answered);
+            self.forget_answer(gone);
         }
         while let Some(gone) = self.local_answers.pop_expired(now) {
-            self.forget_answer(gone, Seen::AnsweredLocally);
+            self.forget_answer(gone);
         }
         while let Some(gone) = self.upstream_cons.pop_expired(now) {
             self.forget_upstream_con(gone);
         }
-    }
-
-    /// Unindexes an answer that left its cache.
-    fn forget_answer(&mut self, gone: Gone<ClientKey>, seen: fn(u64) -> Seen) {
-        if self.by_client.get(&gone.key) == Some(&seen(gone.seq)) {
-            self.by_client.remove(&gone.key);
-        }
-        if gone.holds_client {
-            self.client_unref(gone.key.0);
+        let current = self.exchanges.len() + self.answers.len() + self.local_answers.len();
+        if current == 0 || self.by_client.len() > 2 * current + 1024 {
+            self.drop_stale_seen();
         }
     }
 
-    /// Takes a reference on the client's state (creating it with a random first MID).
-    pub(super) fn client_ref(&mut self, client: SocketAddr) {
-        let rng = &mut self.rng;
-        let c = self.clients.entry(client).or_insert_with(|| ClientState {
-            next_mid: rng.random(),
-            refs: 0,
-            inflight: 0,
-        });
-        c.refs += 1;
-    }
-
-    fn client_unref(&mut self, client: SocketAddr) {
-        if let Some(c) = self.clients.get_mut(&client) {
-            c.refs -= 1;
-            if c.refs == 0 {
-                self.clients.remove(&client);
-            }
+    /// An answer left its cache: its index entry is now stale (see `by_client`), and the
+    /// client reference it held goes.
+    fn forget_answer(&mut self, gone: Gone<ClientKey>) {
+        if let Some(slot) = gone.client {
+            self.clients.release(slot);
         }
     }
 
-    /// Creates the exchange of a new client request going out of `endpoint`, and indexes it
-    /// for duplicates.
+    /// Creates the exchange of a new client request (from a client and its slot) going out of
+    /// `route`'s endpoint, and indexes it for duplicates.
     pub(super) fn insert_exchange(
         &mut self,
-        from: SocketAddr,
+        from: (SocketAddr, ClientSlot),
         token: Token,
         msg: &Message,
         route: (UpstreamId, EndpointId),
@@ -665,9 +672,8 @@ impl Proxy {
         );
         let index = u32::try_from(self.exchanges.insert(x)).expect("fewer than 2^32 exchanges");
         let key = ExchangeKey { index, generation };
-        self.by_client
-            .insert((from, token, msg.message_id()), Seen::Live(key));
-        self.client_ref(from);
+        self.index_seen((from.0, token, msg.message_id()), Seen::Live(key));
+        self.clients.take_ref(from.1);
         key
     }
 

@@ -6,6 +6,7 @@ use crate::coap::MessageType;
 use crate::time::Timestamp;
 use crate::timer::TimerId;
 
+use super::clients::ClientSlot;
 use super::endpoints::EndpointId;
 
 /// Index of an upstream (a reverse target or an allowed forward target) in the proxy's table.
@@ -94,6 +95,8 @@ pub struct Exchange {
     pub generation: u32,
     pub state: State,
     pub client: SocketAddr,
+    /// The client's entry (its numbering of our MIDs, its in-flight count), held by reference.
+    pub client_slot: ClientSlot,
     pub client_mid: u16,
     pub client_token: Token,
     pub client_type: MessageType,
@@ -139,7 +142,7 @@ impl Exchange {
     pub fn new(
         generation: u32,
         state: State,
-        client: SocketAddr,
+        (client, client_slot): (SocketAddr, ClientSlot),
         (client_mid, client_token, client_type): (u16, Token, MessageType),
         (upstream, endpoint): (UpstreamId, EndpointId),
         non_idempotent: bool,
@@ -148,6 +151,7 @@ impl Exchange {
             generation,
             state,
             client,
+            client_slot,
             client_mid,
             client_token,
             client_type,

@@ -37,6 +37,7 @@ mod answer_cache;
 #[cfg(test)]
 mod behaviour_tests;
 mod client_leg;
+mod clients;
 mod config;
 mod counters;
 mod delivery;
@@ -45,6 +46,7 @@ mod endpoints;
 mod engine;
 mod exchange;
 mod observe;
+mod outbox;
 pub mod route;
 #[cfg(test)]
 mod tests;

@@ -46,7 +46,7 @@ impl Proxy {
             MessageType::Con => MessageType::Con,
             _ => MessageType::Non,
         };
-        let mid = self.fresh_client_mid(x.client);
+        let mid = self.clients.fresh_mid(x.client_slot);
         let x = self.get(key).expect("checked above");
         let token = x.client_token;
         let mut bytes = Vec::with_capacity(msg.as_bytes().len());
@@ -60,10 +60,10 @@ impl Proxy {
         self.counters.notifications_relayed += 1;
         if let Some(x) = self.get_mut(key) {
             x.last_notification = Some((seq, now));
-            x.answer = bytes.clone().into_boxed_slice();
+            x.answer = Box::from(&bytes[..]);
         }
         // A newer notification replaces one still being retransmitted (RFC 7641 §4.5.2).
-        self.send_to_client(now, key, ty, mid, bytes);
+        self.send_to_client(now, key, ty, mid, &bytes);
         if last {
             self.end_observation(now, key);
         } else {

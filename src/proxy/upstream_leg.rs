@@ -68,8 +68,7 @@ impl Proxy {
             "only a waiting exchange goes upstream"
         );
         x.attempts += 1;
-        let (attempts, endpoint) = (x.attempts, x.endpoint);
-        let bytes = x.request.to_vec();
+        let attempts = x.attempts;
         let policy = self.policy_of(self.get(key).expect("checked above"));
         // delay_k = timeout * factor^(k-1) * U[1-jitter, 1+jitter]; after the last retry the
         // same timer means "retries exhausted".
@@ -79,7 +78,7 @@ impl Proxy {
         let delay = policy.nominal_delay(attempts).mul_f64(spread);
         let timer = self.arm(key, TimerKind::UpstreamRetransmit, now + delay);
         self.get_mut(key).expect("checked above").retransmit_timer = Some(timer);
-        self.push(Destination::Upstream(endpoint), bytes);
+        self.push_from(key, |x| (Destination::Upstream(x.endpoint), &x.request));
     }
 
     /// The retransmission timer fired while still `Waiting`.
@@ -119,29 +118,35 @@ impl Proxy {
         }
     }
 
+    /// An ACK from upstream: empty (the answer will come separately) or a piggybacked answer.
+    /// Both must match the request's endpoint and MID; a piggybacked answer also its token
+    /// (§5.3.2), which names the exchange, so that one needs no MID lookup.
     fn on_upstream_ack(&mut self, now: Timestamp, up: EndpointId, msg: &Message) {
-        let Some(&key) = self.by_upstream_mid.get(&(up, msg.message_id())) else {
+        let mid = msg.message_id();
+        if !msg.code().is_empty() {
+            let waiting = self.key_for_token(up, msg.token()).filter(|&k| {
+                self.get(k)
+                    .is_some_and(|x| x.state == State::Waiting && x.upstream_mid == mid)
+            });
+            return match waiting {
+                Some(key) => self.on_upstream_answer(now, key, msg),
+                // A duplicate ACK, or one that does not match the request (§5.3.2).
+                None => self.counters.unmatched_upstream += 1,
+            };
+        }
+        let Some(&key) = self.by_upstream_mid.get(&(up, mid)) else {
             self.counters.unmatched_upstream += 1;
             return;
         };
         let x = self.get_mut(key).expect("maps hold live keys");
-        if msg.code().is_empty() {
-            // §5.2.2: the upstream will answer separately; stop retransmitting.
-            if x.state == State::Waiting {
-                x.state = State::AwaitingSeparate;
-                x.request = Box::default();
-                if let Some(t) = x.retransmit_timer.take() {
-                    self.timers.cancel(t);
-                }
+        // §5.2.2: the upstream will answer separately; stop retransmitting.
+        if x.state == State::Waiting {
+            x.state = State::AwaitingSeparate;
+            x.request = Box::default();
+            if let Some(t) = x.retransmit_timer.take() {
+                self.timers.cancel(t);
             }
-            return;
         }
-        if x.state != State::Waiting || msg.token() != x.upstream_token.as_bytes() {
-            // A duplicate ACK, or a response that does not match the request's token (§5.3.2).
-            self.counters.unmatched_upstream += 1;
-            return;
-        }
-        self.on_upstream_answer(now, key, msg);
     }
 
     /// A separate response or a notification (CON or NON), matched by our token and the
@@ -175,9 +180,8 @@ impl Proxy {
     }
 
     fn ack_upstream(&mut self, up: EndpointId, mid: u16) {
-        let mut buf = Vec::with_capacity(4);
-        empty_ack(&mut buf, mid);
-        self.push(Destination::Upstream(up), buf);
+        self.out
+            .push_encoded(Destination::Upstream(up), |b| empty_ack(b, mid));
     }
 
     /// Our tokens start with the exchange's slab index; the full token and the endpoint must

@@ -23,6 +23,18 @@ impl TimerSlot {
         self.0 = wanted.map(|at| (ctx.set_timer(at, key), at));
     }
 
+    /// Like [`set`](Self::set) for a core whose timeout handler may run early (it then does
+    /// nothing and reports its next deadline): a timer already armed no later than `wanted`
+    /// stays. A deadline that keeps moving later, as when each answer cancels the oldest
+    /// pending timer, then costs one early wake-up per old deadline instead of a re-arm (and
+    /// a timerfd system call) per batch of input.
+    pub fn set_no_later(&mut self, ctx: &mut Ctx<'_>, wanted: Option<Timestamp>, key: u32) {
+        let armed_earlier = self.0.is_some_and(|(_, at)| wanted.is_none_or(|w| at <= w));
+        if !armed_earlier {
+            self.set(ctx, wanted, key);
+        }
+    }
+
     /// Whether `id` is this slot's timer firing (the slot is then empty); false for a stale id.
     pub fn fired(&mut self, id: TimerId) -> bool {
         let ours = self.0.is_some_and(|(t, _)| t == id);

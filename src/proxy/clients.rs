@@ -1,0 +1,146 @@
+//! What the proxy keeps per client: its numbering of the proxy's own messages to it, and how
+//! many of its requests are in flight.
+//!
+//! RFC 7252 §4.4 forbids reusing a Message ID of the proxy's own towards an endpoint within
+//! EXCHANGE_LIFETIME. A single counter for all clients wraps after 65536 answers in total, well
+//! within that at a few hundred answers per second; counting per client, a MID repeats only
+//! after 65536 messages to that client. An entry lives while anything may still carry one of
+//! its MIDs: every live exchange of the client and every kept answer with a MID of ours holds
+//! a reference on it, so a returning client starts afresh.
+//!
+//! Entries sit in a slab and are named by [`ClientSlot`]: an exchange looks its client up by
+//! address once, when its request arrives, and by slot from then on.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use slab::Slab;
+
+/// Names a client's entry while references on it are held.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct ClientSlot(u32);
+
+#[derive(Debug)]
+struct ClientState {
+    addr: SocketAddr,
+    next_mid: u16,
+    refs: u32,
+    /// Of the client's exchanges, those still waiting on an upstream.
+    inflight: u32,
+}
+
+/// Every client something is still kept for.
+#[derive(Debug)]
+pub(super) struct Clients {
+    slab: Slab<ClientState>,
+    by_addr: HashMap<SocketAddr, ClientSlot>,
+    /// Draws each new client's first Message ID (RFC 7252 §4.4 asks for a random start).
+    rng: SmallRng,
+}
+
+impl Clients {
+    pub(super) fn new(seed: u64) -> Self {
+        Clients {
+            slab: Slab::new(),
+            by_addr: HashMap::new(),
+            rng: SmallRng::seed_from_u64(seed),
+        }
+    }
+
+    /// The entry of `addr`, created without references if there is none; release it with
+    /// [`forget_if_unused`](Self::forget_if_unused) if no reference is taken.
+    pub(super) fn slot(&mut self, addr: SocketAddr) -> ClientSlot {
+        if let Some(&slot) = self.by_addr.get(&addr) {
+            return slot;
+        }
+        let slot = ClientSlot(self.slab.insert(ClientState {
+            addr,
+            next_mid: self.rng.random(),
+            refs: 0,
+            inflight: 0,
+        }) as u32);
+        self.by_addr.insert(addr, slot);
+        slot
+    }
+
+    fn state(&mut self, slot: ClientSlot) -> &mut ClientState {
+        &mut self.slab[slot.0 as usize]
+    }
+
+    /// Something (an exchange, a kept answer) now depends on the entry.
+    pub(super) fn take_ref(&mut self, slot: ClientSlot) {
+        self.state(slot).refs += 1;
+    }
+
+    /// One dependent is gone; the entry goes with the last.
+    pub(super) fn release(&mut self, slot: ClientSlot) {
+        self.state(slot).refs -= 1;
+        self.forget_if_unused(slot);
+    }
+
+    /// Drops the entry if nothing depends on it.
+    pub(super) fn forget_if_unused(&mut self, slot: ClientSlot) {
+        if self.slab[slot.0 as usize].refs == 0 {
+            let state = self.slab.remove(slot.0 as usize);
+            self.by_addr.remove(&state.addr);
+        }
+    }
+
+    /// The next Message ID of the proxy's own towards this client.
+    pub(super) fn fresh_mid(&mut self, slot: ClientSlot) -> u16 {
+        let state = self.state(slot);
+        state.next_mid = state.next_mid.wrapping_add(1);
+        state.next_mid
+    }
+
+    /// Requests of this client waiting on an upstream.
+    pub(super) fn inflight(&self, slot: ClientSlot) -> usize {
+        self.slab[slot.0 as usize].inflight as usize
+    }
+
+    /// One more (`true`) or one fewer (`false`) of its requests waits on an upstream.
+    pub(super) fn count_inflight(&mut self, slot: ClientSlot, more: bool) {
+        let state = self.state(slot);
+        match more {
+            true => state.inflight += 1,
+            false => state.inflight -= 1,
+        }
+    }
+
+    /// Clients with an entry.
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.slab.len()
+    }
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    use super::*;
+
+    /// A slot for tests of what holds one (never dereferenced).
+    pub(in crate::proxy) fn some_slot() -> ClientSlot {
+        ClientSlot(7)
+    }
+
+    #[test]
+    fn an_entry_lives_while_referenced_and_numbers_on_from_a_random_start() {
+        let mut clients = Clients::new(1);
+        let addr: SocketAddr = "127.0.0.1:40000".parse().unwrap();
+        let slot = clients.slot(addr);
+        assert_eq!(clients.slot(addr), slot, "one entry per address");
+        clients.take_ref(slot);
+        clients.take_ref(slot);
+        let first = clients.fresh_mid(slot);
+        assert_eq!(clients.fresh_mid(slot), first.wrapping_add(1));
+        clients.release(slot);
+        assert_eq!(clients.len(), 1);
+        clients.release(slot);
+        assert_eq!(clients.len(), 0);
+        let unused = clients.slot(addr);
+        clients.forget_if_unused(unused);
+        assert_eq!(clients.len(), 0);
+    }
+}

@@ -1,0 +1,76 @@
+//! Datagrams waiting for the driver, back to back in one buffer: queuing one costs a copy,
+//! not an allocation, and the driver copies each out into its own buffer to send it.
+
+use std::collections::VecDeque;
+
+use super::engine::Destination;
+
+#[derive(Debug, Default)]
+pub(super) struct Outbox {
+    /// Each datagram's destination and length, oldest first.
+    queue: VecDeque<(Destination, usize)>,
+    /// Their bytes, in the same order; `read` of them have been taken.
+    bytes: Vec<u8>,
+    read: usize,
+    /// Where [`push_encoded`](Self::push_encoded) lets an encoder write.
+    scratch: Vec<u8>,
+}
+
+impl Outbox {
+    /// Queues `payload` for `to`.
+    pub(super) fn push(&mut self, to: Destination, payload: &[u8]) {
+        self.bytes.extend_from_slice(payload);
+        self.queue.push_back((to, payload.len()));
+    }
+
+    /// Queues what `encode` writes (into a cleared buffer, as the CoAP encoders do) for `to`.
+    pub(super) fn push_encoded(&mut self, to: Destination, encode: impl FnOnce(&mut Vec<u8>)) {
+        let mut scratch = std::mem::take(&mut self.scratch);
+        encode(&mut scratch);
+        self.push(to, &scratch);
+        self.scratch = scratch;
+    }
+
+    /// The oldest datagram into `buf` (replacing its contents), and where it goes.
+    pub(super) fn pop_into(&mut self, buf: &mut Vec<u8>) -> Option<Destination> {
+        let (to, len) = self.queue.pop_front()?;
+        buf.clear();
+        buf.extend_from_slice(&self.bytes[self.read..self.read + len]);
+        self.read += len;
+        if self.queue.is_empty() {
+            self.bytes.clear();
+            self.read = 0;
+        }
+        Some(to)
+    }
+
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.queue.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn datagrams_come_out_in_order_and_whole() {
+        let mut out = Outbox::default();
+        let a = Destination::Client("127.0.0.1:1".parse().unwrap());
+        out.push(a, b"first");
+        out.push_encoded(a, |b| {
+            b.clear();
+            b.extend_from_slice(b"second")
+        });
+        let mut buf = b"junk".to_vec();
+        assert_eq!(out.pop_into(&mut buf), Some(a));
+        assert_eq!(buf, b"first");
+        out.push(a, b"third");
+        assert_eq!(out.pop_into(&mut buf), Some(a));
+        assert_eq!(buf, b"second");
+        assert_eq!(out.pop_into(&mut buf), Some(a));
+        assert_eq!((buf.as_slice(), out.len()), (&b"third"[..], 0));
+        assert_eq!(out.pop_into(&mut buf), None);
+    }
+}
