@@ -401,13 +401,14 @@ impl Proxy {
         self.clients.count_inflight(from.1, true);
         self.endpoints.acquire(endpoint);
         self.counters.forwarded += 1;
-        let total = self.arm(key, TimerKind::TotalTimeout, now + policy.total_timeout);
-        let ack = (msg.msg_type() == MessageType::Con)
-            .then(|| self.arm(key, TimerKind::AckDelay, now + self.config.ack_delay));
-        let x = self.get_mut(key).expect("just inserted");
-        x.total_timer = Some(total);
-        x.ack_timer = ack;
+        // Earliest first, so the exchange's one wheel timer is armed once.
+        if msg.msg_type() == MessageType::Con {
+            let ack = now + self.config.ack_delay;
+            self.set_deadline(key, TimerKind::AckDelay, Some(ack));
+        }
         self.transmit_upstream(now, key);
+        let total = now + policy.total_timeout;
+        self.set_deadline(key, TimerKind::TotalTimeout, Some(total));
     }
 }
 

@@ -11,12 +11,13 @@
 //! Entries sit in a slab and are named by [`ClientSlot`]: an exchange looks its client up by
 //! address once, when its request arrives, and by slot from then on.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use slab::Slab;
+
+use super::keyed_hash::KeyedMap;
 
 /// Names a client's entry while references on it are held.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,7 +36,7 @@ struct ClientState {
 #[derive(Debug)]
 pub(super) struct Clients {
     slab: Slab<ClientState>,
-    by_addr: HashMap<SocketAddr, ClientSlot>,
+    by_addr: KeyedMap<SocketAddr, ClientSlot>,
     /// Draws each new client's first Message ID (RFC 7252 §4.4 asks for a random start).
     rng: SmallRng,
 }
@@ -44,7 +45,7 @@ impl Clients {
     pub(super) fn new(seed: u64) -> Self {
         Clients {
             slab: Slab::new(),
-            by_addr: HashMap::new(),
+            by_addr: KeyedMap::default(),
             rng: SmallRng::seed_from_u64(seed),
         }
     }

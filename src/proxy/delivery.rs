@@ -16,10 +16,8 @@ impl Proxy {
     pub(super) fn send_empty_ack(&mut self, key: ExchangeKey) {
         let Some(x) = self.get_mut(key) else { return };
         x.client_acked = true;
-        let (client, mid, ack_timer) = (x.client, x.client_mid, x.ack_timer.take());
-        if let Some(t) = ack_timer {
-            self.timers.cancel(t);
-        }
+        let (client, mid) = (x.client, x.client_mid);
+        self.set_deadline(key, TimerKind::AckDelay, None);
         self.counters.empty_acks_sent += 1;
         self.out
             .push_encoded(Destination::Client(client), |b| empty_ack(b, mid));
@@ -27,13 +25,13 @@ impl Proxy {
 
     /// Sends an answer to the client: piggybacked on the ACK while the client's CON is not yet
     /// acknowledged, otherwise as a separate CON (retransmitted until ACKed) or a NON.
-    /// `encoded` is a complete message whose type, MID and token are replaced here.
+    /// `msg` is a complete message whose type, MID and token are replaced here.
     /// `observing` keeps the exchange alive for notifications instead of finishing it.
     pub(super) fn answer_client(
         &mut self,
         now: Timestamp,
         key: ExchangeKey,
-        encoded: &[u8],
+        msg: &Message,
         observing: bool,
     ) {
         let Some(x) = self.get(key) else { return };
@@ -44,27 +42,23 @@ impl Proxy {
             _ => (MessageType::Non, self.clients.fresh_mid(slot)),
         };
         let mut bytes = std::mem::take(&mut self.scratch);
-        let encoded = Message::parse(encoded).ok().filter(|msg| {
-            rewrite(&mut bytes, msg, (ty, mid, token.as_bytes()), |b, n, v| {
-                b.option(n, v);
-            })
-            .finish()
-            .is_ok()
-        });
-        let Some(msg) = encoded else {
+        let encoded = rewrite(&mut bytes, msg, (ty, mid, token.as_bytes()), |b, n, v| {
+            b.option(n, v);
+        })
+        .finish();
+        if encoded.is_err() {
             // Cannot happen for parsed input; finish anyway so no state is left behind.
+            self.scratch = bytes;
             return self.finish(now, key);
-        };
+        }
         self.send_to_client(now, key, ty, mid, &bytes);
         let answer = Box::from(&bytes[..]);
         self.scratch = bytes;
         let Some(x) = self.get_mut(key) else { return };
         x.answer = answer;
-        if let Some(t) = x.ack_timer.take() {
-            self.timers.cancel(t);
-        }
+        self.set_deadline(key, TimerKind::AckDelay, None);
         match observing {
-            true => self.start_observation(now, key, &msg),
+            true => self.start_observation(now, key, msg),
             false => self.finish(now, key),
         }
     }
@@ -97,13 +91,12 @@ impl Proxy {
             // RFC 7252 §4.8: initial timeout uniform in [ACK_TIMEOUT, ACK_TIMEOUT * 1.5].
             let timeout =
                 params::ACK_TIMEOUT.mul_f64(self.rng.random_range(1.0..params::ACK_RANDOM_FACTOR));
-            let timer = self.arm(key, TimerKind::ClientRetransmit, now + timeout);
+            self.set_deadline(key, TimerKind::ClientRetransmit, Some(now + timeout));
             if let Some(x) = self.get_mut(key) {
                 x.delivery = Some(Box::new(ClientDelivery {
                     mid,
                     retransmits: 0,
                     timeout,
-                    timer,
                 }));
             }
         }
@@ -127,10 +120,7 @@ impl Proxy {
         d.retransmits += 1;
         d.timeout *= 2;
         let timeout = d.timeout;
-        let timer = self.arm(key, TimerKind::ClientRetransmit, now + timeout);
-        if let Some(d) = self.get_mut(key).and_then(|x| x.delivery.as_mut()) {
-            d.timer = timer;
-        }
+        self.set_deadline(key, TimerKind::ClientRetransmit, Some(now + timeout));
         self.counters.client_retransmissions += 1;
         self.push_from(key, |x| (Destination::Client(x.client), &x.answer));
     }
@@ -152,8 +142,8 @@ impl Proxy {
         let Some(x) = self.get_mut(key) else { return };
         if let Some(d) = x.delivery.take() {
             let client = x.client;
-            self.timers.cancel(d.timer);
             self.by_client_mid.remove(&(client, d.mid));
+            self.set_deadline(key, TimerKind::ClientRetransmit, None);
         }
     }
 

@@ -8,7 +8,7 @@
 //! `endpoints.rs`, the kept answers in `answer_cache.rs`; this file holds the state they share
 //! and the life cycle of an exchange (start, give up, finish, retire).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -19,12 +19,13 @@ use slab::Slab;
 use crate::coap::option::{encode_uint, MAX_AGE};
 use crate::coap::{params, Code, Message, MessageBuilder, MessageType};
 use crate::time::Timestamp;
-use crate::timer::{TimerId, TimerWheel};
+use crate::timer::TimerWheel;
 
 use super::answer_cache::{AnswerRing, ClientKey, Gone, Replay};
 use super::clients::{ClientSlot, Clients};
 use super::endpoints::{EndpointEvent, EndpointId, Endpoints};
-use super::exchange::{Exchange, ExchangeKey, State, TimerKind, TimerRef, Token, UpstreamId};
+use super::exchange::{Exchange, ExchangeKey, State, TimerKind, Token, UpstreamId};
+use super::keyed_hash::KeyedMap;
 use super::outbox::Outbox;
 use super::{Counters, ProxyConfig};
 
@@ -130,16 +131,17 @@ pub struct Proxy {
     /// that leaves its cache is not unindexed one by one (that would be a cold lookup per
     /// answer at high rates): its entry is recognised as stale by its sequence number, and
     /// stale entries are dropped in bulk when they outnumber the rest (`index_seen`).
-    pub(super) by_client: HashMap<ClientKey, Seen>,
+    pub(super) by_client: KeyedMap<ClientKey, Seen>,
     /// Piggybacked answers, empty ACKs and RSTs from upstream: (endpoint, our MID).
-    pub(super) by_upstream_mid: HashMap<(EndpointId, u16), ExchangeKey>,
+    pub(super) by_upstream_mid: KeyedMap<(EndpointId, u16), ExchangeKey>,
     /// ACK/RST from clients to our CON/NON answers: (client, our MID).
-    pub(super) by_client_mid: HashMap<(SocketAddr, u16), ExchangeKey>,
+    pub(super) by_client_mid: KeyedMap<(SocketAddr, u16), ExchangeKey>,
     /// Live observations by (client, client token), for deregistration (RFC 7641 §3.6).
-    pub(super) observers: HashMap<(SocketAddr, Token), ExchangeKey>,
+    pub(super) observers: KeyedMap<(SocketAddr, Token), ExchangeKey>,
     pub(super) upstreams: Vec<Upstream>,
     pub(super) endpoints: Endpoints,
-    pub(super) timers: TimerWheel<TimerRef>,
+    /// One timer per exchange with a deadline, at its earliest (see `Deadlines`).
+    pub(super) timers: TimerWheel<ExchangeKey>,
     pub(super) out: Outbox,
     pub(super) rng: SmallRng,
     pub(super) counters: Counters,
@@ -153,7 +155,7 @@ pub struct Proxy {
     /// Separate responses and notifications the upstreams sent as CON and we acknowledged: a
     /// retransmission (our ACK was lost) is acknowledged again and not taken twice (§4.5).
     pub(super) upstream_cons: AnswerRing<(EndpointId, u16)>,
-    pub(super) by_upstream_con: HashMap<(EndpointId, u16), u64>,
+    pub(super) by_upstream_con: KeyedMap<(EndpointId, u16), u64>,
     /// Answered exchanges still delivering a CON answer, oldest first (with stale keys of
     /// those already delivered), and how many are live: bounded like the answer cache.
     pub(super) delivering: VecDeque<ExchangeKey>,
@@ -189,10 +191,10 @@ impl Proxy {
             config,
             exchanges: Slab::new(),
             next_generation: 1,
-            by_client: HashMap::new(),
-            by_upstream_mid: HashMap::new(),
-            by_client_mid: HashMap::new(),
-            observers: HashMap::new(),
+            by_client: KeyedMap::default(),
+            by_upstream_mid: KeyedMap::default(),
+            by_client_mid: KeyedMap::default(),
+            observers: KeyedMap::default(),
             upstreams: targets.into_iter().map(Upstream::new).collect(),
             endpoints,
             timers: TimerWheel::new(),
@@ -202,7 +204,7 @@ impl Proxy {
             answers: AnswerRing::new(params::EXCHANGE_LIFETIME, max_cached),
             local_answers: AnswerRing::new(params::MAX_TRANSMIT_WAIT, max_cached),
             upstream_cons: AnswerRing::new(params::MAX_TRANSMIT_WAIT, max_cached),
-            by_upstream_con: HashMap::new(),
+            by_upstream_con: KeyedMap::default(),
             delivering: VecDeque::new(),
             delivering_count: 0,
             inflight: 0,
@@ -277,12 +279,16 @@ impl Proxy {
     /// Runs every timer due at `now`. Calling it early or twice is harmless.
     pub fn handle_timeout(&mut self, now: Timestamp) {
         while let Some(expired) = self.timers.poll(now) {
-            let TimerRef { key, kind } = expired.value;
-            if self.get(key).is_none() {
+            let key = expired.value;
+            let Some(x) = self.get_mut(key) else {
                 self.counters.stale_timer_events += 1;
                 continue;
+            };
+            x.deadlines.wheel = None;
+            while let Some(kind) = self.get_mut(key).and_then(|x| x.deadlines.take_due(now)) {
+                self.on_timer(now, key, kind);
             }
-            self.on_timer(now, key, kind);
+            self.rearm(key);
         }
         self.expire_answers(now);
         self.endpoints.sweep(now);
@@ -357,8 +363,40 @@ impl Proxy {
             .filter(|e| e.generation == key.generation)
     }
 
-    pub(super) fn arm(&mut self, key: ExchangeKey, kind: TimerKind, at: Timestamp) -> TimerId {
-        self.timers.insert(at, TimerRef { key, kind })
+    /// Sets (`Some`) or clears (`None`) one of an exchange's deadlines.
+    pub(super) fn set_deadline(
+        &mut self,
+        key: ExchangeKey,
+        kind: TimerKind,
+        at: Option<Timestamp>,
+    ) {
+        if let Some(x) = self.get_mut(key) {
+            x.deadlines.set(kind, at);
+            self.rearm(key);
+        }
+    }
+
+    /// Keeps the exchange's wheel timer no later than its earliest deadline: one armed earlier
+    /// stays (it fires and finds nothing due); with no deadline left it goes.
+    fn rearm(&mut self, key: ExchangeKey) {
+        let Some(x) = self
+            .exchanges
+            .get_mut(key.index as usize)
+            .filter(|x| x.generation == key.generation)
+        else {
+            return;
+        };
+        let next = x.deadlines.next();
+        match (x.deadlines.wheel, next) {
+            (Some((_, armed)), Some(next)) if armed <= next => {}
+            (None, None) => {}
+            (armed, next) => {
+                if let Some((id, _)) = armed {
+                    self.timers.cancel(id);
+                }
+                x.deadlines.wheel = next.map(|at| (self.timers.insert(at, key), at));
+            }
+        }
     }
 
     fn on_timer(&mut self, now: Timestamp, key: ExchangeKey, kind: TimerKind) {
@@ -423,7 +461,11 @@ impl Proxy {
         };
         let mut buf = std::mem::take(&mut self.scratch);
         encode_local(&mut buf, MessageType::Ack, 0, token.as_bytes(), &answer);
-        self.answer_client(now, key, &buf, false);
+        match Message::parse(&buf) {
+            Ok(msg) => self.answer_client(now, key, &msg, false),
+            // Cannot happen for what `encode_local` writes; finish so no state is left.
+            Err(_) => self.finish(now, key),
+        }
         self.scratch = buf;
     }
 
@@ -434,16 +476,15 @@ impl Proxy {
         if !x.upstream_pending() {
             return;
         }
-        let timers = [x.retransmit_timer.take(), x.total_timer.take()];
+        x.deadlines.set(TimerKind::UpstreamRetransmit, None);
+        x.deadlines.set(TimerKind::TotalTimeout, None);
         x.request = Box::default();
         let (up, endpoint, mid, live) =
             (x.upstream, x.endpoint, x.upstream_mid, x.upstream_mid_live);
         let client = x.client_slot;
         x.upstream_mid_live = false;
         x.state = State::Answered;
-        for t in timers.into_iter().flatten() {
-            self.timers.cancel(t);
-        }
+        self.rearm(key);
         if live {
             self.by_upstream_mid.remove(&(endpoint, mid));
         }
@@ -518,16 +559,8 @@ impl Proxy {
     fn retire(&mut self, now: Timestamp, key: ExchangeKey) {
         self.forget_non_mid(key);
         let x = self.exchanges.remove(key.index as usize);
-        for t in [
-            x.retransmit_timer,
-            x.total_timer,
-            x.ack_timer,
-            x.stale_timer,
-        ]
-        .into_iter()
-        .flatten()
-        {
-            self.timers.cancel(t);
+        if let Some((id, _)) = x.deadlines.wheel {
+            self.timers.cancel(id);
         }
         let client_key = (x.client, x.client_token, x.client_mid);
         let replay = match (x.client_type, x.client_acked) {

@@ -58,13 +58,14 @@ pub enum State {
     Answered,
 }
 
-/// What a timer is for.
+/// What a deadline is for. When several fall due at once they act in this order (a give-up
+/// first, so no copy goes upstream at the instant the exchange gives up).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TimerKind {
-    /// Retransmit the request upstream (acts only while `Waiting`).
-    UpstreamRetransmit,
     /// Give up on the upstream with 5.04 (acts only while `Waiting` or `AwaitingSeparate`).
     TotalTimeout,
+    /// Retransmit the request upstream (acts only while `Waiting`).
+    UpstreamRetransmit,
     /// Stop holding the client's ACK for a piggybacked answer: send an empty ACK.
     AckDelay,
     /// Retransmit a confirmable answer to the client.
@@ -73,11 +74,51 @@ pub enum TimerKind {
     ObserveStale,
 }
 
-/// A timer's payload in the proxy's own wheel.
-#[derive(Clone, Copy, Debug)]
-pub struct TimerRef {
-    pub key: ExchangeKey,
-    pub kind: TimerKind,
+impl TimerKind {
+    const ALL: [TimerKind; 5] = [
+        TimerKind::TotalTimeout,
+        TimerKind::UpstreamRetransmit,
+        TimerKind::AckDelay,
+        TimerKind::ClientRetransmit,
+        TimerKind::ObserveStale,
+    ];
+}
+
+/// An exchange's deadlines, one per [`TimerKind`], behind a single timer in the engine's
+/// wheel at the earliest of them (as quinn-proto's `TimerTable`). Setting a deadline later
+/// than that timer, or clearing one, touches no wheel: the timer fires, finds nothing due and
+/// is armed again for what is left. A request answered at once so costs one timer, not three.
+#[derive(Debug, Default)]
+pub struct Deadlines {
+    at: [Option<Timestamp>; 5],
+    /// The wheel timer and its instant, while armed.
+    pub wheel: Option<(TimerId, Timestamp)>,
+}
+
+impl Deadlines {
+    pub fn set(&mut self, kind: TimerKind, at: Option<Timestamp>) {
+        self.at[kind as usize] = at;
+    }
+
+    /// The earliest deadline, if any.
+    pub fn next(&self) -> Option<Timestamp> {
+        let mut next: Option<Timestamp> = None;
+        for &t in self.at.iter().flatten() {
+            if next.is_none_or(|n| t < n) {
+                next = Some(t);
+            }
+        }
+        next
+    }
+
+    /// The earliest deadline due at `now` (ties in [`TimerKind`] order), cleared.
+    pub fn take_due(&mut self, now: Timestamp) -> Option<TimerKind> {
+        let (kind, _) = (TimerKind::ALL.into_iter())
+            .filter_map(|k| self.at[k as usize].filter(|&t| t <= now).map(|t| (k, t)))
+            .min_by_key(|&(_, t)| t)?;
+        self.at[kind as usize] = None;
+        Some(kind)
+    }
 }
 
 /// A confirmable message to the client being retransmitted until ACK or RST (RFC 7252 §4.2).
@@ -86,7 +127,6 @@ pub struct ClientDelivery {
     pub mid: u16,
     pub retransmits: u32,
     pub timeout: std::time::Duration,
-    pub timer: TimerId,
 }
 
 /// Per-exchange state. See the module docs of [`super`] for its life cycle.
@@ -126,11 +166,8 @@ pub struct Exchange {
     /// MID of the latest NON to the client, mapped for the client's RST (RFC 7641 §3.6)
     /// until the next one replaces it or the exchange goes.
     pub non_mid: Option<u16>,
-    /// Timers that may be pending, cancelled together when the exchange ends.
-    pub retransmit_timer: Option<TimerId>,
-    pub total_timer: Option<TimerId>,
-    pub ack_timer: Option<TimerId>,
-    pub stale_timer: Option<TimerId>,
+    /// Its pending deadlines (retransmissions, give-up, ack delay, staleness).
+    pub deadlines: Deadlines,
     /// Observe: the request registered (Observe: 0).
     pub wants_observe: bool,
     /// Last relayed notification's Observe sequence number and arrival (RFC 7641 §3.4).
@@ -167,10 +204,7 @@ impl Exchange {
             answer: Box::default(),
             delivery: None,
             non_mid: None,
-            retransmit_timer: None,
-            total_timer: None,
-            ack_timer: None,
-            stale_timer: None,
+            deadlines: Deadlines::default(),
             wants_observe: false,
             last_notification: None,
         }

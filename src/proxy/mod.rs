@@ -45,6 +45,7 @@ mod driver;
 mod endpoints;
 mod engine;
 mod exchange;
+mod keyed_hash;
 mod observe;
 mod outbox;
 pub mod route;

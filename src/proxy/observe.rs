@@ -83,9 +83,7 @@ impl Proxy {
         let Some(x) = self.get_mut(key) else { return };
         x.state = State::Answered;
         let (id, endpoint) = ((x.client, x.client_token), x.endpoint);
-        if let Some(t) = x.stale_timer.take() {
-            self.timers.cancel(t);
-        }
+        self.set_deadline(key, TimerKind::ObserveStale, None);
         self.observations -= 1;
         if self.observers.get(&id) == Some(&key) {
             self.observers.remove(&id);
@@ -115,7 +113,10 @@ impl Proxy {
         )
         .finish();
         match ok {
-            Ok(()) => self.answer_client(now, key, &stripped, false),
+            Ok(()) => match Message::parse(&stripped) {
+                Ok(stripped) => self.answer_client(now, key, &stripped, false),
+                Err(_) => self.finish(now, key),
+            },
             Err(_) => self.finish(now, key),
         }
     }
@@ -126,12 +127,7 @@ impl Proxy {
             .and_then(|v| decode_uint(v).ok())
             .unwrap_or(60);
         let at = now + Duration::from_secs(u64::from(max_age)) + STALE_MARGIN;
-        let timer = self.arm(key, TimerKind::ObserveStale, at);
-        if let Some(x) = self.get_mut(key) {
-            if let Some(old) = x.stale_timer.replace(timer) {
-                self.timers.cancel(old);
-            }
-        }
+        self.set_deadline(key, TimerKind::ObserveStale, Some(at));
     }
 }
 

@@ -76,8 +76,7 @@ impl Proxy {
             .rng
             .random_range(1.0 - policy.jitter..=1.0 + policy.jitter);
         let delay = policy.nominal_delay(attempts).mul_f64(spread);
-        let timer = self.arm(key, TimerKind::UpstreamRetransmit, now + delay);
-        self.get_mut(key).expect("checked above").retransmit_timer = Some(timer);
+        self.set_deadline(key, TimerKind::UpstreamRetransmit, Some(now + delay));
         self.push_from(key, |x| (Destination::Upstream(x.endpoint), &x.request));
     }
 
@@ -143,9 +142,7 @@ impl Proxy {
         if x.state == State::Waiting {
             x.state = State::AwaitingSeparate;
             x.request = Box::default();
-            if let Some(t) = x.retransmit_timer.take() {
-                self.timers.cancel(t);
-            }
+            self.set_deadline(key, TimerKind::UpstreamRetransmit, None);
         }
     }
 
@@ -218,6 +215,6 @@ impl Proxy {
             log::info!("observation limit reached; relaying without registering");
             return self.relay_without_observe(now, key, msg);
         }
-        self.answer_client(now, key, msg.as_bytes(), registers);
+        self.answer_client(now, key, msg, registers);
     }
 }
