@@ -31,8 +31,8 @@ use backoffd::coap::option::PROXY_URI;
 use backoffd::coap::{Code, MessageBuilder, MessageType};
 use backoffd::proxy::{AllowedTarget, Proxy, ProxyConfig, RetryPolicy, Routing};
 use backoffd::time::Timestamp;
-use common::exposition::Exposition;
-use common::{free_port, http, Daemon};
+use common::exposition::scrape;
+use common::{free_port, Daemon};
 
 /// Live heap bytes as requested, and as the allocator actually reserved (usable size).
 struct Counting;
@@ -75,12 +75,6 @@ static GLOBAL: Counting = Counting;
 const EXCHANGES: u32 = 100_000;
 const BATCH: u32 = 100;
 const KIB: f64 = 1024.0;
-
-fn scrape(metrics: SocketAddr) -> Exposition {
-    let answer = http::get(metrics, "/metrics");
-    assert_eq!(answer.status, 200, "GET /metrics");
-    Exposition::parse(&answer.body)
-}
 
 /// VmRSS a moment after start-up (the loop is idle by then).
 fn settle() {

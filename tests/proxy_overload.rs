@@ -10,22 +10,13 @@ use std::time::{Duration, Instant};
 
 use backoffd::coap::option::MAX_AGE;
 use backoffd::coap::{empty_ack, Code, Message, MessageBuilder, MessageType};
-use common::exposition::Exposition;
-use common::http::get;
+use common::exposition::{scrape, Exposition};
 use common::Daemon;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-fn scrape(metrics: SocketAddr) -> Exposition {
-    let answer = get(metrics, "/metrics");
-    assert_eq!(answer.status, 200);
-    Exposition::parse(&answer.body)
-}
-
 fn metric(doc: &Exposition, series: &str) -> f64 {
-    *doc.samples
-        .get(series)
-        .unwrap_or_else(|| panic!("no {series} in /metrics"))
+    doc.get(series)
 }
 
 /// The cumulative buckets of `backoffd_timer_lateness_seconds`: (upper bound s, count), sorted.

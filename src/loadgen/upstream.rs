@@ -12,8 +12,10 @@ use std::collections::{HashMap, HashSet};
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
+use std::time::Instant;
 
 use super::batch::Batch;
+use crate::coap::params::EXCHANGE_LIFETIME;
 use crate::coap::{peek_header, Code, MessageType, MAX_TOKEN_LEN};
 
 /// The fast upstream's socket and batches.
@@ -30,29 +32,48 @@ pub struct FastUpstream {
     watch: Option<MidWatch>,
 }
 
-/// Per source, a one-byte fingerprint (1..=255; 0 = unused) of the token each Message ID came
-/// with: 64 KiB per source.
-#[derive(Default)]
+/// Per source and Message ID, a one-byte fingerprint of the token it came with (1..=255;
+/// 0 = never seen) and the second it came, in one `u32`: 256 KiB per source. A MID seen again
+/// more than EXCHANGE_LIFETIME later is not a reuse: a deduplicating server has forgotten it.
 struct MidWatch {
-    by_source: HashMap<SocketAddr, Box<[u8]>>,
+    started: Instant,
+    by_source: HashMap<SocketAddr, Box<[u32]>>,
     new_sources: HashSet<SocketAddr>,
     reused: u64,
     repeated: u64,
 }
 
 impl MidWatch {
+    fn new() -> Self {
+        MidWatch {
+            started: Instant::now(),
+            by_source: HashMap::new(),
+            new_sources: HashSet::new(),
+            reused: 0,
+            repeated: 0,
+        }
+    }
+
     fn saw(&mut self, from: SocketAddr, mid: u16, token: &[u8]) {
+        let secs = self.started.elapsed().as_secs() as u32 & 0x00ff_ffff;
+        self.saw_at(secs, from, mid, token);
+    }
+
+    fn saw_at(&mut self, secs: u32, from: SocketAddr, mid: u16, token: &[u8]) {
         let fingerprint = 1
             + (token.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
                 (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-            }) % 255) as u8;
+            }) % 255) as u32;
         let seen = self.by_source.entry(from).or_insert_with(|| {
             self.new_sources.insert(from);
             vec![0; 65_536].into_boxed_slice()
         });
-        match std::mem::replace(&mut seen[usize::from(mid)], fingerprint) {
+        let old = std::mem::replace(&mut seen[usize::from(mid)], fingerprint << 24 | secs);
+        let within = secs.saturating_sub(old & 0x00ff_ffff) < EXCHANGE_LIFETIME.as_secs() as u32;
+        match old >> 24 {
             0 => {}
-            old if old == fingerprint => self.repeated += 1,
+            _ if !within => {}
+            f if f == fingerprint => self.repeated += 1,
             _ => self.reused += 1,
         }
     }
@@ -61,10 +82,11 @@ impl MidWatch {
 /// What [`FastUpstream::watch_message_ids`] saw so far.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MidCounts {
-    /// A (source, MID) seen again with another token: reused (a deduplicating server would
-    /// answer it with the earlier request's answer).
+    /// A (source, MID) seen again within EXCHANGE_LIFETIME with another token: reused (a
+    /// deduplicating server would answer it with the earlier request's answer).
     pub reused: u64,
-    /// A (source, MID) seen again with the same token: a retransmission.
+    /// A (source, MID) seen again within EXCHANGE_LIFETIME with the same token: a
+    /// retransmission.
     pub repeated: u64,
     /// Sources seen.
     pub sources: usize,
@@ -86,10 +108,10 @@ impl FastUpstream {
         })
     }
 
-    /// From now on, remembers which Message ID each source used with which token (64 KiB
-    /// per source; for runs shorter than EXCHANGE_LIFETIME, so any reuse is within it).
+    /// From now on, remembers which Message ID each source used with which token, and when
+    /// (256 KiB per source).
     pub fn watch_message_ids(&mut self) {
-        self.watch.get_or_insert_with(MidWatch::default);
+        self.watch.get_or_insert_with(MidWatch::new);
     }
 
     /// Reuses and retransmissions seen so far (zero when not watching).
@@ -219,14 +241,16 @@ mod tests {
 
     #[test]
     fn a_message_id_again_with_another_token_is_a_reuse_with_the_same_one_a_retransmission() {
-        let mut w = MidWatch::default();
+        let mut w = MidWatch::new();
         let a: SocketAddr = "127.0.0.1:1000".parse().unwrap();
         let b: SocketAddr = "127.0.0.1:1001".parse().unwrap();
-        w.saw(a, 7, b"one");
-        w.saw(a, 7, b"one");
-        w.saw(b, 7, b"two");
-        w.saw(a, 7, b"two");
+        w.saw_at(0, a, 7, b"one");
+        w.saw_at(1, a, 7, b"one");
+        w.saw_at(2, b, 7, b"two");
+        w.saw_at(3, a, 7, b"two");
         assert_eq!((w.reused, w.repeated, w.by_source.len()), (1, 1, 2));
+        w.saw_at(3 + 247, a, 7, b"three");
+        assert_eq!(w.reused, 1, "a lifetime later the ID is free again");
     }
 
     #[test]

@@ -1,6 +1,14 @@
 //! A strict reader of the Prometheus text exposition format (0.0.4), for checking /metrics.
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
+
+/// `GET /metrics` from the endpoint at `addr`, parsed (200 required).
+pub fn scrape(addr: SocketAddr) -> Exposition {
+    let answer = super::http::get(addr, "/metrics");
+    assert_eq!(answer.status, 200, "GET /metrics");
+    Exposition::parse(&answer.body)
+}
 
 /// A parsed document: samples by `name{labels}` as written, and each family's TYPE.
 #[derive(Debug, Default)]

@@ -1,0 +1,274 @@
+//! The proxy's upstream endpoints over real sockets, with default flags: many Message ID
+//! spaces' worth of requests through one upstream without a 5.03 or a reused (source, MID),
+//! and a flood from one source that leaves the other clients served.
+
+mod common;
+
+use std::collections::{HashMap, VecDeque};
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use backoffd::coap::option::URI_PATH;
+use backoffd::coap::{Code, Message, MessageBuilder, MessageType};
+use backoffd::loadgen::{self, FastUpstream, LoadSpec, Offered};
+use common::exposition::scrape;
+use common::Daemon;
+
+/// Starts `backoffd proxy` in front of `upstream` with default flags (and metrics).
+fn default_proxy(upstream: SocketAddr) -> (Daemon, SocketAddr, SocketAddr) {
+    let up = upstream.to_string();
+    let args = [
+        "proxy",
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        &up,
+        "--metrics",
+        "127.0.0.1:0",
+    ];
+    let mut daemon = Daemon::spawn(&args, "info");
+    let proxy = daemon.wait_for_addr("CoAP proxy listening on ");
+    let metrics = daemon.wait_for_addr("metrics listening on ");
+    (daemon, proxy, metrics)
+}
+
+#[test]
+fn over_200_000_requests_through_one_upstream_need_no_5_03_and_reuse_no_message_id() {
+    // One socket's Message IDs last 247 s by default (RFC 7252 §4.4): 65,536 requests. This
+    // sends more than three times that, as fast as the proxy takes them.
+    const REQUESTS: u64 = 210_000;
+    let mut upstream = FastUpstream::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    upstream.watch_message_ids();
+    let (_daemon, proxy, metrics) = default_proxy(upstream.local_addr().unwrap());
+    let (mut answered, mut refused, mut lost) = (0, 0, 0);
+    let start = Instant::now();
+    while upstream.answered < REQUESTS {
+        assert!(start.elapsed() < Duration::from_secs(150), "too slow");
+        let spec = LoadSpec {
+            target: proxy,
+            confirmable: true,
+            options: vec![(URI_PATH, b"endpoints".to_vec())],
+            offered: Offered::Window(64),
+            warmup: Duration::ZERO,
+            duration: Duration::from_secs(1),
+            timeout: Duration::from_secs(2),
+            burst: 16,
+        };
+        let r = loadgen::run(&spec, Some(&mut upstream)).unwrap();
+        (answered, refused, lost) = (answered + r.answered, refused + r.errors, lost + r.lost);
+    }
+    let mids = upstream.mid_counts();
+    let doc = scrape(metrics);
+    let endpoints = doc.get(&format!(
+        "backoffd_coap_upstream_endpoints{{upstream=\"{}\"}}",
+        upstream.local_addr().unwrap()
+    ));
+    eprintln!(
+        "{} requests upstream in {:.1} s: {answered} answered 2.05 at the client, {refused} \
+         other answers, {lost} unanswered; upstream saw {} sources, {} MIDs reused with a new \
+         token, {} repeated with the same; {endpoints} endpoints open",
+        upstream.answered,
+        start.elapsed().as_secs_f64(),
+        mids.sources,
+        mids.reused,
+        mids.repeated
+    );
+    assert_eq!(
+        refused, 0,
+        "answers other than 2.05 (a 5.03 means no Message ID)"
+    );
+    assert_eq!(
+        doc.get("backoffd_coap_answers_total{code=\"5.03\"}"),
+        0.0,
+        "5.03 from the proxy"
+    );
+    assert_eq!(mids.reused, 0, "a (source, MID) reused within its lifetime");
+    // At least ceil(210000 / 65536) = 4 sources carried the requests, plus the spare open.
+    assert!(mids.sources >= 4, "{} sources", mids.sources);
+    assert!(endpoints >= 5.0, "{endpoints} endpoints open");
+    assert!(
+        lost * 100 <= answered,
+        "{lost} unanswered of {answered}: more than datagram drops on a busy machine explain"
+    );
+}
+
+/// An upstream that answers every request after `delay` (CON: piggybacked ACK; NON: NON),
+/// on its own thread until `stop`.
+fn slow_upstream(delay: Duration, stop: Arc<AtomicBool>) -> SocketAddr {
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_millis(1)))
+        .unwrap();
+    let addr = socket.local_addr().unwrap();
+    thread::spawn(move || {
+        let mut due: VecDeque<(Instant, SocketAddr, Vec<u8>)> = VecDeque::new();
+        let mut buf = [0u8; 1500];
+        let mut next_mid = 0u16;
+        while !stop.load(Ordering::Relaxed) {
+            while let Ok((n, from)) = socket.recv_from(&mut buf) {
+                let Ok(req) = Message::parse(&buf[..n]) else {
+                    continue;
+                };
+                if !req.code().is_request() {
+                    continue;
+                }
+                let (ty, mid) = match req.msg_type() {
+                    MessageType::Con => (MessageType::Ack, req.message_id()),
+                    _ => (MessageType::Non, next_mid),
+                };
+                next_mid = next_mid.wrapping_add(1);
+                let mut out = Vec::new();
+                MessageBuilder::new(&mut out, ty, Code::CONTENT, mid, req.token())
+                    .finish()
+                    .unwrap();
+                due.push_back((Instant::now() + delay, from, out));
+            }
+            let now = Instant::now();
+            while due.front().is_some_and(|(at, _, _)| *at <= now) {
+                let (_, to, out) = due.pop_front().unwrap();
+                let _ = socket.send_to(&out, to);
+            }
+        }
+    });
+    addr
+}
+
+fn get(ty: MessageType, mid: u16, token: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut b = MessageBuilder::new(&mut out, ty, Code::GET, mid, token);
+    b.option(URI_PATH, b"sensor");
+    b.finish().unwrap();
+    out
+}
+
+/// A well-behaved client (one request at a time, CON, retransmitted as RFC 7252 §4.2 says
+/// but faster) until `stop`; returns its requests' outcomes by code (`None`: unanswered) and
+/// their round trips.
+fn polite_client(
+    proxy: SocketAddr,
+    stop: Arc<AtomicBool>,
+) -> (HashMap<Option<Code>, u32>, Vec<Duration>) {
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_millis(250)))
+        .unwrap();
+    let (mut outcomes, mut round_trips) = (HashMap::new(), Vec::new());
+    let mut buf = [0u8; 1500];
+    let mut mid = 0u16;
+    while !stop.load(Ordering::Relaxed) {
+        mid = mid.wrapping_add(1);
+        let sent = Instant::now();
+        let request = get(MessageType::Con, mid, &mid.to_be_bytes());
+        let mut answer = None;
+        'attempts: for _ in 0..8 {
+            socket.send_to(&request, proxy).unwrap();
+            while let Ok(n) = socket.recv(&mut buf) {
+                let Ok(m) = Message::parse(&buf[..n]) else {
+                    continue;
+                };
+                if m.message_id() == mid && m.msg_type() == MessageType::Ack {
+                    answer = Some(m.code());
+                    break 'attempts;
+                }
+            }
+        }
+        *outcomes.entry(answer).or_insert(0) += 1;
+        round_trips.push(sent.elapsed());
+        thread::sleep(Duration::from_millis(2));
+    }
+    (outcomes, round_trips)
+}
+
+#[test]
+fn a_flood_from_one_source_leaves_other_clients_served() {
+    // The flood of the issue: 70,000 tiny NON requests in 1.6 s from one source. Without an
+    // endpoint pool it used up the upstream's Message IDs for 247 s; with it, and with the
+    // per-client cap, the source gets what its share allows and everyone else is served.
+    const FLOOD: u32 = 70_000;
+    let stop = Arc::new(AtomicBool::new(false));
+    let upstream = slow_upstream(Duration::from_millis(20), stop.clone());
+    let (_daemon, proxy, metrics) = default_proxy(upstream);
+    let others_stop = Arc::new(AtomicBool::new(false));
+    let others: Vec<_> = (0..4)
+        .map(|_| {
+            let stop = others_stop.clone();
+            thread::spawn(move || polite_client(proxy, stop))
+        })
+        .collect();
+
+    let flooder = UdpSocket::bind("127.0.0.1:0").unwrap();
+    flooder.set_nonblocking(true).unwrap();
+    let mut flood_answers: HashMap<Code, u32> = HashMap::new();
+    let mut buf = [0u8; 1500];
+    let mut drain = |answers: &mut HashMap<Code, u32>| {
+        while let Ok(n) = flooder.recv(&mut buf) {
+            if let Ok(m) = Message::parse(&buf[..n]) {
+                *answers.entry(m.code()).or_insert(0) += 1;
+            }
+        }
+    };
+    let start = Instant::now();
+    for i in 0..FLOOD {
+        // 100 per 2.3 ms: 70,000 in 1.6 s.
+        if i % 100 == 0 {
+            let at = start + Duration::from_micros(u64::from(i / 100) * 2_286);
+            while Instant::now() < at {
+                drain(&mut flood_answers);
+            }
+        }
+        let _ = flooder.send_to(&get(MessageType::Non, i as u16, &i.to_be_bytes()), proxy);
+    }
+    let flood_time = start.elapsed();
+    // Other clients go on after the flood too: nothing it did may lock them out.
+    let settle = Instant::now() + Duration::from_secs(1);
+    while Instant::now() < settle {
+        drain(&mut flood_answers);
+    }
+    others_stop.store(true, Ordering::Relaxed);
+    let (mut polite, mut round_trips): (HashMap<Option<Code>, u32>, Vec<Duration>) =
+        Default::default();
+    for h in others {
+        let (outcomes, times) = h.join().unwrap();
+        for (code, n) in outcomes {
+            *polite.entry(code).or_insert(0) += n;
+        }
+        round_trips.extend(times);
+    }
+    round_trips.sort();
+    let at = |q: f64| round_trips[((round_trips.len() - 1) as f64 * q) as usize];
+    drain(&mut flood_answers);
+    stop.store(true, Ordering::Relaxed);
+    let doc = scrape(metrics);
+    let refused = |cause: &str| {
+        doc.get(&format!(
+            "backoffd_coap_refusals_total{{cause=\"{cause}\"}}"
+        ))
+    };
+    eprintln!(
+        "flood: {FLOOD} NON in {:.2} s from one source; its answers {flood_answers:?}; other \
+         clients' requests {polite:?}, round trip p50 {:?} p99 {:?} max {:?}; 5.03 by cause: \
+         client {}, endpoints {}, inflight {}",
+        flood_time.as_secs_f64(),
+        at(0.5),
+        at(0.99),
+        at(1.0),
+        refused("client"),
+        refused("endpoints"),
+        refused("inflight"),
+    );
+    let served = polite.get(&Some(Code::CONTENT)).copied().unwrap_or(0);
+    let total: u32 = polite.values().sum();
+    assert!(served > 100, "other clients barely ran: {polite:?}");
+    assert_eq!(
+        served, total,
+        "every other client's request answered 2.05: {polite:?}"
+    );
+    assert_eq!(refused("endpoints"), 0.0, "Message IDs ran out");
+    assert!(
+        refused("client") > 0.0,
+        "the flood never met its per-client cap (upstream not slow enough?)"
+    );
+}
