@@ -88,35 +88,44 @@ impl TimerKind {
 /// wheel at the earliest of them (as quinn-proto's `TimerTable`). Setting a deadline later
 /// than that timer, or clearing one, touches no wheel: the timer fires, finds nothing due and
 /// is armed again for what is left. A request answered at once so costs one timer, not three.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Deadlines {
-    at: [Option<Timestamp>; 5],
+    /// By kind; [`UNSET`] where none is pending (8 bytes a slot, not 16 for an `Option`).
+    at: [Timestamp; 5],
     /// The wheel timer and its instant, while armed.
     pub wheel: Option<(TimerId, Timestamp)>,
 }
 
+/// The end of time: a deadline there would never fire, so it stands for "none".
+const UNSET: Timestamp = Timestamp::from_nanos(u64::MAX);
+
+impl Default for Deadlines {
+    fn default() -> Self {
+        Deadlines {
+            at: [UNSET; 5],
+            wheel: None,
+        }
+    }
+}
+
 impl Deadlines {
     pub fn set(&mut self, kind: TimerKind, at: Option<Timestamp>) {
-        self.at[kind as usize] = at;
+        self.at[kind as usize] = at.unwrap_or(UNSET);
     }
 
     /// The earliest deadline, if any.
     pub fn next(&self) -> Option<Timestamp> {
-        let mut next: Option<Timestamp> = None;
-        for &t in self.at.iter().flatten() {
-            if next.is_none_or(|n| t < n) {
-                next = Some(t);
-            }
-        }
-        next
+        let earliest = self.at.iter().copied().min().unwrap_or(UNSET);
+        (earliest != UNSET).then_some(earliest)
     }
 
     /// The earliest deadline due at `now` (ties in [`TimerKind`] order), cleared.
     pub fn take_due(&mut self, now: Timestamp) -> Option<TimerKind> {
         let (kind, _) = (TimerKind::ALL.into_iter())
-            .filter_map(|k| self.at[k as usize].filter(|&t| t <= now).map(|t| (k, t)))
+            .map(|k| (k, self.at[k as usize]))
+            .filter(|&(_, t)| t != UNSET && t <= now)
             .min_by_key(|&(_, t)| t)?;
-        self.at[kind as usize] = None;
+        self.at[kind as usize] = UNSET;
         Some(kind)
     }
 }
