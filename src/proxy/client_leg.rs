@@ -118,12 +118,15 @@ impl Proxy {
                 ),
             }
         }
-        let mut answer = self.unavailable("no upstream Message ID free (endpoint bound)");
-        if let NoEndpoint::Bound { until } = no {
-            let wait = until.saturating_since(now).as_secs_f64().ceil() as u32;
-            answer.max_age = Some(wait.max(1));
+        match no {
+            NoEndpoint::Bound { until } => {
+                let mut answer = self.unavailable("no upstream Message ID free (endpoint bound)");
+                let wait = until.saturating_since(now).as_secs_f64().ceil() as u32;
+                answer.max_age = Some(wait.max(1));
+                answer
+            }
+            NoEndpoint::Unavailable => self.unavailable("no upstream endpoint open"),
         }
-        answer
     }
 
     /// A client retransmission: answered from state, never forwarded again.

@@ -58,6 +58,10 @@ impl RetryPolicy {
 
     /// The un-jittered wait before retransmission `k` (1-based): `timeout * factor^(k-1)`.
     pub fn nominal_delay(&self, k: u32) -> Duration {
+        if k <= 1 {
+            // Every request's first wait: no floating point on the common path.
+            return self.timeout;
+        }
         let exp = i32::try_from(k.saturating_sub(1)).unwrap_or(i32::MAX);
         Duration::try_from_secs_f64(self.timeout.as_secs_f64() * self.backoff_factor.powi(exp))
             .unwrap_or(Duration::MAX)

@@ -52,15 +52,21 @@ impl Proxy {
             return self.finish(now, key);
         }
         self.send_to_client(now, key, ty, mid, &bytes);
-        let answer = Box::from(&bytes[..]);
-        self.scratch = bytes;
-        let Some(x) = self.get_mut(key) else { return };
-        x.answer = answer;
         self.set_deadline(key, TimerKind::AckDelay, None);
-        match observing {
-            true => self.start_observation(now, key, msg),
-            false => self.finish(now, key),
+        let delivering = self.get(key).is_some_and(|x| x.delivery.is_some());
+        if observing || delivering {
+            // Retransmitted or replayed later: the exchange keeps it.
+            if let Some(x) = self.get_mut(key) {
+                x.answer = Box::from(&bytes[..]);
+            }
         }
+        match (observing, delivering) {
+            (true, _) => self.start_observation(now, key, msg),
+            (false, true) => self.finish(now, key),
+            // Done: the answer goes straight to the cache, never boxed for the exchange.
+            (false, false) => self.retire(now, key, Some(&bytes)),
+        }
+        self.scratch = bytes;
     }
 
     /// Sends a CON or NON to the client, tracking its MID for the ACK/RST; CON is retransmitted.

@@ -33,8 +33,6 @@ pub struct ProxyComponent {
     /// One reactor timer at the engine's earliest deadline.
     timer: TimerSlot,
     buf: Vec<u8>,
-    /// Each outgoing datagram is copied here from the engine's queue.
-    send_buf: Vec<u8>,
     /// The loop's clock at the latest event, for the Message ID gauge of a scrape.
     last_now: Timestamp,
     /// Datagrams the kernel would not take (send buffer full): counted, then treated as lost.
@@ -54,7 +52,6 @@ impl ProxyComponent {
             by_token: HashMap::new(),
             timer: TimerSlot::default(),
             buf: vec![0; MAX_UDP_DATAGRAM],
-            send_buf: Vec::with_capacity(1500),
             last_now: Timestamp::ZERO,
             send_drops: 0,
         })
@@ -154,15 +151,18 @@ impl ProxyComponent {
     fn flush(&mut self, ctx: &mut Ctx<'_>) {
         let now = ctx.now();
         let _ = self.apply_endpoint_events(ctx, false);
-        while let Some(to) = self.engine.poll_transmit_into(&mut self.send_buf) {
-            let payload = &self.send_buf;
+        let (listener, endpoints) = (&self.listener, &self.endpoints);
+        let send = |to: Destination, payload: &[u8]| {
             let sent = match to {
-                Destination::Client(addr) => self.listener.send_to(payload, addr).map(drop),
-                Destination::Upstream(id) => match self.endpoints.get(id.0 as usize) {
+                Destination::Client(addr) => listener.send_to(payload, addr).map(drop),
+                Destination::Upstream(id) => match endpoints.get(id.0 as usize) {
                     Some(Some((socket, _))) => socket.send(payload).map(drop),
                     _ => Err(io::Error::from(io::ErrorKind::NotConnected)),
                 },
             };
+            (to, sent)
+        };
+        while let Some((to, sent)) = self.engine.poll_transmit_with(send) {
             match sent {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {

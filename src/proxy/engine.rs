@@ -215,18 +215,22 @@ impl Proxy {
         }
     }
 
-    /// The next datagram to send, if any: written into `buf` (its old contents replaced);
-    /// returns where it goes.
-    pub fn poll_transmit_into(&mut self, buf: &mut Vec<u8>) -> Option<Destination> {
-        self.out.pop_into(buf)
+    /// The next datagram to send, if any, handed to `send` with where it goes (without a
+    /// copy); returns what `send` returned.
+    pub fn poll_transmit_with<R>(
+        &mut self,
+        send: impl FnOnce(Destination, &[u8]) -> R,
+    ) -> Option<R> {
+        self.out.pop_with(send)
     }
 
-    /// [`poll_transmit_into`](Self::poll_transmit_into) into a new buffer, for harnesses
-    /// (tests, simulations) that keep what they send.
+    /// The next datagram as an owned [`Transmit`], for harnesses (tests, simulations) that
+    /// keep what they send.
     pub fn poll_transmit(&mut self) -> Option<Transmit> {
-        let mut payload = Vec::new();
-        let to = self.poll_transmit_into(&mut payload)?;
-        Some(Transmit { to, payload })
+        self.poll_transmit_with(|to, payload| Transmit {
+            to,
+            payload: payload.to_vec(),
+        })
     }
 
     /// The next upstream socket to open or close. Handle these before the datagrams of
@@ -508,7 +512,7 @@ impl Proxy {
     pub(super) fn finish(&mut self, now: Timestamp, key: ExchangeKey) {
         let Some(x) = self.get_mut(key) else { return };
         if x.delivery.is_none() {
-            return self.retire(now, key);
+            return self.retire(now, key, None);
         }
         x.state = State::Answered;
         self.delivering.push_back(key);
@@ -520,7 +524,7 @@ impl Proxy {
     pub(super) fn delivered(&mut self, now: Timestamp, key: ExchangeKey) {
         if self.get(key).is_some_and(|x| x.state == State::Answered) {
             self.delivering_count -= 1;
-            self.retire(now, key);
+            self.retire(now, key, None);
             while let Some(&front) = self.delivering.front() {
                 if self.get(front).is_some_and(|x| x.state == State::Answered) {
                     break;
@@ -555,16 +559,18 @@ impl Proxy {
         }
     }
 
-    /// Removes the exchange and keeps its answer for the client's duplicates.
-    fn retire(&mut self, now: Timestamp, key: ExchangeKey) {
+    /// Removes the exchange and keeps its answer for the client's duplicates: `answer`, or
+    /// the one the exchange holds.
+    pub(super) fn retire(&mut self, now: Timestamp, key: ExchangeKey, answer: Option<&[u8]>) {
         self.forget_non_mid(key);
         let x = self.exchanges.remove(key.index as usize);
         if let Some((id, _)) = x.deadlines.wheel {
             self.timers.cancel(id);
         }
         let client_key = (x.client, x.client_token, x.client_mid);
+        let answer = answer.unwrap_or(&x.answer);
         let replay = match (x.client_type, x.client_acked) {
-            (MessageType::Con, false) if !x.answer.is_empty() => Replay::Answer(&x.answer[..]),
+            (MessageType::Con, false) if !answer.is_empty() => Replay::Answer(answer),
             (MessageType::Con, _) => Replay::EmptyAck,
             _ => Replay::Nothing,
         };

@@ -31,17 +31,16 @@ impl Outbox {
         self.scratch = scratch;
     }
 
-    /// The oldest datagram into `buf` (replacing its contents), and where it goes.
-    pub(super) fn pop_into(&mut self, buf: &mut Vec<u8>) -> Option<Destination> {
+    /// Hands the oldest datagram and where it goes to `send`, then drops it from the queue.
+    pub(super) fn pop_with<R>(&mut self, send: impl FnOnce(Destination, &[u8]) -> R) -> Option<R> {
         let (to, len) = self.queue.pop_front()?;
-        buf.clear();
-        buf.extend_from_slice(&self.bytes[self.read..self.read + len]);
+        let sent = send(to, &self.bytes[self.read..self.read + len]);
         self.read += len;
         if self.queue.is_empty() {
             self.bytes.clear();
             self.read = 0;
         }
-        Some(to)
+        Some(sent)
     }
 
     #[cfg(test)]
@@ -63,14 +62,11 @@ mod tests {
             b.clear();
             b.extend_from_slice(b"second")
         });
-        let mut buf = b"junk".to_vec();
-        assert_eq!(out.pop_into(&mut buf), Some(a));
-        assert_eq!(buf, b"first");
+        let take = |out: &mut Outbox| out.pop_with(|to, b| (to, b.to_vec()));
+        assert_eq!(take(&mut out), Some((a, b"first".to_vec())));
         out.push(a, b"third");
-        assert_eq!(out.pop_into(&mut buf), Some(a));
-        assert_eq!(buf, b"second");
-        assert_eq!(out.pop_into(&mut buf), Some(a));
-        assert_eq!((buf.as_slice(), out.len()), (&b"third"[..], 0));
-        assert_eq!(out.pop_into(&mut buf), None);
+        assert_eq!(take(&mut out), Some((a, b"second".to_vec())));
+        assert_eq!(take(&mut out), Some((a, b"third".to_vec())));
+        assert_eq!((out.len(), take(&mut out)), (0, None));
     }
 }

@@ -1,5 +1,7 @@
 //! The upstream leg: the proxy's own retry policy, matching answers, and upstream failures.
 
+use std::time::Duration;
+
 use rand::Rng;
 
 use crate::coap::option::{self, OBSERVE};
@@ -75,7 +77,8 @@ impl Proxy {
         let spread = self
             .rng
             .random_range(1.0 - policy.jitter..=1.0 + policy.jitter);
-        let delay = policy.nominal_delay(attempts).mul_f64(spread);
+        let nominal = policy.nominal_delay(attempts).as_nanos() as f64;
+        let delay = Duration::from_nanos((nominal * spread).min(u64::MAX as f64) as u64);
         self.set_deadline(key, TimerKind::UpstreamRetransmit, Some(now + delay));
         self.push_from(key, |x| (Destination::Upstream(x.endpoint), &x.request));
     }
