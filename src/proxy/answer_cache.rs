@@ -225,6 +225,11 @@ mod tests {
     }
 
     #[test]
+    fn an_entry_is_small() {
+        assert!(std::mem::size_of::<Entry<ClientKey>>() <= 80);
+    }
+
+    #[test]
     fn the_bound_evicts_the_oldest_and_says_if_a_client_could_still_ask() {
         let mut ring = AnswerRing::new(Duration::from_secs(247), 2);
         for n in 0..3 {
