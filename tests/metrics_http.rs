@@ -44,23 +44,7 @@ fn test_upstream() -> SocketAddr {
 
 /// A proxy with a metrics endpoint: (daemon, CoAP address, metrics address).
 fn proxy_with_metrics() -> (Daemon, SocketAddr, SocketAddr) {
-    let up = test_upstream().to_string();
-    let args = [
-        "proxy",
-        "--listen",
-        "127.0.0.1:0",
-        "--upstream",
-        &up,
-        "--metrics",
-        "127.0.0.1:0",
-        "--timeout",
-        "30ms",
-        "--jitter",
-        "0",
-    ];
-    let (mut daemon, coap) = Daemon::start(&args, "CoAP proxy listening on ");
-    let metrics = daemon.wait_for_addr("metrics listening on ");
-    (daemon, coap, metrics)
+    common::proxy_with_metrics(test_upstream(), &["--timeout", "30ms", "--jitter", "0"])
 }
 
 /// Sends one confirmable GET of `path` through the proxy and returns the answer's code.

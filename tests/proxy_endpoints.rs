@@ -19,20 +19,7 @@ use common::Daemon;
 
 /// Starts `backoffd proxy` in front of `upstream` with default flags (and metrics).
 fn default_proxy(upstream: SocketAddr) -> (Daemon, SocketAddr, SocketAddr) {
-    let up = upstream.to_string();
-    let args = [
-        "proxy",
-        "--listen",
-        "127.0.0.1:0",
-        "--upstream",
-        &up,
-        "--metrics",
-        "127.0.0.1:0",
-    ];
-    let mut daemon = Daemon::spawn(&args, "info");
-    let proxy = daemon.wait_for_addr("CoAP proxy listening on ");
-    let metrics = daemon.wait_for_addr("metrics listening on ");
-    (daemon, proxy, metrics)
+    common::proxy_with_metrics(upstream, &[])
 }
 
 #[test]

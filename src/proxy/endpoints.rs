@@ -293,16 +293,22 @@ impl Endpoints {
         });
     }
 
+    /// Which upstream's socket `id` was being opened for (then no longer), if it was.
+    fn finish_opening(&mut self, id: EndpointId) -> Option<UpstreamId> {
+        let up = self.upstream_of(id)?;
+        let pool = &mut self.pools[usize::from(up)];
+        (pool.opening == Some(id)).then(|| {
+            pool.opening = None;
+            up
+        })
+    }
+
     /// The driver opened the socket of `id`: it becomes the current endpoint or the spare.
     pub(super) fn opened(&mut self, now: Timestamp, id: EndpointId) {
-        let Some(up) = self.upstream_of(id) else {
+        let Some(up) = self.finish_opening(id) else {
             return;
         };
         let pool = &mut self.pools[usize::from(up)];
-        if pool.opening != Some(id) {
-            return;
-        }
-        pool.opening = None;
         pool.retry_open_at = None;
         match pool.current {
             None => {
@@ -315,14 +321,10 @@ impl Endpoints {
 
     /// The driver could not open the socket of `id`: forget it, and try again a little later.
     pub(super) fn failed(&mut self, now: Timestamp, id: EndpointId) {
-        let Some(up) = self.upstream_of(id) else {
+        let Some(up) = self.finish_opening(id) else {
             return;
         };
         let pool = &mut self.pools[usize::from(up)];
-        if pool.opening != Some(id) {
-            return;
-        }
-        pool.opening = None;
         pool.count -= 1;
         pool.retry_open_at = Some(now + OPEN_RETRY);
         self.slab.remove(id.0 as usize);

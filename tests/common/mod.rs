@@ -11,6 +11,29 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
+/// Starts `backoffd proxy --upstream UPSTREAM --metrics <any port> [extra]` on loopback;
+/// returns the daemon, its CoAP address and its metrics address.
+pub fn proxy_with_metrics(
+    upstream: SocketAddr,
+    extra: &[&str],
+) -> (Daemon, SocketAddr, SocketAddr) {
+    let up = upstream.to_string();
+    let mut args = vec![
+        "proxy",
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        &up,
+        "--metrics",
+        "127.0.0.1:0",
+    ];
+    args.extend_from_slice(extra);
+    let mut daemon = Daemon::spawn(&args, "info");
+    let coap = daemon.wait_for_addr("CoAP proxy listening on ");
+    let metrics = daemon.wait_for_addr("metrics listening on ");
+    (daemon, coap, metrics)
+}
+
 /// A running `backoffd` process, killed on drop.
 pub struct Daemon {
     pub child: Child,
