@@ -8,7 +8,8 @@ use crate::coap::{decode_uint, Code, Message, MessageBuilder, MessageType};
 use crate::time::Timestamp;
 
 use super::{
-    AllowedTarget, Destination, EndpointId, Proxy, ProxyConfig, RetryPolicy, Routing, Transmit,
+    AllowedTarget, Destination, EndpointEvent, EndpointId, Proxy, ProxyConfig, RetryPolicy,
+    Routing, Transmit,
 };
 
 /// The first endpoint of the first upstream: where requests go while traffic is light.
@@ -391,6 +392,74 @@ fn notifications_are_relayed_with_the_clients_token_until_deregistration() {
     assert_eq!(
         Message::parse(&out[0].payload).unwrap().msg_type(),
         MessageType::Rst
+    );
+}
+
+#[test]
+fn an_observation_stays_on_its_endpoint_while_requests_move_on_and_keeps_it_open() {
+    let mut p = reverse();
+    p.handle_client_datagram(
+        t(0),
+        client(),
+        &request(MessageType::Con, Code::GET, 1, &[(OBSERVE, &[])]),
+    );
+    let reg = drain(&mut p).remove(0);
+    assert_eq!(reg.to, Destination::Upstream(EP0));
+    let reg = Message::parse(&reg.payload).unwrap();
+    let token = reg.token().to_vec();
+    let notify = |ty: MessageType, mid: u16, seq: u32| {
+        let mut out = Vec::new();
+        let mut b = MessageBuilder::new(&mut out, ty, Code::CONTENT, mid, &token);
+        b.option(OBSERVE, &encode_uint(seq));
+        b.finish().unwrap();
+        out
+    };
+    p.handle_upstream_datagram(t(1), EP0, &notify(MessageType::Ack, reg.message_id(), 1));
+    drain(&mut p);
+    // One endpoint's 65,536 Message IDs, answered at once: the next request leaves from
+    // another endpoint.
+    let other = SocketAddr::from(([127, 0, 0, 3], 40_000));
+    for i in 0..65_536u32 {
+        let req = request(MessageType::Non, Code::GET, i as u16, &[]);
+        p.handle_client_datagram(t(2), other, &req);
+        for out in drain(&mut p) {
+            if let Destination::Upstream(ep) = out.to {
+                let m = Message::parse(&out.payload).unwrap();
+                let mut answer = Vec::new();
+                MessageBuilder::new(&mut answer, MessageType::Non, Code::CONTENT, 7, m.token())
+                    .finish()
+                    .unwrap();
+                p.handle_upstream_datagram(t(2), ep, &answer);
+            }
+        }
+        drain(&mut p);
+        p.accept_endpoint_events(t(2));
+    }
+    assert_eq!(
+        p.endpoints.count(0),
+        3,
+        "the spare took over; a new spare opened"
+    );
+    // Notifications still come to the registration's endpoint, and only there.
+    p.handle_upstream_datagram(t(10), EP0, &notify(MessageType::Non, 500, 2));
+    assert_eq!(only_to_client(&drain(&mut p)).code(), Code::CONTENT);
+    p.handle_upstream_datagram(t(11), EndpointId(1), &notify(MessageType::Non, 501, 3));
+    let out = drain(&mut p);
+    assert_eq!(out[0].to, Destination::Upstream(EndpointId(1)));
+    assert_eq!(
+        Message::parse(&out[0].payload).unwrap().msg_type(),
+        MessageType::Rst,
+        "a notification on another endpoint is not the observation's"
+    );
+    // A lifetime later every ID of the first endpoint is free, but the observation holds it.
+    let later = t(2) + Duration::from_secs(250);
+    p.handle_upstream_datagram(later, EP0, &notify(MessageType::Non, 502, 4));
+    drain(&mut p);
+    p.handle_timeout(later);
+    let closed: Vec<_> = p.accept_endpoint_events(later);
+    assert!(
+        !closed.contains(&EndpointEvent::Close { id: EP0 }),
+        "{closed:?}"
     );
 }
 
