@@ -340,25 +340,36 @@ fn reverse_proxy_refuses_proxy_uri() {
     );
 }
 
-#[test]
-fn notifications_are_relayed_with_the_clients_token_until_deregistration() {
+/// A client's Observe registration through a fresh reverse proxy: the proxy, and the
+/// registration as it went upstream (endpoint, token, MID).
+fn registered() -> (Proxy, Destination, Vec<u8>, u16) {
     let mut p = reverse();
     p.handle_client_datagram(
         t(0),
         client(),
         &request(MessageType::Con, Code::GET, 1, &[(OBSERVE, &[])]),
     );
-    let req = drain(&mut p).remove(0);
-    let req = Message::parse(&req.payload).unwrap();
-    let (token, mid) = (req.token().to_vec(), req.message_id());
-    let notify = |ty: MessageType, mid: u16, seq: u32| {
-        let mut out = Vec::new();
-        let mut b = MessageBuilder::new(&mut out, ty, Code::CONTENT, mid, &token);
-        b.option(OBSERVE, &encode_uint(seq));
-        b.payload(&seq.to_be_bytes());
-        b.finish().unwrap();
-        out
-    };
+    let reg = drain(&mut p).remove(0);
+    let msg = Message::parse(&reg.payload).unwrap();
+    let (token, mid) = (msg.token().to_vec(), msg.message_id());
+    (p, reg.to, token, mid)
+}
+
+/// An upstream notification (or, as an ACK, the registration's answer) with sequence `seq`,
+/// carrying `seq` as its payload.
+fn notification(ty: MessageType, mid: u16, token: &[u8], seq: u32) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut b = MessageBuilder::new(&mut out, ty, Code::CONTENT, mid, token);
+    b.option(OBSERVE, &encode_uint(seq));
+    b.payload(&seq.to_be_bytes());
+    b.finish().unwrap();
+    out
+}
+
+#[test]
+fn notifications_are_relayed_with_the_clients_token_until_deregistration() {
+    let (mut p, _, token, mid) = registered();
+    let notify = |ty, mid, seq| notification(ty, mid, &token, seq);
     p.handle_upstream_datagram(t(5), EP0, &notify(MessageType::Ack, mid, 1));
     let first = drain(&mut p);
     assert_eq!(only_to_client(&first).msg_type(), MessageType::Ack);
@@ -397,24 +408,10 @@ fn notifications_are_relayed_with_the_clients_token_until_deregistration() {
 
 #[test]
 fn an_observation_stays_on_its_endpoint_while_requests_move_on_and_keeps_it_open() {
-    let mut p = reverse();
-    p.handle_client_datagram(
-        t(0),
-        client(),
-        &request(MessageType::Con, Code::GET, 1, &[(OBSERVE, &[])]),
-    );
-    let reg = drain(&mut p).remove(0);
-    assert_eq!(reg.to, Destination::Upstream(EP0));
-    let reg = Message::parse(&reg.payload).unwrap();
-    let token = reg.token().to_vec();
-    let notify = |ty: MessageType, mid: u16, seq: u32| {
-        let mut out = Vec::new();
-        let mut b = MessageBuilder::new(&mut out, ty, Code::CONTENT, mid, &token);
-        b.option(OBSERVE, &encode_uint(seq));
-        b.finish().unwrap();
-        out
-    };
-    p.handle_upstream_datagram(t(1), EP0, &notify(MessageType::Ack, reg.message_id(), 1));
+    let (mut p, to, token, mid) = registered();
+    assert_eq!(to, Destination::Upstream(EP0));
+    let notify = |ty, mid, seq| notification(ty, mid, &token, seq);
+    p.handle_upstream_datagram(t(1), EP0, &notify(MessageType::Ack, mid, 1));
     drain(&mut p);
     // One endpoint's 65,536 Message IDs, answered at once: the next request leaves from
     // another endpoint.
