@@ -10,9 +10,9 @@ use crate::time::Timestamp;
 
 use super::answer_cache::Replay;
 use super::clients::ClientSlot;
-use super::endpoints::{EndpointId, NoEndpoint};
+use super::endpoints::{EndpointId, NoEndpoint, UpstreamId};
 use super::engine::{encode_local, Destination, LocalAnswer, Proxy, Seen};
-use super::exchange::{ExchangeKey, TimerKind, Token, UpstreamId};
+use super::exchange::{ExchangeKey, TimerKind, Token};
 use super::route::{self, RouteError, Target};
 
 /// Where a request goes, decided before any state is created.

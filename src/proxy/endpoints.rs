@@ -28,8 +28,10 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use slab::Slab;
 
-use super::exchange::UpstreamId;
 use crate::time::Timestamp;
+
+/// Index of an upstream (a reverse target or an allowed forward target) in the proxy's table.
+pub type UpstreamId = u16;
 
 /// After the driver could not open a socket (out of descriptors, say), ask again this late.
 const OPEN_RETRY: Duration = Duration::from_secs(1);

@@ -23,20 +23,12 @@ use crate::timer::TimerWheel;
 
 use super::answer_cache::{AnswerRing, ClientKey, Gone, Replay};
 use super::clients::{ClientSlot, Clients};
-use super::endpoints::{EndpointEvent, EndpointId, Endpoints};
-use super::exchange::{Exchange, ExchangeKey, State, TimerKind, Token, UpstreamId};
+use super::endpoints::{EndpointEvent, EndpointId, Endpoints, UpstreamId};
+use super::exchange::{Exchange, ExchangeKey, State, TimerKind, Token};
 use super::keyed_hash::KeyedMap;
+pub use super::outbox::Destination;
 use super::outbox::Outbox;
 use super::{Counters, ProxyConfig};
-
-/// Which socket a datagram leaves through.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Destination {
-    /// The client-facing socket, to this client.
-    Client(SocketAddr),
-    /// This upstream endpoint's socket (connected to its upstream).
-    Upstream(EndpointId),
-}
 
 /// A datagram to send.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -7,10 +7,7 @@ use crate::time::Timestamp;
 use crate::timer::TimerId;
 
 use super::clients::ClientSlot;
-use super::endpoints::EndpointId;
-
-/// Index of an upstream (a reverse target or an allowed forward target) in the proxy's table.
-pub type UpstreamId = u16;
+use super::endpoints::{EndpointId, UpstreamId};
 
 /// Names one exchange; a timer or map entry holding a key for a freed or reused slot is
 /// recognised by its generation and ignored.

@@ -56,6 +56,6 @@ mod upstream_leg;
 pub use config::{AllowedTarget, ConfigError, ProxyConfig, RetryPolicy, Routing};
 pub use counters::Counters;
 pub use driver::ProxyComponent;
-pub use endpoints::{EndpointEvent, EndpointId};
+pub use endpoints::{EndpointEvent, EndpointId, UpstreamId};
 pub use engine::{Destination, Proxy, Transmit, UpstreamStats};
-pub use exchange::{State, UpstreamId};
+pub use exchange::State;

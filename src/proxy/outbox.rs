@@ -1,10 +1,21 @@
 //! Datagrams waiting for the driver, back to back in one buffer: queuing one costs a copy,
-//! not an allocation, and the driver copies each out into its own buffer to send it.
+//! not an allocation, and the driver sends each straight from there.
 
 use std::collections::VecDeque;
+use std::net::SocketAddr;
 
-use super::engine::Destination;
+use super::endpoints::EndpointId;
 
+/// Which socket a datagram leaves through.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Destination {
+    /// The client-facing socket, to this client.
+    Client(SocketAddr),
+    /// This upstream endpoint's socket (connected to its upstream).
+    Upstream(EndpointId),
+}
+
+/// The engine's queue of datagrams to send.
 #[derive(Debug, Default)]
 pub(super) struct Outbox {
     /// Each datagram's destination and length, oldest first.
