@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use backoffd::coap::option::PROXY_URI;
 use backoffd::coap::{Code, MessageBuilder, MessageType};
-use backoffd::proxy::{AllowedTarget, Proxy, ProxyConfig, RetryPolicy, Routing};
+use backoffd::proxy::{AllowedTarget, Proxy, ProxyConfig, RetryPolicy, Routing, Seeds};
 use backoffd::time::Timestamp;
 use common::exposition::scrape;
 use common::{free_port, Daemon};
@@ -292,7 +292,6 @@ fn engine_heap_per_exchange() -> Heap {
         max_inflight_per_client: max,
         max_cached: max,
         upstream_exchange_lifetime: Duration::from_secs(2000),
-        seed: 1,
         ..ProxyConfig::default()
     };
     config.validate().expect("a valid configuration");
@@ -304,7 +303,11 @@ fn engine_heap_per_exchange() -> Heap {
         REQUESTED.load(Ordering::Relaxed),
         USABLE.load(Ordering::Relaxed),
     );
-    let mut proxy = Proxy::new(config);
+    let seeds = Seeds {
+        rng: 1,
+        hash: [1, 2],
+    };
+    let mut proxy = Proxy::new(config, seeds);
     let mut now = Timestamp::from_nanos(1_000_000_000);
     proxy.accept_endpoint_events(now);
     for (i, r) in reqs.iter().enumerate() {

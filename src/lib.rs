@@ -1,9 +1,11 @@
 //! backoffd: a single-threaded mio daemon with a CoAP forwarding proxy, gRPC's
 //! connection-backoff interop server and client, and the hashed timer wheel they run on.
 //!
-//! Protocol cores are sans-IO state machines that take `now` and bytes and return what to send
-//! and when to be woken; [`reactor`] is the only place that owns sockets, the clock and the
-//! timer wheel ([`timer`]).
+//! Protocol cores are sans-IO state machines that take `now`, bytes and seeds and return what
+//! to send, events and when to be woken. They read no clock, own no socket, draw no OS
+//! randomness and log nothing, and clippy checks it (`clippy.toml`): only the reactor, the
+//! socket helpers, the components' drivers and the application modules are allowed those, each
+//! saying why.
 //!
 //! # Where things live
 //!
@@ -77,6 +79,16 @@
 //! [`metrics::MetricsServer`] for a small one.
 
 #![warn(missing_docs)]
+// The sans-IO boundary: see clippy.toml. Modules that do I/O allow these, each saying why;
+// unit tests are drivers and are not checked.
+#![cfg_attr(
+    not(test),
+    warn(
+        clippy::disallowed_methods,
+        clippy::disallowed_types,
+        clippy::disallowed_macros
+    )
+)]
 
 pub mod cli;
 pub mod coap;

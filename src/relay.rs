@@ -8,6 +8,13 @@
 //! this reactor can reach; the proxy's cost is the distance to it. It is not a CoAP proxy:
 //! with several clients, answers go to whoever spoke last.
 
+// I/O module: The benchmark's stateless relay: nothing but sockets.
+#![allow(
+    clippy::disallowed_methods,
+    clippy::disallowed_types,
+    clippy::disallowed_macros
+)]
+
 use std::io;
 use std::net::SocketAddr;
 

@@ -5,12 +5,17 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use backoffd::proxy::{EndpointEvent, Proxy, ProxyConfig, Routing};
+use backoffd::proxy::{EndpointEvent, Proxy, ProxyConfig, Routing, Seeds};
 use backoffd::time::Timestamp;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let mut proxy = Proxy::new(ProxyConfig {
+    let seeds = Seeds {
+        rng: 1,
+        hash: [1, 2],
+    };
+    let mut proxy = Proxy::new(
+        ProxyConfig {
         routing: Routing {
             upstream: Some("127.0.0.1:5684".parse().unwrap()),
             allow: Vec::new(),
@@ -18,9 +23,10 @@ fuzz_target!(|data: &[u8]| {
         },
         max_inflight: 64,
         max_cached: 64,
-        seed: 1,
         ..ProxyConfig::default()
-    });
+        },
+        seeds,
+    );
     let mut now = Timestamp::from_nanos(1);
     // Endpoint 0 is the first socket towards the upstream; later ones open as IDs run out.
     let mut endpoints = Vec::new();

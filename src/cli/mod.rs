@@ -1,5 +1,12 @@
 //! The `backoffd` command line: subcommand dispatch. Each subcommand has its own file.
 
+// I/O module: The command line is the application: it resolves names, reads files and logs.
+#![allow(
+    clippy::disallowed_methods,
+    clippy::disallowed_types,
+    clippy::disallowed_macros
+)]
+
 pub mod config_file;
 mod demo;
 pub mod flags;

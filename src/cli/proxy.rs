@@ -230,7 +230,7 @@ pub fn config_from_flags(flags: &Flags) -> Result<ProxyConfig, UsageError> {
             .get_or("overload-max-age", DurationArg(defaults.overload_max_age))?
             .0,
         default_hop_limit: flags.get_or("hop-limit", defaults.default_hop_limit)?,
-        seed: flags.get_or("seed", 0)?,
+        seed: flags.get("seed")?,
         local_addr: None,
     })
 }

@@ -6,7 +6,7 @@
 //! deadline passes, is reported as [`ServerEvent::Cancelled`] so the application can forget
 //! work it parked for it.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 
 use super::call::{
     check_request, response_headers, trailers, trailers_only, Header, RequestCheck, RequestHead,
@@ -55,7 +55,7 @@ struct Call {
 /// One HTTP/2 connection serving unary gRPC calls.
 pub struct ServerConnection {
     h2: Connection,
-    calls: HashMap<u32, Call>,
+    calls: BTreeMap<u32, Call>,
     events: VecDeque<ServerEvent>,
 }
 
@@ -64,7 +64,7 @@ impl ServerConnection {
     pub fn new(now: Timestamp, config: Config) -> Self {
         ServerConnection {
             h2: Connection::new(Role::Server, config, now),
-            calls: HashMap::new(),
+            calls: BTreeMap::new(),
             events: VecDeque::new(),
         }
     }
@@ -139,6 +139,11 @@ impl ServerConnection {
     /// The connection is over: flush the output, then close the socket.
     pub fn is_closed(&self) -> bool {
         self.h2.is_closed()
+    }
+
+    /// Why the HTTP/2 connection failed, if it did (for the driver's log).
+    pub fn error(&self) -> Option<crate::http2::error::H2Error> {
+        self.h2.error()
     }
 
     fn process(&mut self, now: Timestamp) {

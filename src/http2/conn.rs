@@ -772,8 +772,7 @@ impl Connection {
     /// so the HPACK table stays in sync (§4.3).
     fn on_header_block(&mut self, id: u32, end_stream: bool, block: &[u8]) -> Result<(), H2Error> {
         let mut headers = Vec::new();
-        if let Err(e) = self.decoder.decode(block, &mut headers) {
-            log::debug!("http2: {e}");
+        if self.decoder.decode(block, &mut headers).is_err() {
             return Err(H2Error::connection(
                 ErrorCode::COMPRESSION_ERROR,
                 "HPACK error",
@@ -1107,7 +1106,6 @@ impl Connection {
         if self.closed {
             return;
         }
-        log::debug!("http2 {:?}: closing with {code}: {reason}", self.role);
         frame::encode_goaway(&mut self.output, self.last_peer_id, code, reason.as_bytes());
         self.error = Some(H2Error::connection(code, reason));
         self.close();

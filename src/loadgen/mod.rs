@@ -7,6 +7,13 @@
 //! core, they outrun whatever runs on the other core: the proxy, the relay, or a peer.
 //! `benches/proxy_throughput.rs` builds the published comparison on it.
 
+// I/O module: The benchmark load generator and upstream: sockets and the clock are its job.
+#![allow(
+    clippy::disallowed_methods,
+    clippy::disallowed_types,
+    clippy::disallowed_macros
+)]
+
 pub mod batch;
 pub mod upstream;
 

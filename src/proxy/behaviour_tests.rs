@@ -9,7 +9,7 @@ use crate::time::Timestamp;
 
 use super::{
     AllowedTarget, Destination, EndpointEvent, EndpointId, Proxy, ProxyConfig, RetryPolicy,
-    Routing, Transmit,
+    Routing, Seeds, Transmit,
 };
 
 /// The first endpoint of the first upstream: where requests go while traffic is light.
@@ -17,7 +17,11 @@ const EP0: EndpointId = EndpointId(0);
 
 /// A proxy whose endpoint sockets are open.
 fn started(config: ProxyConfig) -> Proxy {
-    let mut p = Proxy::new(config);
+    let seeds = Seeds {
+        rng: config.seed.unwrap_or(1),
+        hash: [1, 2],
+    };
+    let mut p = Proxy::new(config, seeds);
     p.accept_endpoint_events(t(0));
     p
 }
@@ -45,7 +49,7 @@ fn reverse() -> Proxy {
             jitter: 0.0,
             ..RetryPolicy::DEFAULT
         },
-        seed: 1,
+        seed: Some(1),
         ..ProxyConfig::default()
     })
 }
@@ -61,7 +65,7 @@ fn forward() -> Proxy {
             }],
             forward: true,
         },
-        seed: 1,
+        seed: Some(1),
         ..ProxyConfig::default()
     })
 }

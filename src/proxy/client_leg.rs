@@ -12,6 +12,7 @@ use super::answer_cache::Replay;
 use super::clients::ClientSlot;
 use super::endpoints::{EndpointId, NoEndpoint, UpstreamId};
 use super::engine::{encode_local, Destination, LocalAnswer, Proxy, Seen};
+use super::events::{ProxyEvent, Source};
 use super::exchange::{ExchangeKey, TimerKind, Token};
 use super::route::{self, RouteError, Target};
 
@@ -55,7 +56,10 @@ impl Proxy {
         e: crate::coap::FormatError,
     ) {
         self.counters.client_format_errors += 1;
-        log::debug!("malformed datagram from client {from}: {e}");
+        self.events.push(ProxyEvent::Malformed {
+            from: Source::Client(from),
+            error: e,
+        });
         if let Some((MessageType::Con, mid, _)) = peek_header(bytes) {
             self.send_rst(Destination::Client(from), mid);
         }
@@ -102,22 +106,10 @@ impl Proxy {
     /// or the next socket is not open. 5.03, with a Max-Age saying when to try again.
     fn no_endpoint(&mut self, now: Timestamp, up: UpstreamId, no: NoEndpoint) -> LocalAnswer {
         self.counters.refused_endpoints += 1;
-        let bound = self.config.max_upstream_endpoints;
-        let upstream = &mut self.upstreams[usize::from(up)];
-        if let Some(refused) = upstream.refused(now) {
-            match no {
-                NoEndpoint::Bound { .. } => log::warn!(
-                    "upstream {}: the Message IDs of all {bound} endpoints (--max-upstream-endpoints) \
-                     are reserved; {refused} request(s) answered 5.03 since the last warning",
-                    upstream.addr
-                ),
-                NoEndpoint::Unavailable => log::warn!(
-                    "upstream {}: no endpoint socket could be opened; {refused} request(s) \
-                     answered 5.03 since the last warning",
-                    upstream.addr
-                ),
-            }
-        }
+        let upstream = self.upstreams[usize::from(up)].addr;
+        let at_bound = matches!(no, NoEndpoint::Bound { .. });
+        self.events
+            .push(ProxyEvent::NoMessageId { upstream, at_bound });
         match no {
             NoEndpoint::Bound { until } => {
                 let mut answer = self.unavailable("no upstream Message ID free (endpoint bound)");

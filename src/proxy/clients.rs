@@ -17,7 +17,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use slab::Slab;
 
-use super::keyed_hash::KeyedMap;
+use super::keyed_hash::{KeyedMap, KeyedState};
 
 /// Names a client's entry while references on it are held.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,10 +42,10 @@ pub(super) struct Clients {
 }
 
 impl Clients {
-    pub(super) fn new(seed: u64) -> Self {
+    pub(super) fn new(seed: u64, hash: &KeyedState) -> Self {
         Clients {
             slab: Slab::new(),
-            by_addr: KeyedMap::default(),
+            by_addr: hash.map(),
             rng: SmallRng::seed_from_u64(seed),
         }
     }
@@ -128,7 +128,7 @@ pub(super) mod tests {
 
     #[test]
     fn an_entry_lives_while_referenced_and_numbers_on_from_a_random_start() {
-        let mut clients = Clients::new(1);
+        let mut clients = Clients::new(1, &KeyedState::new([1, 2]));
         let addr: SocketAddr = "127.0.0.1:40000".parse().unwrap();
         let slot = clients.slot(addr);
         assert_eq!(clients.slot(addr), slot, "one entry per address");

@@ -160,8 +160,9 @@ pub struct ProxyConfig {
     pub overload_max_age: Duration,
     /// Hop-Limit inserted when a request has none (RFC 8768 §3: 16).
     pub default_hop_limit: u8,
-    /// Seed for jitter, tokens and Message IDs (0 = from the OS).
-    pub seed: u64,
+    /// `--seed`: what the driver seeds the engine's jitter, tokens and Message IDs with
+    /// (`None`: randomness from the OS). The engine itself only takes [`Seeds`](super::Seeds).
+    pub seed: Option<u64>,
     /// The client-facing address, so a Proxy-Uri naming the proxy itself is served locally
     /// (set by the driver once bound).
     pub local_addr: Option<SocketAddr>,
@@ -187,7 +188,7 @@ impl Default for ProxyConfig {
             upstream_exchange_lifetime: params::EXCHANGE_LIFETIME,
             overload_max_age: Duration::from_secs(2),
             default_hop_limit: 16,
-            seed: 0,
+            seed: None,
             local_addr: None,
         }
     }

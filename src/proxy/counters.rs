@@ -74,6 +74,8 @@ pub struct Counters {
     pub early_evictions: u64,
     /// The proxy's own answers (never forwarded) evicted from their full store.
     pub local_answer_evictions: u64,
+    /// Diagnostic events dropped because the driver did not take them (the queue is bounded).
+    pub events_dropped: u64,
     /// Gauge: exchanges being worked on (waiting, observing, or delivering an answer).
     pub live_exchanges: u64,
     /// Gauge: answers kept to answer duplicates (the proxy's own included).

@@ -9,6 +9,7 @@ use crate::coap::{empty_ack, params, rewrite, Message, MessageType};
 use crate::time::Timestamp;
 
 use super::engine::{Destination, Proxy};
+use super::events::ProxyEvent;
 use super::exchange::{ClientDelivery, ExchangeKey, State, TimerKind};
 
 impl Proxy {
@@ -120,7 +121,8 @@ impl Proxy {
             let client = x.client;
             self.by_client_mid.remove(&(client, mid));
             self.counters.client_delivery_failures += 1;
-            log::info!("client {client} never acknowledged answer MID {mid}; giving up on it");
+            self.events
+                .push(ProxyEvent::ClientNeverAcked { client, mid });
             return self.delivered(now, key);
         }
         d.retransmits += 1;

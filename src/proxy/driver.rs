@@ -7,6 +7,13 @@
 //! between sockets and the engine and keeps one reactor timer armed for the engine's earliest
 //! deadline.
 
+// I/O module: The proxy engine's driver: owns its sockets and draws its seeds from the OS.
+#![allow(
+    clippy::disallowed_methods,
+    clippy::disallowed_types,
+    clippy::disallowed_macros
+)]
+
 use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
@@ -14,7 +21,8 @@ use std::net::SocketAddr;
 use mio::net::UdpSocket;
 use mio::{Interest, Token};
 
-use super::{Destination, EndpointEvent, EndpointId, Proxy, ProxyConfig, UpstreamStats};
+use super::report::Report;
+use super::{Destination, EndpointEvent, EndpointId, Proxy, ProxyConfig, Seeds, UpstreamStats};
 use crate::metrics::MetricsWriter;
 use crate::net::{connected_udp, MAX_UDP_DATAGRAM};
 use crate::reactor::{Component, Ctx, Readiness, TimerSlot};
@@ -32,6 +40,8 @@ pub struct ProxyComponent {
     by_token: HashMap<Token, EndpointId>,
     /// One reactor timer at the engine's earliest deadline.
     timer: TimerSlot,
+    /// The engine's events, logged and rate-limited.
+    report: Report,
     buf: Vec<u8>,
     /// The loop's clock at the latest event, for the Message ID gauge of a scrape.
     last_now: Timestamp,
@@ -45,12 +55,13 @@ impl ProxyComponent {
         let listener = UdpSocket::bind(listen)?;
         config.local_addr = Some(listener.local_addr()?);
         Ok(ProxyComponent {
-            engine: Proxy::new(config),
+            engine: Proxy::new(config.clone(), seeds(config.seed)),
             listener,
             listener_token: None,
             endpoints: Vec::new(),
             by_token: HashMap::new(),
             timer: TimerSlot::default(),
+            report: Report::default(),
             buf: vec![0; MAX_UDP_DATAGRAM],
             last_now: Timestamp::ZERO,
             send_drops: 0,
@@ -183,6 +194,10 @@ impl ProxyComponent {
     fn after_input(&mut self, ctx: &mut Ctx<'_>) {
         self.last_now = ctx.now();
         self.flush(ctx);
+        let bound = self.engine.max_upstream_endpoints();
+        while let Some(event) = self.engine.poll_event() {
+            self.report.log(ctx.now(), event, bound);
+        }
         // The engine's earliest deadline moves later with nearly every answer (its ack-delay
         // timer goes); `handle_timeout` may run early, so an earlier timer is left armed.
         self.timer.set_no_later(ctx, self.engine.poll_timeout(), 0);
@@ -226,6 +241,16 @@ impl Component for ProxyComponent {
     }
 }
 
+/// The engine's randomness from the OS; `--seed` fixes the part that makes a run repeatable.
+fn seeds(configured: Option<u64>) -> Seeds {
+    use rand::{Rng, SeedableRng};
+    let mut os = rand::rngs::SmallRng::from_os_rng();
+    Seeds {
+        rng: configured.unwrap_or_else(|| os.random()),
+        hash: os.random(),
+    }
+}
+
 /// Per-upstream gauges: endpoints open and Message IDs reserved.
 fn write_upstream_metrics(stats: &[UpstreamStats], out: &mut MetricsWriter) {
     let names: Vec<String> = stats.iter().map(|s| s.addr.to_string()).collect();
@@ -258,7 +283,7 @@ fn write_upstream_metrics(stats: &[UpstreamStats], out: &mut MetricsWriter) {
 
 /// The proxy's counters under `backoffd_coap_*` names.
 fn write_proxy_metrics(c: &super::Counters, send_drops: u64, out: &mut MetricsWriter) {
-    let counters: [(&str, &str, u64); 12] = [
+    let counters: [(&str, &str, u64); 13] = [
         (
             "requests_total",
             "Client requests accepted (duplicates excluded).",
@@ -313,6 +338,11 @@ fn write_proxy_metrics(c: &super::Counters, send_drops: u64, out: &mut MetricsWr
             "local_answer_evictions_total",
             "The proxy's own answers evicted from their full store.",
             c.local_answer_evictions,
+        ),
+        (
+            "events_dropped_total",
+            "Diagnostic events the engine dropped because its bounded queue was full.",
+            c.events_dropped,
         ),
         (
             "send_drops_total",

@@ -24,8 +24,9 @@ use crate::timer::TimerWheel;
 use super::answer_cache::{AnswerRing, ClientKey, Gone, Replay};
 use super::clients::{ClientSlot, Clients};
 use super::endpoints::{EndpointEvent, EndpointId, Endpoints, UpstreamId};
+use super::events::{Events, ProxyEvent};
 use super::exchange::{Exchange, ExchangeKey, State, TimerKind, Token};
-use super::keyed_hash::KeyedMap;
+use super::keyed_hash::{KeyedMap, KeyedState};
 pub use super::outbox::Destination;
 use super::outbox::Outbox;
 use super::{Counters, ProxyConfig};
@@ -50,48 +51,16 @@ pub(super) enum Seen {
     AnsweredLocally(u64),
 }
 
-/// One upstream: what is in flight to it, and the rate-limited refusal warning.
+/// One upstream: its address, and what is in flight to it.
 #[derive(Debug)]
 pub(super) struct Upstream {
     pub(super) addr: SocketAddr,
     pub(super) inflight: usize,
-    /// Requests refused for want of a Message ID since the last warning, and when that was: a
-    /// sustained overload must not log a line per request.
-    refused: u64,
-    warned: Option<Timestamp>,
 }
-
-/// Shortest interval between two "no Message ID" warnings for one upstream.
-const EXHAUSTION_WARNING_INTERVAL: Duration = Duration::from_secs(10);
 
 /// Kept answers expire in batches: at most this late, and one wake-up per batch rather than
 /// one per answer at high request rates.
 const EXPIRY_BATCH: Duration = Duration::from_millis(100);
-
-impl Upstream {
-    fn new(addr: SocketAddr) -> Self {
-        Upstream {
-            addr,
-            inflight: 0,
-            refused: 0,
-            warned: None,
-        }
-    }
-
-    /// Counts a request refused for want of a Message ID; returns how many were refused since
-    /// the last warning when it is time for another one.
-    pub(super) fn refused(&mut self, now: Timestamp) -> Option<u64> {
-        self.refused += 1;
-        if self
-            .warned
-            .is_some_and(|at| now < at + EXHAUSTION_WARNING_INTERVAL)
-        {
-            return None;
-        }
-        self.warned = Some(now);
-        Some(std::mem::take(&mut self.refused))
-    }
-}
 
 /// One upstream's endpoints as the metrics see them.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -104,6 +73,17 @@ pub struct UpstreamStats {
     pub mids_reserved: u64,
     /// Exchanges waiting on it.
     pub in_flight: usize,
+}
+
+/// The engine's randomness, given rather than drawn: the driver draws it from the OS (or takes
+/// `--seed`), tests fix it. The core never touches OS randomness, and a seeded run replays.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Seeds {
+    /// Seeds the jitter, the tokens and the first Message IDs.
+    pub rng: u64,
+    /// The secrets of the engine's maps' hash: keep them random (not from a seed a user
+    /// may publish), or clients could choose keys that collide.
+    pub hash: [u64; 2],
 }
 
 /// What the proxy answers with when it answers itself.
@@ -155,6 +135,8 @@ pub struct Proxy {
     pub(super) inflight: usize,
     pub(super) observations: usize,
     pub(super) clients: Clients,
+    /// Diagnostics for the driver to log.
+    pub(super) events: Events,
     /// Reused encode buffer.
     pub(super) scratch: Vec<u8>,
     /// Shutting down: new requests are refused with 5.03.
@@ -164,11 +146,9 @@ pub struct Proxy {
 impl Proxy {
     /// A proxy for a validated configuration. It asks for each upstream's first endpoints at
     /// once: drain [`poll_endpoint_event`](Self::poll_endpoint_event) before any traffic.
-    pub fn new(config: ProxyConfig) -> Self {
-        let mut rng = match config.seed {
-            0 => SmallRng::from_os_rng(),
-            seed => SmallRng::seed_from_u64(seed),
-        };
+    pub fn new(config: ProxyConfig, seeds: Seeds) -> Self {
+        let mut rng = SmallRng::seed_from_u64(seeds.rng);
+        let hash = KeyedState::new(seeds.hash);
         let mut targets: Vec<SocketAddr> = config.routing.upstream.into_iter().collect();
         targets.extend(config.routing.allow.iter().map(|a| a.addr));
         let endpoints = Endpoints::new(
@@ -178,16 +158,18 @@ impl Proxy {
             rng.random(),
         );
         let max_cached = config.max_cached;
-        let clients = Clients::new(rng.random());
+        let clients = Clients::new(rng.random(), &hash);
         Proxy {
             config,
             exchanges: Slab::new(),
             next_generation: 1,
-            by_client: KeyedMap::default(),
-            by_upstream_mid: KeyedMap::default(),
-            by_client_mid: KeyedMap::default(),
-            observers: KeyedMap::default(),
-            upstreams: targets.into_iter().map(Upstream::new).collect(),
+            by_client: hash.map(),
+            by_upstream_mid: hash.map(),
+            by_client_mid: hash.map(),
+            observers: hash.map(),
+            upstreams: (targets.into_iter())
+                .map(|addr| Upstream { addr, inflight: 0 })
+                .collect(),
             endpoints,
             timers: TimerWheel::new(),
             out: Outbox::default(),
@@ -196,12 +178,13 @@ impl Proxy {
             answers: AnswerRing::new(params::EXCHANGE_LIFETIME, max_cached),
             local_answers: AnswerRing::new(params::MAX_TRANSMIT_WAIT, max_cached),
             upstream_cons: AnswerRing::new(params::MAX_TRANSMIT_WAIT, max_cached),
-            by_upstream_con: KeyedMap::default(),
+            by_upstream_con: hash.map(),
             delivering: VecDeque::new(),
             delivering_count: 0,
             inflight: 0,
             observations: 0,
             clients,
+            events: Events::default(),
             scratch: Vec::with_capacity(1500),
             draining: false,
         }
@@ -230,6 +213,11 @@ impl Proxy {
     /// socket is confirmed, and none is closed while anything may still go out of it.
     pub fn poll_endpoint_event(&mut self) -> Option<EndpointEvent> {
         self.endpoints.poll_event()
+    }
+
+    /// The next diagnostic for the driver to log, if any (see [`ProxyEvent`]).
+    pub fn poll_event(&mut self) -> Option<ProxyEvent> {
+        self.events.pop()
     }
 
     /// The socket asked for by [`EndpointEvent::Open`] is open: the endpoint may be used.
@@ -297,6 +285,7 @@ impl Proxy {
             cached_answers: (self.answers.len() + self.local_answers.len()) as u64,
             in_flight: self.inflight as u64,
             observations: self.observations as u64,
+            events_dropped: self.events.dropped(),
             ..self.counters.clone()
         }
     }
@@ -317,6 +306,11 @@ impl Proxy {
     /// bounded by the in-flight, observation and cache limits.
     pub fn live_exchanges(&self) -> usize {
         self.exchanges.len()
+    }
+
+    /// The configured endpoint bound per upstream.
+    pub fn max_upstream_endpoints(&self) -> usize {
+        self.config.max_upstream_endpoints
     }
 
     /// Requests still waiting on an upstream.
@@ -422,7 +416,8 @@ impl Proxy {
             TimerKind::AckDelay => self.send_empty_ack(key),
             TimerKind::ClientRetransmit => self.retransmit_to_client(now, key),
             TimerKind::ObserveStale => {
-                log::debug!("observation {key:?} went stale");
+                let client = x.client;
+                self.events.push(ProxyEvent::ObservationStale { client });
                 self.end_observation(now, key);
             }
         }
@@ -437,14 +432,15 @@ impl Proxy {
         why: &'static str,
     ) {
         let Some(x) = self.get(key) else { return };
-        let addr = self.upstreams[usize::from(x.upstream)].addr;
-        log::info!(
-            "giving up on {} for {} after {} attempt(s): {why}; answering {code}",
-            addr,
-            x.client,
-            x.attempts
-        );
-        let token = x.client_token;
+        let (client, attempts, token) = (x.client, x.attempts, x.client_token);
+        let upstream = self.upstreams[usize::from(x.upstream)].addr;
+        self.events.push(ProxyEvent::GaveUp {
+            upstream,
+            client,
+            attempts,
+            code,
+            why,
+        });
         match code {
             Code::BAD_GATEWAY => self.counters.bad_gateway_5_02 += 1,
             _ => self.counters.gateway_timeout_5_04 += 1,
@@ -584,8 +580,9 @@ impl Proxy {
             self.counters.cache_evictions += 1;
             if gone.early {
                 // The client may still retransmit this request; it would be forwarded again.
+                // Said once: the counter tells how often.
                 if self.counters.early_evictions == 0 {
-                    log::warn!("--max-cached is too small for this request rate: evicting answers clients may still retransmit for (size it to >= 100 s of answers)");
+                    self.events.push(ProxyEvent::EarlyEviction);
                 }
                 self.counters.early_evictions += 1;
             }
@@ -732,25 +729,4 @@ pub(super) fn encode_local(
     b.payload(a.diagnostic.as_bytes());
     // Tokens come from parsed messages (<= 8 bytes), so encoding cannot fail.
     let _ = b.finish();
-}
-
-#[cfg(test)]
-mod warning_tests {
-    use super::*;
-
-    fn at(ms: u64) -> Timestamp {
-        Timestamp::from_nanos(ms * 1_000_000)
-    }
-
-    #[test]
-    fn refusals_are_reported_at_most_once_per_interval_with_their_count() {
-        let mut up = Upstream::new("127.0.0.1:5683".parse().unwrap());
-        assert_eq!(up.refused(at(0)), Some(1));
-        for ms in 1..=4 {
-            assert_eq!(up.refused(at(ms * 1000)), None);
-        }
-        assert_eq!(up.refused(at(9_999)), None);
-        assert_eq!(up.refused(at(10_000)), Some(6));
-        assert_eq!(up.refused(at(10_001)), None);
-    }
 }

@@ -4,32 +4,37 @@
 //! and std's SipHash-1-3 costs about as much as the rest of a lookup. This is the
 //! folded-multiply construction of foldhash and wyhash: each 8-byte word is mixed in with one
 //! 64 x 64 -> 128-bit multiply by a secret, and the two halves of the product folded together.
-//! The secrets of each map come from std's `RandomState`, so, as with std's default, hash values
-//! differ per process and per map and are never exposed: a client cannot pick keys that collide
-//! to slow the maps down (HashDoS), short of learning values that nothing reveals.
+//! The secrets are given to the engine (the driver draws them from the OS, apart from any
+//! `--seed`), so, as with std's default, hash values differ per process and are never exposed:
+//! a client cannot pick keys that collide to slow the maps down (HashDoS), short of learning
+//! values that nothing reveals.
 
-use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
 
 /// A map hashed with [`KeyedState`].
 pub(super) type KeyedMap<K, V> = HashMap<K, V, KeyedState>;
 
-/// The secrets of one map.
+/// The secrets of the maps.
 #[derive(Clone, Debug)]
 pub(super) struct KeyedState {
     seed: u64,
     multiplier: u64,
 }
 
-impl Default for KeyedState {
-    fn default() -> Self {
-        let random = RandomState::new();
+impl KeyedState {
+    /// Secrets from two random words.
+    pub(super) fn new([seed, multiplier]: [u64; 2]) -> Self {
         KeyedState {
-            seed: random.hash_one(0x243f_6a88_85a3_08d3u64),
+            seed,
             // Odd, so that no multiplication loses the low bit.
-            multiplier: random.hash_one(0x1319_8a2e_0370_7344u64) | 1,
+            multiplier: multiplier | 1,
         }
+    }
+
+    /// An empty map hashed with these secrets.
+    pub(super) fn map<K, V>(&self) -> KeyedMap<K, V> {
+        HashMap::with_hasher(self.clone())
     }
 }
 
@@ -107,9 +112,16 @@ mod tests {
     use std::collections::HashSet;
     use std::net::SocketAddr;
 
+    fn secrets(n: u64) -> KeyedState {
+        KeyedState::new([
+            n.wrapping_mul(0x9e37_79b9_7f4a_7c15),
+            n ^ 0x1319_8a2e_0370_7344,
+        ])
+    }
+
     #[test]
     fn keys_that_differ_in_any_field_hash_apart_and_states_differ() {
-        let state = KeyedState::default();
+        let state = secrets(1);
         let mut seen = HashSet::new();
         for port in 0..200u16 {
             for mid in 0..50u16 {
@@ -121,14 +133,14 @@ mod tests {
             state.hash_one(b"ab".as_slice()),
             state.hash_one(b"ab\0".as_slice())
         );
-        let other = KeyedState::default();
-        assert_ne!(state.hash_one(1u64), other.hash_one(1u64), "secret per map");
+        let other = secrets(2);
+        assert_ne!(state.hash_one(1u64), other.hash_one(1u64), "secret per key");
     }
 
     #[test]
     fn low_bits_spread_for_sequential_keys() {
         // hashbrown indexes buckets with the low bits and tags with the top 7.
-        let state = KeyedState::default();
+        let state = secrets(3);
         let buckets: HashSet<u64> = (0..4096u16).map(|mid| state.hash_one(mid) & 4095).collect();
         assert!(
             buckets.len() > 2400,

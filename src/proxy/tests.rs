@@ -8,14 +8,18 @@ use crate::coap::option::{PROXY_URI, URI_PATH};
 use crate::coap::{Code, Message, MessageBuilder, MessageType};
 use crate::time::Timestamp;
 
-use super::{Destination, EndpointId, Proxy, ProxyConfig, RetryPolicy, Routing, Transmit};
+use super::{Destination, EndpointId, Proxy, ProxyConfig, RetryPolicy, Routing, Seeds, Transmit};
 
 /// The first endpoint of the first upstream: where requests go while traffic is light.
 const EP0: EndpointId = EndpointId(0);
 
 /// A proxy whose endpoint sockets are open.
 fn started(config: ProxyConfig) -> Proxy {
-    let mut p = Proxy::new(config);
+    let seeds = Seeds {
+        rng: config.seed.unwrap_or(1),
+        hash: [1, 2],
+    };
+    let mut p = Proxy::new(config, seeds);
     p.accept_endpoint_events(Timestamp::ZERO);
     p
 }
@@ -28,7 +32,7 @@ fn proxy(edit: impl FnOnce(&mut ProxyConfig)) -> Proxy {
             allow: Vec::new(),
             forward: false,
         },
-        seed: 7,
+        seed: Some(7),
         ..ProxyConfig::default()
     };
     edit(&mut config);

@@ -10,6 +10,7 @@ use crate::time::Timestamp;
 
 use super::endpoints::EndpointId;
 use super::engine::{Destination, Proxy};
+use super::events::{ProxyEvent, Source};
 use super::exchange::{ExchangeKey, State, TimerKind};
 use crate::coap::Code;
 
@@ -103,7 +104,8 @@ impl Proxy {
         e: crate::coap::FormatError,
     ) {
         self.counters.upstream_format_errors += 1;
-        log::debug!("malformed datagram from upstream endpoint {up:?}: {e}");
+        let from = Source::Upstream(up);
+        self.events.push(ProxyEvent::Malformed { from, error: e });
         match peek_header(bytes) {
             Some((MessageType::Con, mid, _)) => self.send_rst(Destination::Upstream(up), mid),
             Some((MessageType::Ack, mid, _)) => {
@@ -215,7 +217,9 @@ impl Proxy {
             && msg.option(OBSERVE).is_some();
         self.close_upstream_leg(now, key);
         if registers && self.observations >= self.config.max_observations {
-            log::info!("observation limit reached; relaying without registering");
+            if let Some(client) = self.get(key).map(|x| x.client) {
+                self.events.push(ProxyEvent::ObservationLimit { client });
+            }
             return self.relay_without_observe(now, key, msg);
         }
         self.answer_client(now, key, msg, registers);

@@ -24,6 +24,13 @@
 //! on every component and gives them [`Config::drain_timeout`] to report
 //! [`Component::is_drained`]; a signal that arrives while they drain stops the loop at once.
 
+// I/O module: The event loop: owns the poll, the clock and the wake-up sources.
+#![allow(
+    clippy::disallowed_methods,
+    clippy::disallowed_types,
+    clippy::disallowed_macros
+)]
+
 mod conn;
 mod signals;
 mod wake;

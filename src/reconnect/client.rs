@@ -17,6 +17,13 @@
 //! see [`super::tls`]. Only socket plumbing is here; the schedule is [`RetryRun`]'s, gRPC calls
 //! are [`ClientConnection`]'s, TLS is [`TlsClient`]'s.
 
+// I/O module: The interop client's driver: owns its sockets and logs every attempt.
+#![allow(
+    clippy::disallowed_methods,
+    clippy::disallowed_types,
+    clippy::disallowed_macros
+)]
+
 use std::cell::RefCell;
 use std::fmt;
 use std::io::{self, Read};

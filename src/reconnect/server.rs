@@ -4,6 +4,13 @@
 //! Only socket plumbing lives here. Sessions and verdicts are [`ReconnectService`]'s, HTTP/2 and
 //! gRPC framing are [`ServerConnection`]'s.
 
+// I/O module: The interop server's driver: owns its listeners and logs the reference's lines.
+#![allow(
+    clippy::disallowed_methods,
+    clippy::disallowed_types,
+    clippy::disallowed_macros
+)]
+
 use std::collections::HashMap;
 use std::io::{self, Read};
 use std::net::SocketAddr;
@@ -198,7 +205,11 @@ impl ReconnectServer {
             return self.close(ctx, key, &e.to_string());
         }
         if conn.grpc.is_closed() && conn.grpc.pending_output().is_empty() {
-            return self.close(ctx, key, "HTTP/2 connection ended");
+            let why = match conn.grpc.error() {
+                Some(e) => format!("HTTP/2 connection failed: {e}"),
+                None => "HTTP/2 connection ended".to_owned(),
+            };
+            return self.close(ctx, key, &why);
         }
         let wants_write = !conn.grpc.pending_output().is_empty();
         conn.interest

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use backoffd::coap::params::{EXCHANGE_LIFETIME, MAX_TRANSMIT_WAIT};
 use backoffd::proxy::{
     AllowedTarget, Counters, Destination, EndpointEvent, EndpointId, Proxy, ProxyConfig, Routing,
+    Seeds,
 };
 use backoffd::time::Timestamp;
 use rand::rngs::SmallRng;
@@ -158,10 +159,7 @@ impl Scenario {
             think: Duration::from_secs(1),
             client_leg: Leg::random(&mut rng),
             upstream_leg: Leg::random(&mut rng),
-            config: ProxyConfig {
-                seed: seed.max(1),
-                ..ProxyConfig::default()
-            },
+            config: ProxyConfig::default(),
         }
     }
 
@@ -338,6 +336,14 @@ impl fmt::Display for Report {
     }
 }
 
+/// The proxy's randomness for a scenario's seed: the same seed replays the same run.
+fn seeds(seed: u64) -> Seeds {
+    Seeds {
+        rng: seed,
+        hash: [seed ^ 0x243f_6a88_85a3_08d3, seed ^ 0x1319_8a2e_0370_7344],
+    }
+}
+
 /// The proxy, its clients and upstreams, and the event queue between them.
 pub struct Sim {
     proxy: Proxy,
@@ -377,7 +383,7 @@ impl Sim {
             .map(|(u, spec)| Server::new(u as u16, *spec))
             .collect();
         let mut sim = Sim {
-            proxy: Proxy::new(config),
+            proxy: Proxy::new(config, seeds(scenario.seed)),
             clients,
             servers,
             endpoints: HashMap::new(),

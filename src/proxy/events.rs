@@ -1,0 +1,123 @@
+//! What the engine has to say: diagnostics are events, not log lines. The core stays pure (it
+//! logs nothing), and the driver decides what to print, at which level and how often: a
+//! failure that repeats under load must cost one line per interval, not one per request.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+
+use crate::coap::{Code, FormatError};
+
+use super::endpoints::EndpointId;
+
+/// Something worth knowing that happened in the engine.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ProxyEvent {
+    /// The upstream leg of a request failed: the client got `code` (5.02 or 5.04).
+    GaveUp {
+        /// The upstream that failed it.
+        upstream: SocketAddr,
+        /// Whose request it was.
+        client: SocketAddr,
+        /// Transmissions upstream (1 = only the first).
+        attempts: u32,
+        /// 5.02 Bad Gateway or 5.04 Gateway Timeout.
+        code: Code,
+        /// Why, in a few words.
+        why: &'static str,
+    },
+    /// A request got 5.03 for want of a Message ID towards `upstream`: every endpoint the bound
+    /// allows had its IDs reserved (`at_bound`), or no endpoint socket was open.
+    NoMessageId {
+        /// The upstream.
+        upstream: SocketAddr,
+        /// The endpoint bound was reached (otherwise a socket could not be opened).
+        at_bound: bool,
+    },
+    /// The answer cache evicted an answer its client could still retransmit for: a
+    /// retransmission would now be forwarded again. The cache is too small for the rate.
+    EarlyEviction,
+    /// A client never acknowledged a confirmable answer (RFC 7252 §4.2: given up after
+    /// MAX_RETRANSMIT).
+    ClientNeverAcked {
+        /// The client.
+        client: SocketAddr,
+        /// The answer's Message ID.
+        mid: u16,
+    },
+    /// An observation got no notification for too long and ended (RFC 7641 §3.3.1).
+    ObservationStale {
+        /// The observer.
+        client: SocketAddr,
+    },
+    /// The observation limit was reached: a registration's answer was relayed without its
+    /// Observe option, so the client knows it is not registered.
+    ObservationLimit {
+        /// Whose registration it was.
+        client: SocketAddr,
+    },
+    /// A malformed datagram arrived (it was counted, and RST if confirmable).
+    Malformed {
+        /// Where it came from.
+        from: Source,
+        /// The rule it broke.
+        error: FormatError,
+    },
+}
+
+/// Where a datagram came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// A client, on the client-facing socket.
+    Client(SocketAddr),
+    /// An upstream, on one of the proxy's endpoints towards it.
+    Upstream(EndpointId),
+}
+
+/// Events waiting for the driver: at most [`Events::CAP`]; past that they are dropped and
+/// counted, so a peer cannot grow the queue however the driver lags.
+#[derive(Debug, Default)]
+pub(super) struct Events {
+    queue: VecDeque<ProxyEvent>,
+    dropped: u64,
+}
+
+impl Events {
+    const CAP: usize = 1024;
+
+    pub(super) fn push(&mut self, event: ProxyEvent) {
+        if self.queue.len() < Self::CAP {
+            self.queue.push_back(event);
+        } else {
+            self.dropped += 1;
+        }
+    }
+
+    pub(super) fn pop(&mut self) -> Option<ProxyEvent> {
+        self.queue.pop_front()
+    }
+
+    /// Events dropped because the queue was full.
+    pub(super) fn dropped(&self) -> u64 {
+        self.dropped
+    }
+
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.queue.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_queue_drops_and_counts() {
+        let mut events = Events::default();
+        for _ in 0..Events::CAP + 5 {
+            events.push(ProxyEvent::EarlyEviction);
+        }
+        assert_eq!((events.len(), events.dropped()), (Events::CAP, 5));
+        assert_eq!(events.pop(), Some(ProxyEvent::EarlyEviction));
+    }
+}
