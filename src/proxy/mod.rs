@@ -47,6 +47,7 @@ mod engine;
 mod events;
 mod exchange;
 mod keyed_hash;
+mod metrics;
 mod observe;
 mod outbox;
 mod report;
