@@ -20,7 +20,7 @@ use super::flow::{RecvWindow, SendWindow};
 use super::frame::{self, Frame, FrameHeader, SettingsIter};
 use super::headers::{self, BlockKind};
 use super::hpack::{Decoder, Encoder, Header};
-use super::stream::Stream;
+use super::stream::{Local, Remote, Stream};
 use crate::time::Timestamp;
 
 /// Initial stream and connection window, before any SETTINGS (§6.9.2).
@@ -488,11 +488,11 @@ impl Connection {
         let local = self.is_local(stream);
         let last_sent = self.last_local_sent;
         let s = self.sendable(stream)?;
-        if s.headers_sent {
+        if s.headers_sent() {
             if !end_stream {
                 return Err(SendError::OutOfOrder);
             }
-            s.local_ended = true;
+            s.local = Local::Ending;
             s.trailers = Some(
                 headers
                     .iter()
@@ -506,9 +506,10 @@ impl Connection {
         if local && stream < last_sent {
             return Err(SendError::OutOfOrder);
         }
-        s.headers_sent = true;
-        s.local_ended = end_stream;
-        s.local_closed = end_stream;
+        s.local = match end_stream {
+            true => Local::Closed,
+            false => Local::Open,
+        };
         if local {
             self.last_local_sent = stream;
         }
@@ -525,11 +526,13 @@ impl Connection {
         end_stream: bool,
     ) -> Result<(), SendError> {
         let s = self.sendable(stream)?;
-        if !s.headers_sent {
+        if !s.headers_sent() {
             return Err(SendError::OutOfOrder);
         }
         s.outbox.extend(data);
-        s.local_ended = end_stream;
+        if end_stream {
+            s.local = Local::Ending;
+        }
         self.schedule(stream);
         self.flush_streams();
         Ok(())
@@ -542,7 +545,7 @@ impl Connection {
             return;
         };
         // A client stream without HEADERS is still idle on the wire (§6.4).
-        if s.headers_sent || !self.is_local(stream) {
+        if s.headers_sent() || !self.is_local(stream) {
             frame::encode_rst_stream(&mut self.output, stream, code);
             self.remember_reset(stream);
         }
@@ -809,8 +812,10 @@ impl Connection {
         }
         self.check_block(id, BlockKind::Request, &headers)?;
         let mut stream = Stream::new(self.peer.initial_window_size, self.local_initial_window());
-        stream.headers_received = true;
-        stream.remote_closed = end_stream;
+        stream.remote = match end_stream {
+            true => Remote::Closed,
+            false => Remote::Open,
+        };
         self.insert_stream(id, stream);
         self.emit(Event::Headers {
             stream: id,
@@ -831,25 +836,28 @@ impl Connection {
             return Ok(());
         };
         // §5.1: half-closed (remote) takes no more HEADERS.
-        if s.remote_closed {
+        if s.remote == Remote::Closed {
             return Err(H2Error::stream(
                 id,
                 ErrorCode::STREAM_CLOSED,
                 "HEADERS after END_STREAM",
             ));
         }
-        let kind = match s.headers_received {
-            true if !end_stream => {
+        let kind = match s.remote {
+            Remote::Open if !end_stream => {
                 let reason = "trailers without END_STREAM";
                 return Err(H2Error::stream(id, ErrorCode::PROTOCOL_ERROR, reason));
             }
-            true => BlockKind::Trailers,
-            false => BlockKind::Response,
+            Remote::Open => BlockKind::Trailers,
+            _ => BlockKind::Response,
         };
         self.check_block(id, kind, &headers)?;
         if let Some(s) = self.streams.get_mut(&id) {
-            s.headers_received |= !headers::is_informational(&headers);
-            s.remote_closed = end_stream;
+            if end_stream {
+                s.remote = Remote::Closed;
+            } else if !headers::is_informational(&headers) {
+                s.remote = Remote::Open;
+            }
         }
         self.emit(Event::Headers {
             stream: id,
@@ -895,7 +903,9 @@ impl Connection {
             let reason = "stream window exceeded";
             return Err(H2Error::stream(id, ErrorCode::FLOW_CONTROL_ERROR, reason));
         }
-        s.remote_closed = end_stream;
+        if end_stream {
+            s.remote = Remote::Closed;
+        }
         self.release(id, flow_len.saturating_sub(data.len() as u32));
         self.emit_data(id, data, end_stream);
         self.finish_if_closed(id);
@@ -908,12 +918,12 @@ impl Connection {
         match (self.lookup(id), self.streams.get(&id)) {
             (Lookup::Idle, _) => Err(proto("DATA on an idle stream")),
             (Lookup::Closed { reset_by_us: true }, _) => Ok(false),
-            (_, Some(s)) if !s.headers_received => Err(H2Error::stream(
+            (_, Some(s)) if s.remote == Remote::AwaitingHeaders => Err(H2Error::stream(
                 id,
                 ErrorCode::PROTOCOL_ERROR,
                 "DATA before HEADERS",
             )),
-            (_, Some(s)) if !s.remote_closed => Ok(true),
+            (_, Some(s)) if s.remote != Remote::Closed => Ok(true),
             // §6.1: not open or half-closed (local).
             _ => Err(H2Error::stream(
                 id,
@@ -1181,7 +1191,7 @@ impl Connection {
             .min(conn_window)
             .min(max);
         let data_done = n == s.outbox.len();
-        let end_stream = data_done && s.local_ended && s.trailers.is_none();
+        let end_stream = data_done && s.local == Local::Ending && s.trailers.is_none();
         if n > 0 || end_stream {
             let chunk = &s.outbox.make_contiguous()[..n];
             frame::encode_data(&mut self.output, id, chunk, end_stream, max as u32);
@@ -1189,8 +1199,8 @@ impl Connection {
             s.send_window.consume(n);
             self.send_window.consume(n);
         }
-        if data_done && s.local_ended {
-            s.local_closed = true;
+        if data_done && s.local == Local::Ending {
+            s.local = Local::Closed;
             if let Some(trailers) = s.trailers.take() {
                 let fields = trailers.iter().map(|(n, v)| (&n[..], &v[..]));
                 self.write_headers(id, fields, true);
@@ -1218,7 +1228,7 @@ impl Connection {
     /// used are closed; a client stream without HEADERS is still idle.
     fn lookup(&self, id: u32) -> Lookup {
         let idle = match self.streams.get(&id) {
-            Some(s) if self.is_local(id) && !s.headers_sent => true,
+            Some(s) if self.is_local(id) && !s.headers_sent() => true,
             Some(_) => return Lookup::Open,
             None if self.is_local(id) => id >= self.next_local_id,
             None => id > self.last_peer_id,
@@ -1253,7 +1263,7 @@ impl Connection {
         }
         match self.streams.get_mut(&id) {
             None => Err(SendError::UnknownStream),
-            Some(s) if s.local_ended => Err(SendError::StreamEnded),
+            Some(s) if s.local_ended() => Err(SendError::StreamEnded),
             Some(s) => Ok(s),
         }
     }
@@ -1293,7 +1303,11 @@ impl Connection {
     /// may still send on it, the stream (§6.9.1).
     fn release(&mut self, id: u32, n: u32) {
         self.release_connection(n);
-        let Some(s) = self.streams.get_mut(&id).filter(|s| !s.remote_closed) else {
+        let Some(s) = self
+            .streams
+            .get_mut(&id)
+            .filter(|s| s.remote != Remote::Closed)
+        else {
             return;
         };
         if let Some(increment) = s.recv_window.release(n) {
