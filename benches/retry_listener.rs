@@ -335,7 +335,7 @@ impl GrpcClient {
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        backoffd::net::flush(&mut self.stream, &mut self.conn)
+        backoffd::net::flush(Timestamp::now(), &mut self.stream, &mut self.conn)
     }
 
     /// One blocking read fed to the connection (and its timers, if due).

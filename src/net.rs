@@ -13,6 +13,8 @@ use std::mem;
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
+use crate::time::Timestamp;
+
 /// Receive buffer size for UDP: one byte more than the largest UDP payload, so no datagram is
 /// ever truncated.
 pub const MAX_UDP_DATAGRAM: usize = 65_536;
@@ -170,19 +172,20 @@ pub fn raise_fd_limit(wanted: u64) -> io::Result<FdLimit> {
 pub trait Outbox {
     /// Bytes waiting to be written to the socket, oldest first.
     fn pending_output(&self) -> &[u8];
-    /// The caller wrote the first `n` octets of `pending_output`; more may move in behind them.
-    fn consume_output(&mut self, n: usize);
+    /// The caller wrote the first `n` octets of `pending_output` at `now`; more may move in
+    /// behind them (a stream whose last octets went out may end, which starts idle clocks).
+    fn consume_output(&mut self, now: Timestamp, n: usize);
 }
 
 /// Writes as much of `outbox`'s pending output as the non-blocking `stream` takes.
-pub fn flush(stream: &mut impl Write, outbox: &mut impl Outbox) -> io::Result<()> {
+pub fn flush(now: Timestamp, stream: &mut impl Write, outbox: &mut impl Outbox) -> io::Result<()> {
     loop {
         let out = outbox.pending_output();
         if out.is_empty() {
             return Ok(());
         }
         match stream.write(out) {
-            Ok(n) => outbox.consume_output(n),
+            Ok(n) => outbox.consume_output(now, n),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e),

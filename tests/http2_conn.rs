@@ -54,8 +54,12 @@ fn data(stream: u32, data: &[u8], end_stream: bool) -> Event {
 
 /// Takes everything the connection wants to send.
 fn drain(conn: &mut Connection) -> Vec<u8> {
+    drain_at(conn, T0)
+}
+
+fn drain_at(conn: &mut Connection, now: Timestamp) -> Vec<u8> {
     let out = conn.pending_output().to_vec();
-    conn.consume_output(out.len());
+    conn.consume_output(now, out.len());
     out
 }
 
@@ -199,23 +203,25 @@ impl Pair {
     }
 
     fn request(&mut self, body: &[u8]) -> u32 {
-        let id = self.client.open_stream().unwrap();
-        self.client.send_headers(id, REQUEST, false).unwrap();
-        self.client.send_data(id, body, true).unwrap();
+        let now = self.now;
+        let id = self.client.open_stream(now).unwrap();
+        self.client.send_headers(now, id, REQUEST, false).unwrap();
+        self.client.send_data(now, id, body, true).unwrap();
         self.drive();
         id
     }
 
     fn respond(&mut self, id: u32, body: &[u8]) {
-        self.server.send_headers(id, RESPONSE, false).unwrap();
-        self.server.send_data(id, body, false).unwrap();
-        self.server.send_headers(id, TRAILERS, true).unwrap();
+        let now = self.now;
+        self.server.send_headers(now, id, RESPONSE, false).unwrap();
+        self.server.send_data(now, id, body, false).unwrap();
+        self.server.send_headers(now, id, TRAILERS, true).unwrap();
         self.drive();
     }
 }
 
 fn transfer(from: &mut Connection, to: &mut Connection, now: Timestamp, trickle: bool) -> usize {
-    let out = drain(from);
+    let out = drain_at(from, now);
     if trickle {
         out.chunks(1).for_each(|b| to.handle_input(now, b));
     } else {
@@ -299,9 +305,9 @@ fn one_mib_upload_and_download_need_window_updates() {
 #[test]
 fn settings_initial_window_size_change_applies_to_open_streams() {
     let mut client = client_with_peer_settings(&[(frame::SETTINGS_INITIAL_WINDOW_SIZE, 10)]);
-    let id = client.open_stream().unwrap();
-    client.send_headers(id, REQUEST, false).unwrap();
-    client.send_data(id, &[7; 100], true).unwrap();
+    let id = client.open_stream(T0).unwrap();
+    client.send_headers(T0, id, REQUEST, false).unwrap();
+    client.send_data(T0, id, &[7; 100], true).unwrap();
     assert_eq!(data_sent(&drain(&mut client)), (10, false));
     let mut settings = |value| {
         let mut input = Vec::new();
@@ -318,8 +324,8 @@ fn settings_initial_window_size_change_applies_to_open_streams() {
 #[test]
 fn initial_window_size_overflowing_a_stream_window_is_flow_control_error() {
     let mut client = client_with_peer_settings(&[]);
-    let id = client.open_stream().unwrap();
-    client.send_headers(id, REQUEST, false).unwrap();
+    let id = client.open_stream(T0).unwrap();
+    client.send_headers(T0, id, REQUEST, false).unwrap();
     let mut input = Vec::new();
     frame::encode_window_update(&mut input, id, frame::MAX_WINDOW_SIZE - 65_535);
     frame::encode_settings(&mut input, &[(frame::SETTINGS_INITIAL_WINDOW_SIZE, 65_536)]);
@@ -380,7 +386,7 @@ fn ping_is_echoed_with_ack_but_an_ack_is_not() {
 #[test]
 fn ping_round_trip_reports_the_ack() {
     let mut p = Pair::new();
-    p.client.ping(*b"backoffd");
+    p.client.ping(T0, *b"backoffd");
     p.drive();
     assert_eq!(p.client_events, [Event::PingAcked { data: *b"backoffd" }]);
 }
@@ -541,10 +547,10 @@ fn streams_over_max_concurrent_streams_are_refused() {
 #[test]
 fn client_respects_peer_max_concurrent_streams() {
     let mut client = client_with_peer_settings(&[(frame::SETTINGS_MAX_CONCURRENT_STREAMS, 1)]);
-    let id = client.open_stream().unwrap();
-    assert_eq!(client.open_stream(), Err(SendError::StreamLimit));
-    client.reset_stream(id, ErrorCode::CANCEL);
-    assert_eq!(client.open_stream(), Ok(3));
+    let id = client.open_stream(T0).unwrap();
+    assert_eq!(client.open_stream(T0), Err(SendError::StreamLimit));
+    client.reset_stream(T0, id, ErrorCode::CANCEL);
+    assert_eq!(client.open_stream(T0), Ok(3));
 }
 
 #[test]
@@ -606,17 +612,16 @@ fn idle_timeout_sends_goaway_and_closes() {
 }
 
 #[test]
-fn idle_clock_started_by_an_application_call_restarts_at_the_next_wake() {
+fn idle_clock_starts_when_an_application_call_ends_the_last_stream() {
     let mut p = Pair::with(Config::default(), idle_config(), false);
     let id = p.request(b"");
     p.now += Duration::from_secs(60);
-    // The response ends the last stream, but the server cannot know when.
+    // The response ends the last stream; the call says when.
     p.respond(id, b"");
-    assert!(p.server.poll_timeout().unwrap() <= p.now);
-    p.server.handle_timeout(p.now);
-    assert!(!p.server.is_closed());
     let deadline = p.server.poll_timeout().unwrap();
     assert_eq!(deadline, p.now + Duration::from_secs(30));
+    p.server.handle_timeout(p.now + Duration::from_secs(29));
+    assert!(!p.server.is_closed());
     p.server.handle_timeout(deadline);
     assert!(p.server.is_closed());
 }
@@ -688,7 +693,7 @@ fn data_on_a_half_closed_remote_stream_is_stream_closed() {
 fn data_after_our_reset_is_ignored() {
     let mut server = server();
     server.handle_input(T0, &request_frame(1, REQUEST, false));
-    server.reset_stream(1, ErrorCode::CANCEL);
+    server.reset_stream(T0, 1, ErrorCode::CANCEL);
     assert_eq!(resets(&drain(&mut server)), [(1, ErrorCode::CANCEL)]);
     let mut input = Vec::new();
     frame::encode_data(&mut input, 1, &[0; 100], true, 16_384);
@@ -781,7 +786,7 @@ fn priority_frames_are_accepted_and_ignored() {
 fn graceful_goaway_lets_open_streams_finish() {
     let mut p = Pair::new();
     let id = p.request(b"");
-    p.server.go_away(ErrorCode::NO_ERROR, b"shutting down");
+    p.server.go_away(T0, ErrorCode::NO_ERROR, b"shutting down");
     p.drive();
     let goaway = Event::GoAway {
         last_stream_id: id,
@@ -789,7 +794,7 @@ fn graceful_goaway_lets_open_streams_finish() {
         debug: b"shutting down".to_vec(),
     };
     assert_eq!(p.client_events, [goaway]);
-    assert_eq!(p.client.open_stream(), Err(SendError::GoingAway));
+    assert_eq!(p.client.open_stream(T0), Err(SendError::GoingAway));
     assert!(!p.server.is_closed());
     p.respond(id, b"last");
     assert_eq!(body(&p.client_events, id), (b"last".to_vec(), false));
@@ -800,8 +805,8 @@ fn graceful_goaway_lets_open_streams_finish() {
 fn goaway_refuses_our_streams_above_its_last_stream_id() {
     let mut client = client_with_peer_settings(&[]);
     for _ in 0..2 {
-        let id = client.open_stream().unwrap();
-        client.send_headers(id, REQUEST, true).unwrap();
+        let id = client.open_stream(T0).unwrap();
+        client.send_headers(T0, id, REQUEST, true).unwrap();
     }
     let mut input = Vec::new();
     frame::encode_goaway(&mut input, 1, ErrorCode::NO_ERROR, b"");
@@ -868,23 +873,26 @@ fn client_rejects_an_http1_response() {
 #[test]
 fn sends_out_of_order_are_refused() {
     let mut client = client_with_peer_settings(&[]);
-    let (first, second) = (client.open_stream().unwrap(), client.open_stream().unwrap());
-    assert_eq!(
-        client.send_data(first, b"x", false),
-        Err(SendError::OutOfOrder)
-    );
-    client.send_headers(second, REQUEST, false).unwrap();
-    assert_eq!(
-        client.send_headers(first, REQUEST, false),
-        Err(SendError::OutOfOrder)
+    let (first, second) = (
+        client.open_stream(T0).unwrap(),
+        client.open_stream(T0).unwrap(),
     );
     assert_eq!(
-        client.send_headers(second, TRAILERS, false),
+        client.send_data(T0, first, b"x", false),
         Err(SendError::OutOfOrder)
     );
-    client.send_data(second, b"", true).unwrap();
+    client.send_headers(T0, second, REQUEST, false).unwrap();
     assert_eq!(
-        client.send_data(second, b"x", true),
+        client.send_headers(T0, first, REQUEST, false),
+        Err(SendError::OutOfOrder)
+    );
+    assert_eq!(
+        client.send_headers(T0, second, TRAILERS, false),
+        Err(SendError::OutOfOrder)
+    );
+    client.send_data(T0, second, b"", true).unwrap();
+    assert_eq!(
+        client.send_data(T0, second, b"x", true),
         Err(SendError::StreamEnded)
     );
 }
@@ -1004,12 +1012,12 @@ fn fuzz_one(seed: u64) -> usize {
         }
         for event in events(&mut server) {
             if let Event::Headers { stream, .. } = event {
-                let _ = server.send_headers(stream, RESPONSE, false);
-                let _ = server.send_data(stream, &[5; 1000], rng.random_bool(0.5));
+                let _ = server.send_headers(T0, stream, RESPONSE, false);
+                let _ = server.send_data(T0, stream, &[5; 1000], rng.random_bool(0.5));
             }
         }
         let out = server.pending_output().len();
-        server.consume_output(rng.random_range(0..=out));
+        server.consume_output(T0, rng.random_range(0..=out));
         assert!(
             server.buffered_bytes() < 1 << 20,
             "{}",
@@ -1033,9 +1041,11 @@ fn fuzz_client_one(seed: u64) {
     let mut client = client_with_peer_settings(&[]);
     for _ in 0..300 {
         while client.open_streams() < 4 {
-            let Ok(id) = client.open_stream() else { break };
-            client.send_headers(id, REQUEST, false).unwrap();
-            client.send_data(id, &[3; 500], true).unwrap();
+            let Ok(id) = client.open_stream(T0) else {
+                break;
+            };
+            client.send_headers(T0, id, REQUEST, false).unwrap();
+            client.send_data(T0, id, &[3; 500], true).unwrap();
         }
         client.handle_input(T0, &peer.frame());
         events(&mut client);

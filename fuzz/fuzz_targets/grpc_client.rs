@@ -40,6 +40,6 @@ fuzz_target!(|data: &[u8]| {
             }
         }
         let n = conn.pending_output().len();
-        conn.consume_output(n);
+        conn.consume_output(now, n);
     }
 });

@@ -36,11 +36,11 @@ fuzz_target!(|data: &[u8]| {
                 } else {
                     Err(Status::new(Code::from_value(answered), "fuzz\u{e9} %"))
                 };
-                conn.respond(r.stream, result);
+                conn.respond(now, r.stream, result);
             }
         }
         let n = conn.pending_output().len();
-        conn.consume_output(n);
+        conn.consume_output(now, n);
         if conn.is_closed() {
             return;
         }

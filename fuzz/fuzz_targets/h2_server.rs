@@ -17,7 +17,7 @@ fuzz_target!(|data: &[u8]| {
         conn.handle_input(Timestamp::from_nanos(2 + i as u64), chunk);
         while conn.poll_event().is_some() {}
         let n = conn.pending_output().len();
-        conn.consume_output(n);
+        conn.consume_output(Timestamp::from_nanos(2 + i as u64), n);
         assert!(conn.buffered_bytes() <= 8 * 1024 * 1024);
         if conn.is_closed() {
             return;

@@ -93,7 +93,7 @@ impl ClientConnection {
     ) -> Result<u32, Status> {
         let mut body = Vec::with_capacity(message.len() + 5);
         encode_message(&mut body, message)?;
-        let stream = self.h2.open_stream().map_err(unavailable)?;
+        let stream = self.h2.open_stream(now).map_err(unavailable)?;
         let timeout_value = timeout.map(format_timeout);
         let mut headers: Vec<(&[u8], &[u8])> = vec![
             (b":method", b"POST"),
@@ -109,10 +109,10 @@ impl ClientConnection {
         }
         let sent = self
             .h2
-            .send_headers(stream, &headers, false)
-            .and_then(|()| self.h2.send_data(stream, &body, true));
+            .send_headers(now, stream, &headers, false)
+            .and_then(|()| self.h2.send_data(now, stream, &body, true));
         if let Err(e) = sent {
-            self.h2.reset_stream(stream, ErrorCode::CANCEL);
+            self.h2.reset_stream(now, stream, ErrorCode::CANCEL);
             return Err(unavailable(e));
         }
         self.calls.insert(
@@ -131,7 +131,7 @@ impl ClientConnection {
     /// Bytes read from the transport.
     pub fn handle_input(&mut self, now: Timestamp, bytes: &[u8]) {
         self.h2.handle_input(now, bytes);
-        self.process();
+        self.process(now);
     }
 
     /// The next event, in arrival order.
@@ -145,8 +145,8 @@ impl ClientConnection {
     }
 
     /// The caller wrote `n` octets of [`ClientConnection::pending_output`].
-    pub fn consume_output(&mut self, n: usize) {
-        self.h2.consume_output(n);
+    pub fn consume_output(&mut self, now: Timestamp, n: usize) {
+        self.h2.consume_output(now, n);
     }
 
     /// The earliest of the connection's own timers and the calls' deadlines.
@@ -163,13 +163,13 @@ impl ClientConnection {
         self.h2.handle_timeout(now);
         let expired = expired(self.calls.iter().map(|(s, c)| (s, c.deadline)), now);
         for stream in expired {
-            self.h2.reset_stream(stream, ErrorCode::CANCEL);
+            self.h2.reset_stream(now, stream, ErrorCode::CANCEL);
             self.finish(
                 stream,
                 Err(Status::new(Code::DeadlineExceeded, "deadline exceeded")),
             );
         }
-        self.process();
+        self.process(now);
     }
 
     /// Whether the server's SETTINGS arrived.
@@ -183,8 +183,8 @@ impl ClientConnection {
     }
 
     /// Graceful goodbye: GOAWAY now; the connection closes once open streams are done.
-    pub fn go_away(&mut self) {
-        self.h2.go_away(ErrorCode::NO_ERROR, b"");
+    pub fn go_away(&mut self, now: Timestamp) {
+        self.h2.go_away(now, ErrorCode::NO_ERROR, b"");
     }
 
     /// The HTTP/2 connection is over: flush the output, then close the transport.
@@ -206,7 +206,7 @@ impl ClientConnection {
         }
     }
 
-    fn process(&mut self) {
+    fn process(&mut self, now: Timestamp) {
         while let Some(event) = self.h2.poll_event() {
             match event {
                 Event::SettingsReceived => {
@@ -217,7 +217,7 @@ impl ClientConnection {
                     stream,
                     headers,
                     end_stream,
-                } => self.on_headers(stream, &headers, end_stream),
+                } => self.on_headers(now, stream, &headers, end_stream),
                 Event::Data {
                     stream,
                     data,
@@ -239,7 +239,7 @@ impl ClientConnection {
         }
     }
 
-    fn on_headers(&mut self, stream: u32, headers: &[Header], end_stream: bool) {
+    fn on_headers(&mut self, now: Timestamp, stream: u32, headers: &[Header], end_stream: bool) {
         let Some(call) = self.calls.get_mut(&stream) else {
             return;
         };
@@ -270,7 +270,7 @@ impl ClientConnection {
                     }
                     other => {
                         let status = http_status(other);
-                        self.h2.reset_stream(stream, ErrorCode::CANCEL);
+                        self.h2.reset_stream(now, stream, ErrorCode::CANCEL);
                         self.finish(stream, Err(status));
                     }
                 }
@@ -290,7 +290,7 @@ impl ClientConnection {
             }
             Phase::Body => {
                 // Trailers must end the stream (§8.1); the connection resets it as malformed.
-                self.h2.reset_stream(stream, ErrorCode::PROTOCOL_ERROR);
+                self.h2.reset_stream(now, stream, ErrorCode::PROTOCOL_ERROR);
                 self.finish(
                     stream,
                     Err(Status::new(

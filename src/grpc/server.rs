@@ -81,10 +81,10 @@ impl ServerConnection {
     }
 
     /// Answers a dispatched call; ignored if the call was cancelled meanwhile.
-    pub fn respond(&mut self, stream: u32, result: Result<Vec<u8>, Status>) {
+    pub fn respond(&mut self, now: Timestamp, stream: u32, result: Result<Vec<u8>, Status>) {
         if self.calls.get(&stream).is_some_and(|c| c.dispatched) {
             self.calls.remove(&stream);
-            self.send_answer(stream, result);
+            self.send_answer(now, stream, result);
         }
     }
 
@@ -102,8 +102,8 @@ impl ServerConnection {
     }
 
     /// The caller wrote `n` octets of [`ServerConnection::pending_output`].
-    pub fn consume_output(&mut self, n: usize) {
-        self.h2.consume_output(n);
+    pub fn consume_output(&mut self, now: Timestamp, n: usize) {
+        self.h2.consume_output(now, n);
     }
 
     /// The earliest of the connection's own timers and the calls' deadlines.
@@ -124,6 +124,7 @@ impl ServerConnection {
                 self.events.push_back(ServerEvent::Cancelled { stream });
             }
             self.send_answer(
+                now,
                 stream,
                 Err(Status::new(Code::DeadlineExceeded, "deadline exceeded")),
             );
@@ -132,8 +133,8 @@ impl ServerConnection {
     }
 
     /// Graceful goodbye: GOAWAY now, close once the open streams are answered.
-    pub fn go_away(&mut self) {
-        self.h2.go_away(ErrorCode::NO_ERROR, b"");
+    pub fn go_away(&mut self, now: Timestamp) {
+        self.h2.go_away(now, ErrorCode::NO_ERROR, b"");
     }
 
     /// The connection is over: flush the output, then close the socket.
@@ -158,7 +159,7 @@ impl ServerConnection {
                     stream,
                     data,
                     end_stream,
-                } => self.on_data(stream, &data, end_stream),
+                } => self.on_data(now, stream, &data, end_stream),
                 Event::StreamReset { stream, .. } => {
                     if self.calls.remove(&stream).is_some_and(|c| c.dispatched) {
                         self.events.push_back(ServerEvent::Cancelled { stream });
@@ -179,13 +180,13 @@ impl ServerConnection {
         if self.calls.contains_key(&stream) {
             // Clients send no trailers on unary calls.
             self.calls.remove(&stream);
-            self.h2.reset_stream(stream, ErrorCode::PROTOCOL_ERROR);
+            self.h2.reset_stream(now, stream, ErrorCode::PROTOCOL_ERROR);
             return;
         }
         let fields = headers.iter().map(|h| (&h.name[..], &h.value[..]));
         let head = match check_request(fields) {
             RequestCheck::Accept(head) => head,
-            RequestCheck::Reject(answer) => return self.send_headers(stream, &answer, true),
+            RequestCheck::Reject(answer) => return self.send_headers(now, stream, &answer, true),
         };
         let call = Call {
             decoder: MessageDecoder::new(DEFAULT_MAX_MESSAGE_LEN, head.encoding.is_some()),
@@ -196,11 +197,11 @@ impl ServerConnection {
         };
         self.calls.insert(stream, call);
         if end_stream {
-            self.end_of_request(stream);
+            self.end_of_request(now, stream);
         }
     }
 
-    fn on_data(&mut self, stream: u32, data: &[u8], end_stream: bool) {
+    fn on_data(&mut self, now: Timestamp, stream: u32, data: &[u8], end_stream: bool) {
         let Some(call) = self.calls.get_mut(&stream) else {
             return;
         };
@@ -224,15 +225,15 @@ impl ServerConnection {
         }
         if let Some(status) = failure {
             self.calls.remove(&stream);
-            return self.send_answer(stream, Err(status));
+            return self.send_answer(now, stream, Err(status));
         }
         if end_stream {
-            self.end_of_request(stream);
+            self.end_of_request(now, stream);
         }
     }
 
     /// The client half-closed: the request is complete, hand it over or refuse it.
-    fn end_of_request(&mut self, stream: u32) {
+    fn end_of_request(&mut self, now: Timestamp, stream: u32) {
         let Some(call) = self.calls.get_mut(&stream) else {
             return;
         };
@@ -253,27 +254,27 @@ impl ServerConnection {
             }
             Err(status) => {
                 self.calls.remove(&stream);
-                self.send_answer(stream, Err(status));
+                self.send_answer(now, stream, Err(status));
             }
         }
     }
 
-    fn send_answer(&mut self, stream: u32, result: Result<Vec<u8>, Status>) {
+    fn send_answer(&mut self, now: Timestamp, stream: u32, result: Result<Vec<u8>, Status>) {
         let mut framed = Vec::new();
         let result = result.and_then(|m| encode_message(&mut framed, &m).map(|()| framed));
         match result {
             Ok(body) => {
-                self.send_headers(stream, &response_headers(), false);
-                let _ = self.h2.send_data(stream, &body, false);
-                self.send_headers(stream, &trailers(&Status::ok()), true);
+                self.send_headers(now, stream, &response_headers(), false);
+                let _ = self.h2.send_data(now, stream, &body, false);
+                self.send_headers(now, stream, &trailers(&Status::ok()), true);
             }
-            Err(status) => self.send_headers(stream, &trailers_only(&status), true),
+            Err(status) => self.send_headers(now, stream, &trailers_only(&status), true),
         }
     }
 
-    fn send_headers(&mut self, stream: u32, headers: &[Header], end_stream: bool) {
+    fn send_headers(&mut self, now: Timestamp, stream: u32, headers: &[Header], end_stream: bool) {
         let fields: Vec<(&[u8], &[u8])> = headers.iter().map(|(n, v)| (*n, &v[..])).collect();
         // A stream the peer already reset is simply gone: nothing to answer.
-        let _ = self.h2.send_headers(stream, &fields, end_stream);
+        let _ = self.h2.send_headers(now, stream, &fields, end_stream);
     }
 }

@@ -3,7 +3,11 @@
 //! Feed it received bytes with [`Connection::handle_input`] and the time with
 //! [`Connection::handle_timeout`]; take [`Event`]s from `poll_event`, bytes to
 //! write from `pending_output` / `consume_output`, and the next wake-up from
-//! `poll_timeout`. It never touches a socket and never reads a clock.
+//! `poll_timeout`. It never touches a socket and never reads a clock: every
+//! call that can change a stream's or the connection's state takes `now`, so
+//! the idle timeout runs from the instant the last stream ended. Only
+//! `poll_event` does not; it hands back flow-control credit, which no timer
+//! depends on.
 //!
 //! What an untrusted peer can make us hold is bounded: unparsed input by our
 //! MAX_FRAME_SIZE, a header block by 4 x MAX_HEADER_LIST_SIZE, streams by
@@ -235,12 +239,8 @@ pub struct Connection {
     peer: PeerSettings,
     settings_acked: bool,
     handshake_deadline: Option<Timestamp>,
+    /// When the last stream ended; `None` while any is open.
     idle_since: Option<Timestamp>,
-    /// `idle_since` was taken from a current `now`, not in an application
-    /// call that may come long after the last input (see `handle_timeout`).
-    idle_since_exact: bool,
-    /// Inside `handle_input` or `handle_timeout`, where `now` is current.
-    now_is_current: bool,
     streams: BTreeMap<u32, Stream>,
     send_queue: VecDeque<u32>,
     recent_resets: VecDeque<u32>,
@@ -309,8 +309,6 @@ impl Connection {
             settings_acked: false,
             handshake_deadline: Some(now + config.handshake_timeout),
             idle_since: Some(now),
-            idle_since_exact: true,
-            now_is_current: false,
             streams: BTreeMap::new(),
             send_queue: VecDeque::new(),
             recent_resets: VecDeque::new(),
@@ -361,11 +359,10 @@ impl Connection {
 
     /// Takes received bytes, in any fragmentation.
     pub fn handle_input(&mut self, now: Timestamp, bytes: &[u8]) {
-        self.now = self.now.max(now);
+        self.advance(now);
         if self.closed {
             return;
         }
-        self.now_is_current = true;
         if self.recv_buf.is_empty() {
             let used = self.process(bytes);
             self.recv_buf
@@ -380,7 +377,6 @@ impl Connection {
         if self.closed {
             self.recv_buf = Vec::new();
         }
-        self.now_is_current = false;
     }
 
     /// The next event. Taking DATA hands its flow-control credit back.
@@ -400,7 +396,8 @@ impl Connection {
 
     /// The caller wrote `n` octets of `pending_output`; queued stream data
     /// moves in behind them.
-    pub fn consume_output(&mut self, n: usize) {
+    pub fn consume_output(&mut self, now: Timestamp, n: usize) {
+        self.advance(now);
         self.output_start = (self.output_start + n).min(self.output.len());
         if self.output_start == self.output.len() {
             self.output.clear();
@@ -424,16 +421,11 @@ impl Connection {
     }
 
     /// Fires whatever deadline has passed; spurious calls do nothing.
-    ///
-    /// The last stream may end in an application call, which has no `now`;
-    /// the idle clock then starts at the first wake-up after it, so such an
-    /// idle period lasts between one and two `idle_timeout`s.
     pub fn handle_timeout(&mut self, now: Timestamp) {
-        self.now = self.now.max(now);
+        self.advance(now);
         if self.closed {
             return;
         }
-        self.now_is_current = true;
         if self.handshake_deadline.is_some_and(|t| now >= t) {
             // §6.5.3 names the case where only our SETTINGS ACK is missing;
             // a preface that never completes is as bad as an invalid one (§3.4).
@@ -442,19 +434,14 @@ impl Connection {
                 _ => self.fail(ErrorCode::PROTOCOL_ERROR, "handshake timeout"),
             }
         } else if self.idle_deadline().is_some_and(|t| now >= t) {
-            if self.idle_since_exact {
-                self.go_away(ErrorCode::NO_ERROR, b"idle timeout");
-            } else {
-                self.idle_since = Some(self.now);
-                self.idle_since_exact = true;
-            }
+            self.go_away(now, ErrorCode::NO_ERROR, b"idle timeout");
         }
-        self.now_is_current = false;
     }
 
     /// Client: reserves the next odd stream id (§5.1.1) within the peer's
     /// MAX_CONCURRENT_STREAMS (§5.1.2). HEADERS must then go out in id order.
-    pub fn open_stream(&mut self) -> Result<u32, SendError> {
+    pub fn open_stream(&mut self, now: Timestamp) -> Result<u32, SendError> {
+        self.advance(now);
         if self.closed {
             return Err(SendError::Closed);
         }
@@ -481,10 +468,12 @@ impl Connection {
     /// and are sent after the data queued before them, §8.1).
     pub fn send_headers(
         &mut self,
+        now: Timestamp,
         stream: u32,
         headers: &[(&[u8], &[u8])],
         end_stream: bool,
     ) -> Result<(), SendError> {
+        self.advance(now);
         let local = self.is_local(stream);
         let last_sent = self.last_local_sent;
         let s = self.sendable(stream)?;
@@ -521,10 +510,12 @@ impl Connection {
     /// Queues DATA; it is sent as the peer's windows allow (§6.9).
     pub fn send_data(
         &mut self,
+        now: Timestamp,
         stream: u32,
         data: &[u8],
         end_stream: bool,
     ) -> Result<(), SendError> {
+        self.advance(now);
         let s = self.sendable(stream)?;
         if !s.headers_sent() {
             return Err(SendError::OutOfOrder);
@@ -540,7 +531,8 @@ impl Connection {
 
     /// Abandons a stream with RST_STREAM (§6.4). Events already queued for it
     /// may still be polled; nothing more will come.
-    pub fn reset_stream(&mut self, stream: u32, code: ErrorCode) {
+    pub fn reset_stream(&mut self, now: Timestamp, stream: u32, code: ErrorCode) {
+        self.advance(now);
         let Some(s) = self.streams.get(&stream).filter(|_| !self.closed) else {
             return;
         };
@@ -554,7 +546,8 @@ impl Connection {
 
     /// Graceful shutdown (§6.8): GOAWAY naming the last peer stream we
     /// processed; open streams run to completion, then `is_closed()`.
-    pub fn go_away(&mut self, code: ErrorCode, debug: &[u8]) {
+    pub fn go_away(&mut self, now: Timestamp, code: ErrorCode, debug: &[u8]) {
+        self.advance(now);
         if self.closed || self.goaway_sent {
             return;
         }
@@ -564,7 +557,8 @@ impl Connection {
     }
 
     /// Sends a PING (§6.7); its ACK becomes [`Event::PingAcked`].
-    pub fn ping(&mut self, data: [u8; 8]) {
+    pub fn ping(&mut self, now: Timestamp, data: [u8; 8]) {
+        self.advance(now);
         if !self.closed {
             frame::encode_ping(&mut self.output, false, data);
             self.pings_in_flight += 1;
@@ -1280,7 +1274,6 @@ impl Connection {
         }
         if self.streams.is_empty() {
             self.idle_since = Some(self.now);
-            self.idle_since_exact = self.now_is_current;
         }
         self.maybe_close();
         Some(stream)
@@ -1323,6 +1316,12 @@ impl Connection {
                 frame::encode_window_update(&mut self.output, 0, increment);
             }
         }
+    }
+
+    /// Every state-changing call brings the time, so the idle clock starts
+    /// exactly when the last stream ends; it never runs backwards.
+    fn advance(&mut self, now: Timestamp) {
+        self.now = self.now.max(now);
     }
 
     fn emit(&mut self, event: Event) {

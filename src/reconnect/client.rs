@@ -356,7 +356,7 @@ impl ReconnectClient {
             return;
         };
         if closed.is_none() && c.connected {
-            if let Err(e) = flush(&mut c.stream, &mut c.grpc) {
+            if let Err(e) = flush(ctx.now(), &mut c.stream, &mut c.grpc) {
                 closed = Some(format!("control connection: {e}"));
             }
         }
@@ -530,9 +530,9 @@ impl ReconnectClient {
         *self.outcome.borrow_mut() = Some(Outcome { result, attempts });
         self.close_attempt(ctx);
         if let Some(c) = self.control.as_mut() {
-            c.grpc.go_away();
+            c.grpc.go_away(ctx.now());
             if c.connected {
-                let _ = flush(&mut c.stream, &mut c.grpc);
+                let _ = flush(ctx.now(), &mut c.stream, &mut c.grpc);
             }
         }
         self.close_control(ctx);
@@ -722,10 +722,10 @@ impl Attempt {
             if !out.is_empty() {
                 tls.send(out).map_err(|e| format!("TLS: {e}"))?;
                 let n = out.len();
-                h2.consume_output(n);
+                h2.consume_output(now, n);
             }
         }
-        flush(&mut self.stream, tls).map_err(|e| e.to_string())?;
+        flush(now, &mut self.stream, tls).map_err(|e| e.to_string())?;
         let stage = match (&self.h2, self.established) {
             (None, _) => "before the TLS handshake completed",
             (Some(_), false) => "before the server's SETTINGS",
@@ -832,8 +832,8 @@ impl Outbox for ClientConnection {
     fn pending_output(&self) -> &[u8] {
         ClientConnection::pending_output(self)
     }
-    fn consume_output(&mut self, n: usize) {
-        ClientConnection::consume_output(self, n)
+    fn consume_output(&mut self, now: Timestamp, n: usize) {
+        ClientConnection::consume_output(self, now, n)
     }
 }
 
@@ -841,7 +841,7 @@ impl Outbox for TlsClient {
     fn pending_output(&self) -> &[u8] {
         TlsClient::pending_output(self)
     }
-    fn consume_output(&mut self, n: usize) {
+    fn consume_output(&mut self, _now: Timestamp, n: usize) {
         TlsClient::consume_output(self, n)
     }
 }

@@ -135,7 +135,7 @@ impl ReconnectServer {
                     self.by_token.insert(token, key);
                     log::debug!("control connection {key} from {}", unmap(peer));
                     if self.shutting_down {
-                        self.conns[key].grpc.go_away();
+                        self.conns[key].grpc.go_away(ctx.now());
                     }
                     self.after_io(ctx, key);
                 }
@@ -201,7 +201,7 @@ impl ReconnectServer {
         let Some(conn) = self.conns.get_mut(key) else {
             return;
         };
-        if let Err(e) = flush(&mut conn.stream, &mut conn.grpc) {
+        if let Err(e) = flush(ctx.now(), &mut conn.stream, &mut conn.grpc) {
             return self.close(ctx, key, &e.to_string());
         }
         if conn.grpc.is_closed() && conn.grpc.pending_output().is_empty() {
@@ -318,7 +318,7 @@ impl ReconnectServer {
     fn respond(&mut self, ctx: &mut Ctx<'_>, call: CallId, answer: Result<Vec<u8>, Status>) {
         let (key, stream) = split_call_id(call);
         if let Some(conn) = self.conns.get_mut(key) {
-            conn.grpc.respond(stream, answer);
+            conn.grpc.respond(ctx.now(), stream, answer);
             self.after_io(ctx, key);
         }
     }
@@ -391,7 +391,7 @@ impl Component for ReconnectServer {
         let keys: Vec<usize> = self.conns.iter().map(|(k, _)| k).collect();
         for key in keys {
             if let Some(conn) = self.conns.get_mut(key) {
-                conn.grpc.go_away();
+                conn.grpc.go_away(ctx.now());
             }
             self.after_io(ctx, key);
         }
@@ -446,8 +446,8 @@ impl Outbox for ServerConnection {
     fn pending_output(&self) -> &[u8] {
         ServerConnection::pending_output(self)
     }
-    fn consume_output(&mut self, n: usize) {
-        ServerConnection::consume_output(self, n)
+    fn consume_output(&mut self, now: Timestamp, n: usize) {
+        ServerConnection::consume_output(self, now, n)
     }
 }
 

@@ -14,13 +14,13 @@ fn client() -> ClientConnection {
 
 fn pump_to_server(c: &mut ClientConnection, s: &mut ServerConnection) {
     let out = c.pending_output().to_vec();
-    c.consume_output(out.len());
+    c.consume_output(T0, out.len());
     s.handle_input(T0, &out);
 }
 
 fn pump_to_client(s: &mut ServerConnection, c: &mut ClientConnection) {
     let out = s.pending_output().to_vec();
-    s.consume_output(out.len());
+    s.consume_output(T0, out.len());
     c.handle_input(T0, &out);
 }
 
@@ -38,7 +38,7 @@ fn responses(c: &mut ClientConnection) -> Vec<(u32, Result<Vec<u8>, Status>)> {
 fn raw_server(c: &mut ClientConnection) -> Connection {
     let mut s = Connection::new(Role::Server, Config::default(), T0);
     let out = c.pending_output().to_vec();
-    c.consume_output(out.len());
+    c.consume_output(T0, out.len());
     s.handle_input(T0, &out);
     while s.poll_event().is_some() {}
     s
@@ -46,7 +46,7 @@ fn raw_server(c: &mut ClientConnection) -> Connection {
 
 fn raw_to_client(s: &mut Connection, c: &mut ClientConnection) {
     let out = s.pending_output().to_vec();
-    s.consume_output(out.len());
+    s.consume_output(T0, out.len());
     c.handle_input(T0, &out);
 }
 
@@ -55,7 +55,7 @@ fn answer(fields: &[(&[u8], &[u8])], end_stream: bool) -> Result<Vec<u8>, Status
     let mut c = client();
     c.call(T0, PATH, b"req", None).unwrap();
     let mut s = raw_server(&mut c);
-    s.send_headers(1, fields, end_stream).unwrap();
+    s.send_headers(T0, 1, fields, end_stream).unwrap();
     raw_to_client(&mut s, &mut c);
     let mut r = responses(&mut c);
     assert_eq!(r.len(), 1, "{r:?}");
@@ -129,7 +129,7 @@ fn unary_call_round_trip_with_our_server() {
         ("grpc.testing.ReconnectService", "Start")
     );
     assert_eq!(req.message, b"ping");
-    s.respond(req.stream, Ok(b"pong".to_vec()));
+    s.respond(T0, req.stream, Ok(b"pong".to_vec()));
     pump_to_client(&mut s, &mut c);
     assert_eq!(c.poll_event(), Some(ClientEvent::SettingsReceived));
     assert!(c.is_ready());
@@ -146,7 +146,7 @@ fn empty_response_message_is_a_success() {
     let Some(ServerEvent::Request(req)) = s.poll_event() else {
         panic!("no request");
     };
-    s.respond(req.stream, Ok(Vec::new()));
+    s.respond(T0, req.stream, Ok(Vec::new()));
     pump_to_client(&mut s, &mut c);
     assert_eq!(responses(&mut c), [(1, Ok(Vec::new()))]);
 }
@@ -161,6 +161,7 @@ fn trailers_only_error_carries_code_and_percent_decoded_message() {
         panic!("no request");
     };
     s.respond(
+        T0,
         req.stream,
         Err(Status::new(Code::Unavailable, "100% gone ✓")),
     );
@@ -178,6 +179,7 @@ fn trailers_with_error_after_headers() {
     c.call(T0, PATH, b"", None).unwrap();
     let mut s = raw_server(&mut c);
     s.send_headers(
+        T0,
         1,
         &[
             (b":status", b"200"),
@@ -186,8 +188,13 @@ fn trailers_with_error_after_headers() {
         false,
     )
     .unwrap();
-    s.send_headers(1, &[(b"grpc-status", b"9"), (b"grpc-message", &msg)], true)
-        .unwrap();
+    s.send_headers(
+        T0,
+        1,
+        &[(b"grpc-status", b"9"), (b"grpc-message", &msg)],
+        true,
+    )
+    .unwrap();
     raw_to_client(&mut s, &mut c);
     assert_eq!(
         responses(&mut c),
@@ -256,12 +263,14 @@ fn ok_trailers_without_a_message_is_internal() {
     c.call(T0, PATH, b"", None).unwrap();
     let mut s = raw_server(&mut c);
     s.send_headers(
+        T0,
         1,
         &[(b":status", b"200"), (b"content-type", b"application/grpc")],
         false,
     )
     .unwrap();
-    s.send_headers(1, &[(b"grpc-status", b"0")], true).unwrap();
+    s.send_headers(T0, 1, &[(b"grpc-status", b"0")], true)
+        .unwrap();
     raw_to_client(&mut s, &mut c);
     assert_eq!(
         responses(&mut c)[0].1.as_ref().unwrap_err().code,
@@ -275,14 +284,16 @@ fn two_response_messages_fail_the_unary_call() {
     c.call(T0, PATH, b"", None).unwrap();
     let mut s = raw_server(&mut c);
     s.send_headers(
+        T0,
         1,
         &[(b":status", b"200"), (b"content-type", b"application/grpc")],
         false,
     )
     .unwrap();
-    s.send_data(1, b"\0\0\0\0\x01a\0\0\0\0\x01b", false)
+    s.send_data(T0, 1, b"\0\0\0\0\x01a\0\0\0\0\x01b", false)
         .unwrap();
-    s.send_headers(1, &[(b"grpc-status", b"0")], true).unwrap();
+    s.send_headers(T0, 1, &[(b"grpc-status", b"0")], true)
+        .unwrap();
     raw_to_client(&mut s, &mut c);
     assert_eq!(
         responses(&mut c)[0].1.as_ref().unwrap_err().code,
@@ -296,12 +307,13 @@ fn a_body_without_trailers_is_an_error() {
     c.call(T0, PATH, b"", None).unwrap();
     let mut s = raw_server(&mut c);
     s.send_headers(
+        T0,
         1,
         &[(b":status", b"200"), (b"content-type", b"application/grpc")],
         false,
     )
     .unwrap();
-    s.send_data(1, b"\0\0\0\0\x01a", true).unwrap();
+    s.send_data(T0, 1, b"\0\0\0\0\x01a", true).unwrap();
     raw_to_client(&mut s, &mut c);
     assert_eq!(
         responses(&mut c)[0].1.as_ref().unwrap_err().code,
@@ -315,13 +327,15 @@ fn non_grpc_content_type_is_unknown() {
     c.call(T0, PATH, b"", None).unwrap();
     let mut s = raw_server(&mut c);
     s.send_headers(
+        T0,
         1,
         &[(b":status", b"200"), (b"content-type", b"application/json")],
         false,
     )
     .unwrap();
-    s.send_data(1, b"\0\0\0\0\x01a", false).unwrap();
-    s.send_headers(1, &[(b"grpc-status", b"0")], true).unwrap();
+    s.send_data(T0, 1, b"\0\0\0\0\x01a", false).unwrap();
+    s.send_headers(T0, 1, &[(b"grpc-status", b"0")], true)
+        .unwrap();
     raw_to_client(&mut s, &mut c);
     assert_eq!(
         responses(&mut c)[0].1.as_ref().unwrap_err().code,
@@ -342,7 +356,7 @@ fn rst_stream_codes_map_to_statuses() {
         let mut c = client();
         c.call(T0, PATH, b"", None).unwrap();
         let mut s = raw_server(&mut c);
-        s.reset_stream(1, code);
+        s.reset_stream(T0, 1, code);
         raw_to_client(&mut s, &mut c);
         assert_eq!(
             responses(&mut c)[0].1.as_ref().unwrap_err().code,
@@ -366,13 +380,15 @@ fn informational_headers_are_skipped() {
     crate::http2::frame::encode_headers(&mut frame, 1, &block, false, 16_384);
     c.handle_input(T0, &frame);
     s.send_headers(
+        T0,
         1,
         &[(b":status", b"200"), (b"content-type", b"application/grpc")],
         false,
     )
     .unwrap();
-    s.send_data(1, b"\0\0\0\0\x02ok", false).unwrap();
-    s.send_headers(1, &[(b"grpc-status", b"0")], true).unwrap();
+    s.send_data(T0, 1, b"\0\0\0\0\x02ok", false).unwrap();
+    s.send_headers(T0, 1, &[(b"grpc-status", b"0")], true)
+        .unwrap();
     raw_to_client(&mut s, &mut c);
     assert_eq!(responses(&mut c), [(1, Ok(b"ok".to_vec()))]);
 }
@@ -423,7 +439,7 @@ fn goaway_excluding_the_call_makes_it_unavailable() {
     c.call(T0, PATH, b"", None).unwrap();
     let mut s = Connection::new(Role::Server, Config::default(), T0);
     // The server says goodbye before reading the request: stream 1 was never processed.
-    s.go_away(ErrorCode::NO_ERROR, b"");
+    s.go_away(T0, ErrorCode::NO_ERROR, b"");
     raw_to_client(&mut s, &mut c);
     let r = responses(&mut c);
     assert_eq!(r[0].1.as_ref().unwrap_err().code, Code::Unavailable);
