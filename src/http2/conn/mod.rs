@@ -1,0 +1,371 @@
+//! The HTTP/2 connection (RFC 9113) as a sans-IO state machine, client or server.
+//!
+//! Feed it received bytes with [`Connection::handle_input`] and the time with
+//! [`Connection::handle_timeout`]; take [`Event`]s from `poll_event`, bytes to
+//! write from `pending_output` / `consume_output`, and the next wake-up from
+//! `poll_timeout`. It never touches a socket and never reads a clock: every
+//! call that can change a stream's or the connection's state takes `now`, so
+//! the idle timeout runs from the instant the last stream ended. Only
+//! `poll_event` does not; it hands back flow-control credit, which no timer
+//! depends on.
+//!
+//! What an untrusted peer can make us hold is bounded: unparsed input by our
+//! MAX_FRAME_SIZE, a header block by 4 x MAX_HEADER_LIST_SIZE, streams by
+//! MAX_CONCURRENT_STREAMS, received DATA by the connection window (credit goes
+//! back only as the application polls it), other events by
+//! `max_queued_event_bytes`, and the output it provokes by `max_buffered_output`.
+//!
+//! One concern per file: this one holds the state and the application's
+//! calls; `recv.rs` reads frames, `send.rs` writes them within flow control,
+//! `settings.rs` handles SETTINGS and the handshake, `streams.rs` the stream
+//! table and resets, and `goaway.rs` errors, GOAWAY and closing.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Duration;
+
+use super::error::{ErrorCode, H2Error};
+use super::flow::{RecvWindow, SendWindow};
+use super::frame;
+use super::headers;
+use super::hpack::{Decoder, Encoder};
+use super::stream::Stream;
+use crate::time::Timestamp;
+
+mod event;
+mod goaway;
+mod recv;
+mod send;
+mod settings;
+mod streams;
+
+pub use event::{Event, SendError};
+use recv::PartialBlock;
+use settings::PeerSettings;
+use streams::Lookup;
+
+/// Initial stream and connection window, before any SETTINGS (§6.9.2).
+const DEFAULT_WINDOW: u32 = 65_535;
+/// Initial SETTINGS_HEADER_TABLE_SIZE of both peers (§6.5.2).
+const DEFAULT_TABLE_SIZE: u32 = 4096;
+/// Most HPACK table we keep for encoding, however much the peer offers.
+const MAX_ENCODER_TABLE: u32 = 4096;
+/// Stream ids are 31 bits (§5.1.1).
+const MAX_STREAM_ID: u32 = (1 << 31) - 1;
+/// Stream data moves into the output only while less than this is pending,
+/// so a slow reader backs up into the per-stream queues, not the output.
+const OUTPUT_HIGH_WATER: usize = 64 * 1024;
+/// How many streams we reset are remembered, to ignore frames in flight (§5.1).
+const RECENT_RESETS: usize = 256;
+/// Accounting cost of one queued event beyond its headers or debug data.
+const EVENT_OVERHEAD: usize = 64;
+
+/// Which end of the connection we are; it decides stream id parity and who sends the preface.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// Accepts the client preface and serves peer-initiated (odd) streams.
+    Server,
+    /// Sends the preface and opens odd-numbered streams (§5.1.1).
+    Client,
+}
+
+/// Connection settings; `Default` suits a gRPC server or client.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Our SETTINGS_MAX_CONCURRENT_STREAMS: more peer streams are refused (§5.1.2).
+    pub max_concurrent_streams: u32,
+    /// Our SETTINGS_INITIAL_WINDOW_SIZE: each stream's receive window (§6.9.2).
+    pub initial_window_size: u32,
+    /// The connection's receive window, raised from 65535 by a WINDOW_UPDATE
+    /// at start (§6.9.2). It bounds the DATA buffered for the application.
+    pub connection_window_size: u32,
+    /// Our SETTINGS_MAX_FRAME_SIZE (§4.2); clamped to 16384..=2^24-1.
+    pub max_frame_size: u32,
+    /// Our SETTINGS_MAX_HEADER_LIST_SIZE (§6.5.2). A larger list gets
+    /// RST_STREAM(PROTOCOL_ERROR); one over twice this is a COMPRESSION_ERROR
+    /// because HPACK stops decoding it.
+    pub max_header_list_size: u32,
+    /// Our SETTINGS_HEADER_TABLE_SIZE: the peer's HPACK table for us (§6.5.2).
+    pub header_table_size: u32,
+    /// The peer's preface and first SETTINGS must arrive, and our SETTINGS be
+    /// acknowledged, by then (slowloris); else GOAWAY and close.
+    pub handshake_timeout: Duration,
+    /// With no open stream for this long: GOAWAY(NO_ERROR) and close.
+    pub idle_timeout: Option<Duration>,
+    /// More pending output than this when input arrives means the peer is
+    /// not reading what it provokes (ACKs, RST_STREAMs): ENHANCE_YOUR_CALM.
+    /// Queued stream data does not count; it waits in the stream.
+    pub max_buffered_output: usize,
+    /// Unpolled events beyond this (headers, resets; DATA is bounded by the
+    /// window) are ENHANCE_YOUR_CALM: the HPACK-bomb and rapid-reset bound.
+    pub max_queued_event_bytes: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            max_concurrent_streams: 100,
+            initial_window_size: 256 * 1024,
+            connection_window_size: 1024 * 1024,
+            max_frame_size: frame::DEFAULT_MAX_FRAME_SIZE,
+            max_header_list_size: 16 * 1024,
+            header_table_size: DEFAULT_TABLE_SIZE,
+            handshake_timeout: Duration::from_secs(20),
+            idle_timeout: None,
+            max_buffered_output: 1024 * 1024,
+            max_queued_event_bytes: 2 * 1024 * 1024,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ReadState {
+    /// Server: `matched` octets of the client preface seen (§3.4).
+    Preface {
+        matched: usize,
+    },
+    /// The peer's first frame must be SETTINGS (§3.4).
+    FirstSettings,
+    Frames,
+}
+
+/// One HTTP/2 connection's state: framing, HPACK, streams and flow control. See the module docs.
+pub struct Connection {
+    role: Role,
+    config: Config,
+    now: Timestamp,
+    read_state: ReadState,
+    recv_buf: Vec<u8>,
+    partial_block: Option<PartialBlock>,
+    decoder: Decoder,
+    encoder: Encoder,
+    encoder_table_size: u32,
+    output: Vec<u8>,
+    output_start: usize,
+    events: VecDeque<Event>,
+    event_bytes: usize,
+    peer: PeerSettings,
+    settings_acked: bool,
+    handshake_deadline: Option<Timestamp>,
+    /// When the last stream ended; `None` while any is open.
+    idle_since: Option<Timestamp>,
+    streams: BTreeMap<u32, Stream>,
+    send_queue: VecDeque<u32>,
+    recent_resets: VecDeque<u32>,
+    next_local_id: u32,
+    last_local_sent: u32,
+    last_peer_id: u32,
+    send_window: SendWindow,
+    recv_window: RecvWindow,
+    goaway_sent: bool,
+    goaway_received: bool,
+    pings_in_flight: usize,
+    error: Option<H2Error>,
+    closed: bool,
+}
+
+fn proto(reason: &'static str) -> H2Error {
+    H2Error::connection(ErrorCode::PROTOCOL_ERROR, reason)
+}
+
+fn flow_error(reason: &'static str) -> H2Error {
+    H2Error::connection(ErrorCode::FLOW_CONTROL_ERROR, reason)
+}
+
+fn event_cost(event: &Event) -> usize {
+    EVENT_OVERHEAD
+        + match event {
+            Event::Headers { headers, .. } => headers::list_size(headers),
+            Event::GoAway { debug, .. } => debug.len(),
+            _ => 0,
+        }
+}
+
+impl Connection {
+    /// Queues the client preface (client) and our SETTINGS (both); a server
+    /// sends SETTINGS first, before reading anything (§3.4).
+    pub fn new(role: Role, mut config: Config, now: Timestamp) -> Self {
+        config.max_frame_size = config
+            .max_frame_size
+            .clamp(frame::DEFAULT_MAX_FRAME_SIZE, frame::MAX_ALLOWED_FRAME_SIZE);
+        config.initial_window_size = config.initial_window_size.min(frame::MAX_WINDOW_SIZE);
+        let conn_window = config
+            .connection_window_size
+            .clamp(DEFAULT_WINDOW, frame::MAX_WINDOW_SIZE);
+        let hard_list_limit = (config.max_header_list_size as usize).saturating_mul(2);
+        let mut conn = Connection {
+            role,
+            now,
+            read_state: match role {
+                Role::Server => ReadState::Preface { matched: 0 },
+                Role::Client => ReadState::FirstSettings,
+            },
+            recv_buf: Vec::new(),
+            partial_block: None,
+            decoder: Decoder::new(DEFAULT_TABLE_SIZE as usize, hard_list_limit),
+            encoder: Encoder::new(),
+            encoder_table_size: DEFAULT_TABLE_SIZE,
+            output: Vec::new(),
+            output_start: 0,
+            events: VecDeque::new(),
+            event_bytes: 0,
+            peer: PeerSettings {
+                max_concurrent_streams: u32::MAX,
+                initial_window_size: DEFAULT_WINDOW,
+                max_frame_size: frame::DEFAULT_MAX_FRAME_SIZE,
+            },
+            settings_acked: false,
+            handshake_deadline: Some(now + config.handshake_timeout),
+            idle_since: Some(now),
+            streams: BTreeMap::new(),
+            send_queue: VecDeque::new(),
+            recent_resets: VecDeque::new(),
+            next_local_id: if role == Role::Client { 1 } else { 2 },
+            last_local_sent: 0,
+            last_peer_id: 0,
+            send_window: SendWindow::new(DEFAULT_WINDOW),
+            recv_window: RecvWindow::new(conn_window),
+            goaway_sent: false,
+            goaway_received: false,
+            pings_in_flight: 0,
+            error: None,
+            closed: false,
+            config,
+        };
+        if role == Role::Client {
+            conn.output.extend_from_slice(frame::PREFACE);
+        }
+        let settings = conn.local_settings();
+        frame::encode_settings(&mut conn.output, &settings);
+        if conn_window > DEFAULT_WINDOW {
+            frame::encode_window_update(&mut conn.output, 0, conn_window - DEFAULT_WINDOW);
+        }
+        conn
+    }
+
+    /// Takes received bytes, in any fragmentation.
+    pub fn handle_input(&mut self, now: Timestamp, bytes: &[u8]) {
+        self.advance(now);
+        if self.closed {
+            return;
+        }
+        if self.recv_buf.is_empty() {
+            let used = self.process(bytes);
+            self.recv_buf
+                .extend_from_slice(&bytes[used.min(bytes.len())..]);
+        } else {
+            let mut buf = std::mem::take(&mut self.recv_buf);
+            buf.extend_from_slice(bytes);
+            let used = self.process(&buf);
+            buf.drain(..used.min(buf.len()));
+            self.recv_buf = buf;
+        }
+        if self.closed {
+            self.recv_buf = Vec::new();
+        }
+    }
+
+    /// The next event. Taking DATA hands its flow-control credit back.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        let event = self.events.pop_front()?;
+        self.event_bytes -= event_cost(&event);
+        if let Event::Data { stream, data, .. } = &event {
+            self.release(*stream, u32::try_from(data.len()).unwrap_or(u32::MAX));
+        }
+        Some(event)
+    }
+
+    /// Bytes to write to the socket, oldest first; report progress with `consume_output`.
+    pub fn pending_output(&self) -> &[u8] {
+        &self.output[self.output_start..]
+    }
+
+    /// The caller wrote `n` octets of `pending_output`; queued stream data
+    /// moves in behind them.
+    pub fn consume_output(&mut self, now: Timestamp, n: usize) {
+        self.advance(now);
+        self.output_start = (self.output_start + n).min(self.output.len());
+        if self.output_start == self.output.len() {
+            self.output.clear();
+            self.output_start = 0;
+        } else if self.output_start >= OUTPUT_HIGH_WATER {
+            self.output.drain(..self.output_start);
+            self.output_start = 0;
+        }
+        self.flush_streams();
+    }
+
+    /// When to call `handle_timeout` next (handshake or idle deadline); `None`: nothing is due.
+    pub fn poll_timeout(&self) -> Option<Timestamp> {
+        if self.closed {
+            return None;
+        }
+        [self.handshake_deadline, self.idle_deadline()]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// Fires whatever deadline has passed; spurious calls do nothing.
+    pub fn handle_timeout(&mut self, now: Timestamp) {
+        self.advance(now);
+        if self.closed {
+            return;
+        }
+        if self.handshake_deadline.is_some_and(|t| now >= t) {
+            // §6.5.3 names the case where only our SETTINGS ACK is missing;
+            // a preface that never completes is as bad as an invalid one (§3.4).
+            match self.read_state {
+                ReadState::Frames => self.fail(ErrorCode::SETTINGS_TIMEOUT, "no SETTINGS ACK"),
+                _ => self.fail(ErrorCode::PROTOCOL_ERROR, "handshake timeout"),
+            }
+        } else if self.idle_deadline().is_some_and(|t| now >= t) {
+            self.go_away(now, ErrorCode::NO_ERROR, b"idle timeout");
+        }
+    }
+
+    /// Done: the caller flushes `pending_output` and closes the socket.
+    pub fn is_closed(&self) -> bool {
+        self.closed
+    }
+
+    /// Streams not yet closed or reset (open or half-closed), ours and the peer's.
+    pub fn open_streams(&self) -> usize {
+        self.streams.len()
+    }
+
+    /// The connection error we closed with, for logs.
+    pub fn error(&self) -> Option<H2Error> {
+        self.error
+    }
+
+    /// Octets held in buffers: unparsed input, a partial header block,
+    /// output, queued events and queued stream data.
+    pub fn buffered_bytes(&self) -> usize {
+        let data = |e: &Event| match e {
+            Event::Data { data, .. } => data.len(),
+            _ => 0,
+        };
+        self.recv_buf.len()
+            + self.partial_block.as_ref().map_or(0, |b| b.block.len())
+            + self.pending_output().len()
+            + self.event_bytes
+            + self.events.iter().map(data).sum::<usize>()
+            + self.streams.values().map(|s| s.outbox.len()).sum::<usize>()
+    }
+
+    /// Every state-changing call brings the time, so the idle clock starts
+    /// exactly when the last stream ends; it never runs backwards.
+    fn advance(&mut self, now: Timestamp) {
+        self.now = self.now.max(now);
+    }
+
+    fn emit(&mut self, event: Event) {
+        self.event_bytes += event_cost(&event);
+        self.events.push_back(event);
+    }
+
+    fn idle_deadline(&self) -> Option<Timestamp> {
+        let (since, timeout) = self.idle_since.zip(self.config.idle_timeout)?;
+        Some(since + timeout)
+    }
+}
