@@ -76,11 +76,11 @@ impl Connection {
     fn check_header(&self, h: &FrameHeader) -> Result<(), H2Error> {
         // §3.4: the peer's preface ends with a SETTINGS frame.
         let first = self.read_state == ReadState::FirstSettings;
-        if first && (h.kind != frame::TYPE_SETTINGS || h.flags & frame::FLAG_ACK != 0) {
+        if first && (h.kind != frame::Kind::Settings || h.flags & frame::FLAG_ACK != 0) {
             return Err(proto("first frame is not SETTINGS"));
         }
         // §6.10: HEADERS then CONTINUATIONs of the same stream, nothing between.
-        let continuation = h.kind == frame::TYPE_CONTINUATION;
+        let continuation = h.kind == frame::Kind::Continuation;
         match &self.partial_block {
             Some(b) if !continuation || h.stream_id != b.stream_id => {
                 Err(proto("frame interleaved in a header block"))
