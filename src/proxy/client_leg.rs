@@ -146,10 +146,12 @@ impl Proxy {
     /// A retransmission of a request still being worked on.
     fn on_live_duplicate(&mut self, key: ExchangeKey) {
         let Some(x) = self.get(key) else { return };
-        let piggybacked = !x.client_acked && !x.answer.is_empty();
+        let piggybacked = !x.client_acked && x.answer.is_some();
         if piggybacked {
             // An observation's registration, answered on the ACK.
-            self.push_from(key, |x| (Destination::Client(x.client), &x.answer));
+            self.push_from(key, |x| {
+                Some((Destination::Client(x.client), x.answer.as_deref()?))
+            });
         } else if x.client_acked {
             let (client, mid) = (x.client, x.client_mid);
             self.out
@@ -384,10 +386,9 @@ impl Proxy {
         let mut request = std::mem::take(&mut self.scratch);
         encode_upstream_request(&mut request, msg, mid, &upstream_token, &route);
         let x = self.get_mut(key).expect("just inserted");
-        x.upstream_mid = mid;
-        x.upstream_mid_live = true;
+        x.upstream_mid = Some(mid);
         x.upstream_token = upstream_token;
-        x.request = Box::from(&request[..]);
+        x.request = Some(Box::from(&request[..]));
         x.wants_observe = msg.option(OBSERVE).and_then(|v| decode_uint(v).ok()) == Some(0);
         self.scratch = request;
         self.by_upstream_mid.insert((endpoint, mid), key);

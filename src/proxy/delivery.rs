@@ -58,7 +58,7 @@ impl Proxy {
         if observing || delivering {
             // Retransmitted or replayed later: the exchange keeps it.
             if let Some(x) = self.get_mut(key) {
-                x.answer = Box::from(&bytes[..]);
+                x.answer = Some(Box::from(&bytes[..]));
             }
         }
         match (observing, delivering) {
@@ -130,17 +130,19 @@ impl Proxy {
         let timeout = d.timeout;
         self.set_deadline(key, TimerKind::ClientRetransmit, Some(now + timeout));
         self.counters.client_retransmissions += 1;
-        self.push_from(key, |x| (Destination::Client(x.client), &x.answer));
+        self.push_from(key, |x| {
+            Some((Destination::Client(x.client), x.answer.as_deref()?))
+        });
     }
 
     /// Queues bytes an exchange holds (its request or its answer) without copying them first.
     pub(super) fn push_from(
         &mut self,
         key: ExchangeKey,
-        part: impl FnOnce(&super::exchange::Exchange) -> (Destination, &[u8]),
+        part: impl FnOnce(&super::exchange::Exchange) -> Option<(Destination, &[u8])>,
     ) {
-        if let Some(x) = self.exchanges.get(key.index as usize) {
-            let (to, bytes) = part(x);
+        let exchange = self.exchanges.get(key.index as usize);
+        if let Some((to, bytes)) = exchange.and_then(part) {
             self.out.push(to, bytes);
         }
     }

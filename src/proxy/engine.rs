@@ -470,14 +470,12 @@ impl Proxy {
         }
         x.deadlines.set(TimerKind::UpstreamRetransmit, None);
         x.deadlines.set(TimerKind::TotalTimeout, None);
-        x.request = Box::default();
-        let (up, endpoint, mid, live) =
-            (x.upstream, x.endpoint, x.upstream_mid, x.upstream_mid_live);
+        x.request = None;
+        let (up, endpoint, mapped) = (x.upstream, x.endpoint, x.upstream_mid.take());
         let client = x.client_slot;
-        x.upstream_mid_live = false;
         x.state = State::Answered;
         self.rearm(key);
-        if live {
+        if let Some(mid) = mapped {
             self.by_upstream_mid.remove(&(endpoint, mid));
         }
         self.upstreams[usize::from(up)].inflight -= 1;
@@ -556,10 +554,10 @@ impl Proxy {
             self.timers.cancel(id);
         }
         let client_key = (x.client, x.client_token, x.client_mid);
-        let answer = answer.unwrap_or(&x.answer);
-        let replay = match (x.client_type, x.client_acked) {
-            (MessageType::Con, false) if !answer.is_empty() => Replay::Answer(answer),
-            (MessageType::Con, _) => Replay::EmptyAck,
+        let answer = answer.or(x.answer.as_deref());
+        let replay = match (x.client_type, x.client_acked, answer) {
+            (MessageType::Con, false, Some(answer)) => Replay::Answer(answer),
+            (MessageType::Con, _, _) => Replay::EmptyAck,
             _ => Replay::Nothing,
         };
         // A piggybacked answer carries the client's MID; any other message to the client

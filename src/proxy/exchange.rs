@@ -149,9 +149,9 @@ pub struct Exchange {
     pub upstream: UpstreamId,
     /// The endpoint the request left from: its answers, ACKs and notifications come back there.
     pub endpoint: EndpointId,
-    pub upstream_mid: u16,
-    /// Whether `upstream_mid` is still in the upstream MID map (until the upstream answered).
-    pub upstream_mid_live: bool,
+    /// The request's MID on `endpoint` while it is in the upstream MID map: from the first
+    /// send until the upstream leg closes. `None` before and after.
+    pub upstream_mid: Option<u16>,
     pub upstream_token: Token,
     /// Which of the configured retry policies applies: POST/PATCH/iPATCH use the
     /// non-idempotent one (see [`super::engine::Proxy::policy_of`]). A flag rather than a copy
@@ -159,14 +159,16 @@ pub struct Exchange {
     pub non_idempotent: bool,
     /// Transmissions upstream so far (1 = only the first send).
     pub attempts: u32,
-    /// The request as sent upstream, kept for retransmission; freed once not needed.
-    /// A boxed slice: exactly its length, no spare capacity, no capacity word.
-    pub request: Box<[u8]>,
+    /// The request as sent upstream, kept while it may be retransmitted; `None` before the
+    /// first send and once no copy will go upstream again. A boxed slice: exactly its length,
+    /// no spare capacity, no capacity word (and `None` costs nothing: the pointer's niche).
+    pub request: Option<Box<[u8]>>,
     /// An empty ACK went to the client, so the answer must travel separately (RFC 7252 §5.2.2).
     pub client_acked: bool,
-    /// The latest answer sent to the client: retransmitted while unacknowledged, and given to
-    /// the answer cache when the exchange leaves.
-    pub answer: Box<[u8]>,
+    /// The latest answer sent to the client, kept when it may be sent again (a CON being
+    /// retransmitted, an observation's latest notification) and given to the answer cache
+    /// when the exchange leaves; `None` while there is none to repeat.
+    pub answer: Option<Box<[u8]>>,
     /// Boxed: only separate CON answers have one, so the common exchange pays one pointer.
     pub delivery: Option<Box<ClientDelivery>>,
     /// MID of the latest NON to the client, mapped for the client's RST (RFC 7641 §3.6)
@@ -200,14 +202,13 @@ impl Exchange {
             client_type,
             upstream,
             endpoint,
-            upstream_mid: 0,
-            upstream_mid_live: false,
+            upstream_mid: None,
             upstream_token: Token::default(),
             non_idempotent,
             attempts: 0,
-            request: Box::default(),
+            request: None,
             client_acked: false,
-            answer: Box::default(),
+            answer: None,
             delivery: None,
             non_mid: None,
             deadlines: Deadlines::default(),

@@ -60,7 +60,7 @@ impl Proxy {
         self.counters.notifications_relayed += 1;
         if let Some(x) = self.get_mut(key) {
             x.last_notification = Some((seq, now));
-            x.answer = Box::from(&bytes[..]);
+            x.answer = Some(Box::from(&bytes[..]));
         }
         // A newer notification replaces one still being retransmitted (RFC 7641 §4.5.2).
         self.send_to_client(now, key, ty, mid, &bytes);

@@ -81,7 +81,9 @@ impl Proxy {
         let nominal = policy.nominal_delay(attempts).as_nanos() as f64;
         let delay = Duration::from_nanos((nominal * spread).min(u64::MAX as f64) as u64);
         self.set_deadline(key, TimerKind::UpstreamRetransmit, Some(now + delay));
-        self.push_from(key, |x| (Destination::Upstream(x.endpoint), &x.request));
+        self.push_from(key, |x| {
+            Some((Destination::Upstream(x.endpoint), x.request.as_deref()?))
+        });
     }
 
     /// The retransmission timer fired while still `Waiting`.
@@ -130,7 +132,7 @@ impl Proxy {
         if !msg.code().is_empty() {
             let waiting = self.key_for_token(up, msg.token()).filter(|&k| {
                 self.get(k)
-                    .is_some_and(|x| x.state == State::Waiting && x.upstream_mid == mid)
+                    .is_some_and(|x| x.state == State::Waiting && x.upstream_mid == Some(mid))
             });
             return match waiting {
                 Some(key) => self.on_upstream_answer(now, key, msg),
@@ -146,7 +148,7 @@ impl Proxy {
         // §5.2.2: the upstream will answer separately; stop retransmitting.
         if x.state == State::Waiting {
             x.state = State::AwaitingSeparate;
-            x.request = Box::default();
+            x.request = None;
             self.set_deadline(key, TimerKind::UpstreamRetransmit, None);
         }
     }
