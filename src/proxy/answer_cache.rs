@@ -17,10 +17,10 @@ use crate::coap::params::MAX_TRANSMIT_WAIT;
 use crate::time::Timestamp;
 
 use super::clients::ClientSlot;
-use super::exchange::Token;
+use super::exchange::CoapToken;
 
 /// How a client request is recognised when it comes again: source, token and Message ID.
-pub(super) type ClientKey = (SocketAddr, Token, u16);
+pub(super) type ClientKey = (SocketAddr, CoapToken, u16);
 
 /// What a client's retransmission of an answered request gets.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -196,7 +196,7 @@ mod tests {
 
     fn key(n: u16) -> ClientKey {
         let addr = SocketAddr::from(([127, 0, 0, 1], 40_000 + n));
-        (addr, Token::new(b"t").unwrap(), n)
+        (addr, CoapToken::new(b"t").unwrap(), n)
     }
 
     fn at(s: u64) -> Timestamp {

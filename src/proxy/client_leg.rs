@@ -13,7 +13,7 @@ use super::clients::ClientSlot;
 use super::endpoints::{EndpointId, NoEndpoint, UpstreamId};
 use super::engine::{encode_local, Destination, LocalAnswer, Proxy, Seen};
 use super::events::{ProxyEvent, Source};
-use super::exchange::{ExchangeKey, TimerKind, Token};
+use super::exchange::{CoapToken, ExchangeKey, TimerKind};
 use super::route::{self, RouteError, Target};
 
 /// Where a request goes, decided before any state is created.
@@ -70,7 +70,7 @@ impl Proxy {
     }
 
     fn on_client_request(&mut self, now: Timestamp, from: SocketAddr, msg: &Message) {
-        let token = Token::new(msg.token()).expect("parse checked the token length");
+        let token = CoapToken::new(msg.token()).expect("parse checked the token length");
         if let Some(seen) = self.seen(&(from, token, msg.message_id())) {
             return self.on_duplicate(from, seen, msg);
         }
@@ -169,7 +169,7 @@ impl Proxy {
         &mut self,
         now: Timestamp,
         from: SocketAddr,
-        token: Token,
+        token: CoapToken,
         msg: &Message,
     ) {
         if msg.option(OBSERVE).is_none() {
@@ -325,7 +325,7 @@ impl Proxy {
         &mut self,
         now: Timestamp,
         (from, slot): (SocketAddr, ClientSlot),
-        token: Token,
+        token: CoapToken,
         msg: &Message,
         a: &LocalAnswer,
     ) {
@@ -369,7 +369,7 @@ impl Proxy {
         &mut self,
         now: Timestamp,
         from: (SocketAddr, ClientSlot),
-        token: Token,
+        token: CoapToken,
         msg: &Message,
         route: Route,
         (endpoint, mid): (EndpointId, u16),
@@ -382,7 +382,7 @@ impl Proxy {
         let mut token_bytes = [0u8; 8];
         token_bytes[..4].copy_from_slice(&key.index.to_be_bytes());
         token_bytes[4..].copy_from_slice(&rand::Rng::random::<u32>(&mut self.rng).to_be_bytes());
-        let upstream_token = Token::new(&token_bytes).expect("8 bytes");
+        let upstream_token = CoapToken::new(&token_bytes).expect("8 bytes");
         let mut request = std::mem::take(&mut self.scratch);
         encode_upstream_request(&mut request, msg, mid, &upstream_token, &route);
         let x = self.get_mut(key).expect("just inserted");
@@ -416,7 +416,7 @@ fn encode_upstream_request(
     out: &mut Vec<u8>,
     msg: &Message,
     mid: u16,
-    token: &Token,
+    token: &CoapToken,
     route: &Route,
 ) {
     let target = route.target.as_ref();

@@ -25,7 +25,7 @@ use super::answer_cache::{AnswerRing, ClientKey, Gone, Replay};
 use super::clients::{ClientSlot, Clients};
 use super::endpoints::{EndpointEvent, EndpointId, Endpoints, UpstreamId};
 use super::events::{Events, ProxyEvent};
-use super::exchange::{Exchange, ExchangeKey, State, TimerKind, Token};
+use super::exchange::{CoapToken, Exchange, ExchangeKey, State, TimerKind};
 use super::keyed_hash::{KeyedMap, KeyedState};
 pub use super::outbox::Destination;
 use super::outbox::Outbox;
@@ -109,7 +109,7 @@ pub struct Proxy {
     /// ACK/RST from clients to our CON/NON answers: (client, our MID).
     pub(super) by_client_mid: KeyedMap<(SocketAddr, u16), ExchangeKey>,
     /// Live observations by (client, client token), for deregistration (RFC 7641 §3.6).
-    pub(super) observers: KeyedMap<(SocketAddr, Token), ExchangeKey>,
+    pub(super) observers: KeyedMap<(SocketAddr, CoapToken), ExchangeKey>,
     pub(super) upstreams: Vec<Upstream>,
     pub(super) endpoints: Endpoints,
     /// One timer per exchange with a deadline, at its earliest (see `Deadlines`).
@@ -681,7 +681,7 @@ impl Proxy {
     pub(super) fn insert_exchange(
         &mut self,
         from: (SocketAddr, ClientSlot),
-        token: Token,
+        token: CoapToken,
         msg: &Message,
         route: (UpstreamId, EndpointId),
         non_idempotent: bool,

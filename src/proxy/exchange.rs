@@ -17,19 +17,20 @@ pub struct ExchangeKey {
     pub generation: u32,
 }
 
-/// A CoAP token (0..=8 bytes) stored inline.
+/// A CoAP token (0..=8 bytes, RFC 7252 §5.3.1) stored inline; named apart from the
+/// reactor's `mio::Token`, which names a socket registration.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct Token {
+pub struct CoapToken {
     bytes: [u8; 8],
     len: u8,
 }
 
-impl Token {
+impl CoapToken {
     /// `None` if longer than 8 bytes (the codec already rejects those).
-    pub fn new(t: &[u8]) -> Option<Token> {
+    pub fn new(t: &[u8]) -> Option<CoapToken> {
         let mut bytes = [0; 8];
         bytes.get_mut(..t.len())?.copy_from_slice(t);
-        Some(Token {
+        Some(CoapToken {
             bytes,
             len: t.len() as u8,
         })
@@ -144,7 +145,7 @@ pub struct Exchange {
     /// The client's entry (its numbering of our MIDs, its in-flight count), held by reference.
     pub client_slot: ClientSlot,
     pub client_mid: u16,
-    pub client_token: Token,
+    pub client_token: CoapToken,
     pub client_type: MessageType,
     pub upstream: UpstreamId,
     /// The endpoint the request left from: its answers, ACKs and notifications come back there.
@@ -152,7 +153,7 @@ pub struct Exchange {
     /// The request's MID on `endpoint` while it is in the upstream MID map: from the first
     /// send until the upstream leg closes. `None` before and after.
     pub upstream_mid: Option<u16>,
-    pub upstream_token: Token,
+    pub upstream_token: CoapToken,
     /// Which of the configured retry policies applies: POST/PATCH/iPATCH use the
     /// non-idempotent one (see [`super::engine::Proxy::policy_of`]). A flag rather than a copy
     /// of the policy keeps the exchange small.
@@ -188,7 +189,7 @@ impl Exchange {
         generation: u32,
         state: State,
         (client, client_slot): (SocketAddr, ClientSlot),
-        (client_mid, client_token, client_type): (u16, Token, MessageType),
+        (client_mid, client_token, client_type): (u16, CoapToken, MessageType),
         (upstream, endpoint): (UpstreamId, EndpointId),
         non_idempotent: bool,
     ) -> Exchange {
@@ -203,7 +204,7 @@ impl Exchange {
             upstream,
             endpoint,
             upstream_mid: None,
-            upstream_token: Token::default(),
+            upstream_token: CoapToken::default(),
             non_idempotent,
             attempts: 0,
             request: None,

@@ -334,7 +334,7 @@ mod tests {
         let out = s.stop();
         assert!(!out.info.passed);
         assert_eq!(out.info.backoff_ms, [500]);
-        assert_eq!(out.verdict.failures[0].index, 1);
+        assert_eq!(out.verdict.out_of_range[0].index, 1);
     }
 
     #[test]

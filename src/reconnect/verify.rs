@@ -101,7 +101,7 @@ pub fn interval_ms(earlier: Timestamp, later: Timestamp) -> i32 {
 
 /// One interval outside its allowed range: what the server logs to say why a run failed.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Failure {
+pub struct OutOfRange {
     /// 1-based, as in the reference's `retry %2d` log lines.
     pub index: usize,
     /// The interval measured between accepts, in whole ms.
@@ -114,7 +114,7 @@ pub struct Failure {
     pub max_ms: f64,
 }
 
-impl Failure {
+impl OutOfRange {
     /// One log line: the interval, its observed value and the range it missed.
     pub fn describe(&self) -> String {
         format!(
@@ -132,7 +132,7 @@ pub struct Verdict {
     /// Every interval, failing ones included.
     pub backoff_ms: Vec<i32>,
     /// The intervals outside their range, in order.
-    pub failures: Vec<Failure>,
+    pub out_of_range: Vec<OutOfRange>,
     /// Set when the strict minimum was not met: `(observed, required)` interval counts.
     pub too_few_intervals: Option<(usize, usize)>,
 }
@@ -145,7 +145,7 @@ impl Verdict {
         });
         too_few
             .into_iter()
-            .chain(self.failures.iter().map(Failure::describe))
+            .chain(self.out_of_range.iter().map(OutOfRange::describe))
             .collect()
     }
 }
@@ -174,7 +174,7 @@ pub fn verify_intervals(
     let mut verdict = Verdict {
         passed: true,
         backoff_ms: backoff_ms.to_vec(),
-        failures: Vec::new(),
+        out_of_range: Vec::new(),
         too_few_intervals: None,
     };
     let expected = ExpectedBackoff::for_verify(max_reconnect_backoff_ms);
@@ -183,7 +183,7 @@ pub fn verify_intervals(
         let observed = f64::from(b);
         if observed < min_ms || observed > max_ms {
             verdict.passed = false;
-            verdict.failures.push(Failure {
+            verdict.out_of_range.push(OutOfRange {
                 index: index + 1,
                 observed_ms: b,
                 expected_ms: e,
@@ -360,8 +360,8 @@ mod tests {
         let v = verify(&gaps_ms(&[1000, 3000, 2560]), 0, 0);
         assert!(!v.passed);
         assert_eq!(v.backoff_ms, [1000, 3000, 2560]);
-        assert_eq!(v.failures.len(), 1);
-        assert_eq!(v.failures[0].index, 2);
+        assert_eq!(v.out_of_range.len(), 1);
+        assert_eq!(v.out_of_range[0].index, 2);
         assert_eq!(
             v.reasons(),
             ["interval 2: 3000 ms outside [1180.00, 2020.00] ms (expected 1600.00 ms)"]
