@@ -14,7 +14,7 @@
 )]
 
 use std::collections::HashMap;
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::net::{Shutdown, SocketAddr};
 use std::time::Duration;
 
@@ -25,6 +25,7 @@ use slab::Slab;
 use super::routes::{route, HttpStats, Reply};
 use super::MetricsWriter;
 use crate::http1::{self, ServerConnection};
+use crate::net::{flush, Outbox};
 use crate::reactor::{Component, Ctx, Readiness, TimerSlot, WriteInterest};
 use crate::time::Timestamp;
 use crate::timer::TimerId;
@@ -150,7 +151,8 @@ impl MetricsServer {
             }
             let io = read(conn, &mut self.buf, ctx.now()).and_then(|()| {
                 self.answer(ctx, key);
-                flush(&mut self.conns[key])
+                let conn = &mut self.conns[key];
+                flush(&mut conn.stream, &mut conn.http)
             });
             if let Err(e) = io {
                 return self.remove(ctx, key, &e.to_string());
@@ -309,19 +311,11 @@ fn read(conn: &mut Conn, buf: &mut [u8], now: Timestamp) -> io::Result<()> {
     Ok(())
 }
 
-/// Writes as much pending output as the socket takes.
-fn flush(conn: &mut Conn) -> io::Result<()> {
-    loop {
-        let out = conn.http.pending_output();
-        if out.is_empty() {
-            return Ok(());
-        }
-        match conn.stream.write(out) {
-            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(n) => conn.http.consume_output(n),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
+impl Outbox for ServerConnection {
+    fn pending_output(&self) -> &[u8] {
+        ServerConnection::pending_output(self)
+    }
+    fn consume_output(&mut self, n: usize) {
+        ServerConnection::consume_output(self, n)
     }
 }
