@@ -43,7 +43,6 @@
 //!
 //! use backoffd::reactor::{self, Component, Ctx, Reactor, Readiness};
 //! use backoffd::timer::TimerId;
-//! use mio::Token;
 //!
 //! struct OneShot {
 //!     fired: bool,
@@ -55,7 +54,7 @@
 //!         Ok(())
 //!     }
 //!     // Only called for sources this component registered: none here.
-//!     fn on_ready(&mut self, _ctx: &mut Ctx<'_>, _token: Token, _ready: Readiness) {}
+//!     fn on_ready(&mut self, _ctx: &mut Ctx<'_>, _key: u32, _ready: Readiness) {}
 //!     fn on_timer(&mut self, ctx: &mut Ctx<'_>, _timer: TimerId, _key: u32) {
 //!         self.fired = true;
 //!         ctx.shutdown();

@@ -6,11 +6,11 @@ use std::net::UdpSocket as StdUdp;
 use std::rc::Rc;
 use std::time::Duration;
 
-use backoffd::reactor::{Component, Config, Ctx, Reactor, Readiness, WakeMode};
+use backoffd::reactor::{Component, Config, Ctx, Reactor, Readiness, Registration, WakeMode};
 use backoffd::time::Timestamp;
 use backoffd::timer::TimerId;
 use mio::net::UdpSocket;
-use mio::{Interest, Token};
+use mio::Interest;
 
 fn config(wake: WakeMode) -> Config {
     Config {
@@ -20,20 +20,24 @@ fn config(wake: WakeMode) -> Config {
     }
 }
 
+/// The key the echo socket is registered with.
+const ECHO_KEY: u32 = 7;
+
 /// Echoes datagrams until it has echoed `remaining`, then stops the loop.
 struct Echo {
     socket: UdpSocket,
-    token: Option<Token>,
+    registration: Option<Registration>,
     remaining: usize,
 }
 
 impl Component for Echo {
     fn on_start(&mut self, ctx: &mut Ctx<'_>) -> io::Result<()> {
-        self.token = Some(ctx.register(&mut self.socket, Interest::READABLE)?);
+        self.registration = Some(ctx.register(&mut self.socket, Interest::READABLE, ECHO_KEY)?);
         Ok(())
     }
-    fn on_ready(&mut self, ctx: &mut Ctx<'_>, token: Token, ready: Readiness) {
-        assert_eq!(Some(token), self.token);
+    fn on_ready(&mut self, ctx: &mut Ctx<'_>, key: u32, ready: Readiness) {
+        assert!(self.registration.is_some());
+        assert_eq!(key, ECHO_KEY);
         assert!(ready.readable);
         let mut buf = [0u8; 1500];
         loop {
@@ -65,7 +69,7 @@ fn routes_udp_readiness_to_the_owning_component() {
     reactor
         .add(Box::new(Echo {
             socket: server,
-            token: None,
+            registration: None,
             remaining: 50,
         }))
         .unwrap();
@@ -105,7 +109,7 @@ impl Component for Timers {
         }
         Ok(())
     }
-    fn on_ready(&mut self, _: &mut Ctx<'_>, _: Token, _: Readiness) {}
+    fn on_ready(&mut self, _: &mut Ctx<'_>, _: u32, _: Readiness) {}
     fn on_timer(&mut self, ctx: &mut Ctx<'_>, _: TimerId, key: u32) {
         self.log
             .borrow_mut()
@@ -162,7 +166,7 @@ impl Component for Stubborn {
         ctx.set_timer(now, 0);
         Ok(())
     }
-    fn on_ready(&mut self, _: &mut Ctx<'_>, _: Token, _: Readiness) {}
+    fn on_ready(&mut self, _: &mut Ctx<'_>, _: u32, _: Readiness) {}
     fn on_timer(&mut self, ctx: &mut Ctx<'_>, _: TimerId, _: u32) {
         ctx.shutdown();
         ctx.shutdown();
@@ -195,7 +199,7 @@ struct Quiet {
 }
 
 impl Component for Quiet {
-    fn on_ready(&mut self, _: &mut Ctx<'_>, _: Token, _: Readiness) {}
+    fn on_ready(&mut self, _: &mut Ctx<'_>, _: u32, _: Readiness) {}
     fn on_timer(&mut self, _: &mut Ctx<'_>, _: TimerId, _: u32) {}
     fn on_shutdown(&mut self, _: &mut Ctx<'_>) {
         *self.shutdown_calls.borrow_mut() += 1;

@@ -9,7 +9,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use mio::net::UdpSocket;
-use mio::{Interest, Token};
+use mio::Interest;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -41,7 +41,6 @@ struct Pending {
 /// Sends `count` requests (every third a POST to /counter) and waits for every answer.
 pub struct BurstClient {
     socket: UdpSocket,
-    token: Option<Token>,
     proxy: SocketAddr,
     count: usize,
     /// By request id; the MID and token are derived from the id.
@@ -65,7 +64,6 @@ impl BurstClient {
         outcome.borrow_mut().answers = vec![None; count];
         Ok(BurstClient {
             socket: UdpSocket::bind("127.0.0.1:0".parse().expect("literal"))?,
-            token: None,
             proxy,
             count,
             pending: HashMap::new(),
@@ -130,7 +128,7 @@ impl BurstClient {
 
 impl Component for BurstClient {
     fn on_start(&mut self, ctx: &mut Ctx<'_>) -> io::Result<()> {
-        self.token = Some(ctx.register(&mut self.socket, Interest::READABLE)?);
+        ctx.register(&mut self.socket, Interest::READABLE, 0)?;
         for id in 0..self.count as u32 {
             let bytes = Self::request(id);
             let _ = self.socket.send_to(&bytes, self.proxy);
@@ -148,7 +146,7 @@ impl Component for BurstClient {
         Ok(())
     }
 
-    fn on_ready(&mut self, ctx: &mut Ctx<'_>, _: Token, _: Readiness) {
+    fn on_ready(&mut self, ctx: &mut Ctx<'_>, _: u32, _: Readiness) {
         let mut buf = [0u8; 2048];
         while let Ok((n, _)) = self.socket.recv_from(&mut buf) {
             if self.rng.random_bool(self.loss) {

@@ -9,7 +9,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use mio::net::UdpSocket;
-use mio::{Interest, Token};
+use mio::Interest;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -42,7 +42,6 @@ struct Separate {
 /// The lossy upstream component.
 pub struct LossyUpstream {
     socket: UdpSocket,
-    token: Option<Token>,
     rng: SmallRng,
     loss: f64,
     separate_share: f64,
@@ -65,7 +64,6 @@ impl LossyUpstream {
     ) -> io::Result<Self> {
         Ok(LossyUpstream {
             socket: UdpSocket::bind("127.0.0.1:0".parse().expect("literal"))?,
-            token: None,
             rng: SmallRng::seed_from_u64(seed),
             loss,
             separate_share,
@@ -173,11 +171,11 @@ impl LossyUpstream {
 
 impl Component for LossyUpstream {
     fn on_start(&mut self, ctx: &mut Ctx<'_>) -> io::Result<()> {
-        self.token = Some(ctx.register(&mut self.socket, Interest::READABLE)?);
+        ctx.register(&mut self.socket, Interest::READABLE, 0)?;
         Ok(())
     }
 
-    fn on_ready(&mut self, ctx: &mut Ctx<'_>, _: Token, _: Readiness) {
+    fn on_ready(&mut self, ctx: &mut Ctx<'_>, _: u32, _: Readiness) {
         let mut buf = [0u8; 2048];
         while let Ok((n, from)) = self.socket.recv_from(&mut buf) {
             self.on_datagram(ctx, &buf[..n], from);
