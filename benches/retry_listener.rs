@@ -45,7 +45,7 @@ use backoffd::stats::Summary;
 use backoffd::time::Timestamp;
 use backoffd::timer::TimerId;
 use backoffd::timer_bench::set_fifo_priority;
-use mio::{Interest, Token};
+use mio::Interest;
 use prost::Message as _;
 
 const START: &str = "/grpc.testing.ReconnectService/Start";
@@ -284,10 +284,10 @@ struct Stopper {
 
 impl Component for Stopper {
     fn on_start(&mut self, ctx: &mut Ctx<'_>) -> io::Result<()> {
-        ctx.register(&mut self.stream, Interest::READABLE)?;
+        ctx.register(&mut self.stream, Interest::READABLE, 0)?;
         Ok(())
     }
-    fn on_ready(&mut self, ctx: &mut Ctx<'_>, _: Token, _: Readiness) {
+    fn on_ready(&mut self, ctx: &mut Ctx<'_>, _: u32, _: Readiness) {
         ctx.shutdown();
     }
     fn on_timer(&mut self, _: &mut Ctx<'_>, _: TimerId, _: u32) {}

@@ -11,8 +11,9 @@
 //!
 //! - [`time`]: [`Timestamp`](time::Timestamp), the monotonic nanosecond clock cores are driven by.
 //! - [`timer`]: the hashed hierarchical timer wheel: exact deadlines, O(1) insert and cancel.
-//! - [`reactor`]: the event loop (mio `Poll`, `timerfd` wake-ups, signals) and the
-//!   [`Component`](reactor::Component) trait through which drivers plug into it.
+//! - [`reactor`]: the event loop (mio `Poll`, `timerfd` wake-ups, signals), the
+//!   [`Component`](reactor::Component) trait through which drivers plug into it, and the
+//!   stream and datagram drivers they are built on.
 //! - [`coap`]: CoAP (RFC 7252) message codec: validate-once parsing, canonical encoding.
 //! - [`proxy`]: the CoAP forwarding proxy: the sans-IO [`Proxy`](proxy::Proxy) engine and
 //!   [`ProxyComponent`](proxy::ProxyComponent), the driver that owns its sockets.
@@ -43,7 +44,6 @@
 //!
 //! use backoffd::reactor::{self, Component, Ctx, Reactor, Readiness};
 //! use backoffd::timer::TimerId;
-//! use mio::Token;
 //!
 //! struct OneShot {
 //!     fired: bool,
@@ -55,7 +55,7 @@
 //!         Ok(())
 //!     }
 //!     // Only called for sources this component registered: none here.
-//!     fn on_ready(&mut self, _ctx: &mut Ctx<'_>, _token: Token, _ready: Readiness) {}
+//!     fn on_ready(&mut self, _ctx: &mut Ctx<'_>, _key: u32, _ready: Readiness) {}
 //!     fn on_timer(&mut self, ctx: &mut Ctx<'_>, _timer: TimerId, _key: u32) {
 //!         self.fired = true;
 //!         ctx.shutdown();
@@ -73,10 +73,12 @@
 //! # Ok::<(), io::Error>(())
 //! ```
 //!
-//! Real components own sockets: they [`register`](reactor::Ctx::register) them in
-//! [`on_start`](reactor::Component::on_start) and feed what
-//! [`on_ready`](reactor::Component::on_ready) reads into a sans-IO core; see
-//! [`metrics::MetricsServer`] for a small one.
+//! Real components own sockets: they [`register`](reactor::Ctx::register) them with a key of
+//! their choosing in [`on_start`](reactor::Component::on_start), and
+//! [`on_ready`](reactor::Component::on_ready) hands the key back. They do not hand-write the
+//! read / flush / interest / timer loop: [`reactor::stream::Stream`] drives a TCP connection's
+//! sans-IO core and [`reactor::datagram::Datagram`] a UDP socket, each with a work budget per
+//! wake-up. See [`metrics::MetricsServer`] for a small component built on them.
 
 #![warn(missing_docs)]
 // The sans-IO boundary: see clippy.toml. Modules that do I/O allow these, each saying why;

@@ -173,11 +173,14 @@ pub trait Outbox {
     /// Bytes waiting to be written to the socket, oldest first.
     fn pending_output(&self) -> &[u8];
     /// The caller wrote the first `n` octets of `pending_output` at `now`; more may move in
-    /// behind them (a stream whose last octets went out may end, which starts idle clocks).
+    /// behind them (and a stream whose last octets went out may end, which starts idle clocks).
     fn consume_output(&mut self, now: Timestamp, n: usize);
 }
 
 /// Writes as much of `outbox`'s pending output as the non-blocking `stream` takes.
+///
+/// A write that takes nothing of a non-empty buffer (`Ok(0)`) is [`io::ErrorKind::WriteZero`]:
+/// the socket will never take more, and retrying would spin the loop.
 pub fn flush(now: Timestamp, stream: &mut impl Write, outbox: &mut impl Outbox) -> io::Result<()> {
     loop {
         let out = outbox.pending_output();
@@ -185,6 +188,7 @@ pub fn flush(now: Timestamp, stream: &mut impl Write, outbox: &mut impl Outbox) 
             return Ok(());
         }
         match stream.write(out) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
             Ok(n) => outbox.consume_output(now, n),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -208,6 +212,41 @@ pub fn unmap(addr: SocketAddr) -> SocketAddr {
 mod tests {
     use super::*;
     use std::net::TcpStream;
+
+    /// A sink that takes nothing, as a closed pipe might report.
+    struct TakesNothing;
+
+    impl Write for TakesNothing {
+        fn write(&mut self, _: &[u8]) -> io::Result<usize> {
+            Ok(0)
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    struct Bytes(Vec<u8>);
+
+    impl Outbox for Bytes {
+        fn pending_output(&self) -> &[u8] {
+            &self.0
+        }
+        fn consume_output(&mut self, _: Timestamp, n: usize) {
+            self.0.drain(..n);
+        }
+    }
+
+    #[test]
+    fn flush_reports_a_write_of_zero_instead_of_spinning() {
+        let err = flush(
+            Timestamp::ZERO,
+            &mut TakesNothing,
+            &mut Bytes(b"hello".to_vec()),
+        )
+        .unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::WriteZero);
+        assert!(flush(Timestamp::ZERO, &mut TakesNothing, &mut Bytes(Vec::new())).is_ok());
+    }
 
     #[test]
     fn dual_stack_listener_accepts_ipv4_and_ipv6() {

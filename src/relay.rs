@@ -1,9 +1,10 @@
 //! A stateless UDP relay: the benchmark baseline for the proxy.
 //!
 //! It makes the same system calls per datagram as [`ProxyComponent`](crate::proxy::ProxyComponent)
-//! on the same reactor (one client-facing socket, one socket connected to the upstream, reads
-//! until `WouldBlock`) but keeps no per-exchange state: every datagram from a client goes
-//! upstream unchanged, every datagram from the upstream goes to the most recent client. With
+//! on the same reactor (one client-facing socket, one socket connected to the upstream, each a
+//! [`Datagram`] read until `WouldBlock` or its budget) but keeps no per-exchange state: every
+//! datagram from a client goes upstream unchanged, every datagram from the upstream goes to
+//! the most recent client. With
 //! one client that is exactly a forwarding path, so its throughput is the ceiling any proxy on
 //! this reactor can reach; the proxy's cost is the distance to it. It is not a CoAP proxy:
 //! with several clients, answers go to whoever spoke last.
@@ -19,17 +20,26 @@ use std::io;
 use std::net::SocketAddr;
 
 use mio::net::UdpSocket;
-use mio::{Interest, Token};
 
 use crate::net::{connected_udp, MAX_UDP_DATAGRAM};
+use crate::reactor::datagram::{Datagram, Received};
 use crate::reactor::{Component, Ctx, Readiness};
 use crate::timer::TimerId;
 
+/// Registration keys of the two sockets.
+const FRONT: u32 = 0;
+const BACK: u32 = 1;
+
+/// The two sockets: bound by [`Relay::bind`], registered at start.
+enum Sockets {
+    Bound { front: UdpSocket, back: UdpSocket },
+    Open { front: Datagram, back: Datagram },
+}
+
 /// The relay as a reactor component.
 pub struct Relay {
-    front: UdpSocket,
-    back: UdpSocket,
-    front_token: Option<Token>,
+    sockets: Option<Sockets>,
+    local_addr: SocketAddr,
     /// Where the last client datagram came from: the only thing remembered.
     client: Option<SocketAddr>,
     buf: Vec<u8>,
@@ -38,10 +48,13 @@ pub struct Relay {
 impl Relay {
     /// Binds `listen` and a socket connected to `upstream`.
     pub fn bind(listen: SocketAddr, upstream: SocketAddr) -> io::Result<Relay> {
+        let front = UdpSocket::bind(listen)?;
         Ok(Relay {
-            front: UdpSocket::bind(listen)?,
-            back: connected_udp(upstream)?,
-            front_token: None,
+            local_addr: front.local_addr()?,
+            sockets: Some(Sockets::Bound {
+                front,
+                back: connected_udp(upstream)?,
+            }),
             client: None,
             buf: vec![0; MAX_UDP_DATAGRAM],
         })
@@ -49,60 +62,41 @@ impl Relay {
 
     /// The client-facing address actually bound.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        self.front.local_addr()
+        Ok(self.local_addr)
     }
-
-    fn client_to_upstream(&mut self) {
-        loop {
-            match self.front.recv_from(&mut self.buf) {
-                Ok((n, from)) => {
-                    self.client = Some(from);
-                    // A full send buffer drops the datagram, as the network would.
-                    let _ = self.back.send(&self.buf[..n]);
-                }
-                Err(e) if skip_one(&e) => continue,
-                Err(_) => return,
-            }
-        }
-    }
-
-    fn upstream_to_client(&mut self) {
-        loop {
-            match self.back.recv(&mut self.buf) {
-                Ok(n) => {
-                    if let Some(client) = self.client {
-                        let _ = self.front.send_to(&self.buf[..n], client);
-                    }
-                }
-                Err(e) if skip_one(&e) => continue,
-                Err(_) => return,
-            }
-        }
-    }
-}
-
-/// An ICMP refusal or an interrupt concerns one datagram; anything else (`WouldBlock`
-/// included) ends the read loop until the next readiness.
-fn skip_one(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::ConnectionRefused | io::ErrorKind::Interrupted
-    )
 }
 
 impl Component for Relay {
     fn on_start(&mut self, ctx: &mut Ctx<'_>) -> io::Result<()> {
-        self.front_token = Some(ctx.register(&mut self.front, Interest::READABLE)?);
-        ctx.register(&mut self.back, Interest::READABLE)?;
+        if let Some(Sockets::Bound { front, back }) = self.sockets.take() {
+            self.sockets = Some(Sockets::Open {
+                front: Datagram::register(ctx, front, FRONT)?,
+                back: Datagram::register(ctx, back, BACK)?,
+            });
+        }
         Ok(())
     }
 
-    fn on_ready(&mut self, _ctx: &mut Ctx<'_>, token: Token, _ready: Readiness) {
-        if Some(token) == self.front_token {
-            self.client_to_upstream();
-        } else {
-            self.upstream_to_client();
-        }
+    /// Errors other than an ICMP refusal end the read until the next readiness; a full send
+    /// buffer drops the datagram, as the network would.
+    fn on_ready(&mut self, ctx: &mut Ctx<'_>, key: u32, _ready: Readiness) {
+        let Some(Sockets::Open { front, back }) = &mut self.sockets else {
+            return;
+        };
+        let client = &mut self.client;
+        let _ = match key {
+            FRONT => front.recv(ctx, &mut self.buf, |received| {
+                if let Received::Datagram { data, from } = received {
+                    *client = Some(from);
+                    let _ = back.send(data);
+                }
+            }),
+            _ => back.recv(ctx, &mut self.buf, |received| {
+                if let (Received::Datagram { data, .. }, Some(to)) = (received, *client) {
+                    let _ = front.send_to(data, to);
+                }
+            }),
+        };
     }
 
     fn on_timer(&mut self, _ctx: &mut Ctx<'_>, _timer: TimerId, _key: u32) {}

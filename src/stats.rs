@@ -84,6 +84,26 @@ pub fn log2_histogram(samples: &[i64], width: usize) -> String {
     out
 }
 
+/// A log2 histogram of durations in microseconds, cheap enough to update on every timer.
+#[derive(Clone, Debug, Default)]
+pub struct LatencyHistogram {
+    /// `buckets[i]` counts samples in `(2^(i-1), 2^i]` µs; bucket 0 is `<= 1 µs`.
+    pub(crate) buckets: [u64; 24],
+    pub(crate) sum_us: f64,
+    pub(crate) count: u64,
+}
+
+impl LatencyHistogram {
+    /// Adds one sample of `ns` nanoseconds, rounded up to whole microseconds for the bucket.
+    pub fn record_nanos(&mut self, ns: u64) {
+        let us = ns.div_ceil(1000);
+        let i = (64 - us.saturating_sub(1).leading_zeros() as usize).min(self.buckets.len() - 1);
+        self.buckets[i] += 1;
+        self.sum_us += ns as f64 / 1000.0;
+        self.count += 1;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

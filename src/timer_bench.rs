@@ -9,7 +9,6 @@ use std::io;
 use std::rc::Rc;
 use std::time::Duration;
 
-use mio::Token;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -137,7 +136,7 @@ impl Component for TimerLoad {
         Ok(())
     }
 
-    fn on_ready(&mut self, _: &mut Ctx<'_>, _: Token, _: Readiness) {}
+    fn on_ready(&mut self, _: &mut Ctx<'_>, _: u32, _: Readiness) {}
 
     fn on_timer(&mut self, ctx: &mut Ctx<'_>, _: TimerId, slot: u32) {
         let lateness = ctx.now().signed_nanos_since(self.deadlines[slot as usize]);

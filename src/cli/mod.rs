@@ -17,12 +17,14 @@ mod relay;
 mod serve;
 mod timer_bench;
 
+use std::cell::RefCell;
 use std::net::SocketAddr;
+use std::rc::Rc;
 
-use crate::metrics::{MetricsConfig, MetricsServer};
+use crate::metrics::{MetricsConfig, MetricsServer, MetricsSource, MetricsSources};
 use crate::net::{raise_fd_limit, FdLimit};
 use crate::proxy::ProxyConfig;
-use crate::reactor::Reactor;
+use crate::reactor::{Component, Reactor};
 use flags::{Flags, UsageError};
 
 const HELP: &str = "\
@@ -201,7 +203,22 @@ fn make_room_for_endpoints<'a>(proxies: impl IntoIterator<Item = &'a ProxyConfig
 }
 
 /// Adds the metrics endpoint to the loop, if one was asked for; the error says what failed.
-fn add_metrics(reactor: &mut Reactor, addr: Option<SocketAddr>) -> Result<(), String> {
+/// `component`, ready for [`Reactor::add`], shared with the metrics endpoint's `sources`.
+fn reported<T: Component + MetricsSource>(
+    component: T,
+    sources: &mut MetricsSources,
+) -> Box<dyn Component> {
+    let shared = Rc::new(RefCell::new(component));
+    sources.push(Rc::clone(&shared) as Rc<dyn MetricsSource>);
+    Box::new(shared)
+}
+
+/// Adds the metrics endpoint, if `addr` is given, reporting on `sources`.
+fn add_metrics(
+    reactor: &mut Reactor,
+    addr: Option<SocketAddr>,
+    sources: MetricsSources,
+) -> Result<(), String> {
     let Some(addr) = addr else {
         return Ok(());
     };
@@ -209,8 +226,8 @@ fn add_metrics(reactor: &mut Reactor, addr: Option<SocketAddr>) -> Result<(), St
         addr,
         ..MetricsConfig::default()
     };
-    let server =
-        MetricsServer::bind(config).map_err(|e| format!("cannot bind --metrics {addr}: {e}"))?;
+    let server = MetricsServer::bind(config, sources)
+        .map_err(|e| format!("cannot bind --metrics {addr}: {e}"))?;
     reactor
         .add(Box::new(server))
         .map(drop)

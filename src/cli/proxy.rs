@@ -161,11 +161,12 @@ fn run(
         Ok(r) => r,
         Err(e) => return fail("cannot start the event loop", e),
     };
-    if let Err(e) = reactor.add(Box::new(component)) {
+    let mut sources = Vec::new();
+    if let Err(e) = reactor.add(super::reported(component, &mut sources)) {
         return fail("cannot register sockets", e);
     }
     log::info!("CoAP proxy listening on {bound}");
-    if let Err(e) = super::add_metrics(&mut reactor, metrics) {
+    if let Err(e) = super::add_metrics(&mut reactor, metrics, sources) {
         eprintln!("backoffd proxy: {e}");
         return Ok(1);
     }

@@ -106,8 +106,9 @@ fn run(config: ServerConfig, wake: WakeMode, drain: Duration, metrics: Option<So
         drain_timeout: drain,
     });
     let result = reactor.and_then(|mut r| {
-        r.add(Box::new(server))?;
-        super::add_metrics(&mut r, metrics).map_err(io::Error::other)?;
+        let mut sources = Vec::new();
+        r.add(super::reported(server, &mut sources))?;
+        super::add_metrics(&mut r, metrics, sources).map_err(io::Error::other)?;
         r.run()
     });
     match result {

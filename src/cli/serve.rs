@@ -280,11 +280,13 @@ fn run(plan: Plan, wake: WakeMode, drain: Duration) -> i32 {
     };
     super::make_room_for_endpoints(plan.proxies.iter().map(|(_, c)| c));
     let mut parts: Vec<(String, Box<dyn Component>)> = Vec::new();
+    let mut sources = Vec::new();
     for (listen, config) in plan.proxies {
         match ProxyComponent::bind(listen, config) {
             Ok(p) => {
                 let bound = p.local_addr().unwrap_or(listen);
-                parts.push((format!("CoAP proxy listening on {bound}"), Box::new(p)));
+                let p = super::reported(p, &mut sources);
+                parts.push((format!("CoAP proxy listening on {bound}"), p));
             }
             Err(e) => return fail(format!("cannot bind CoAP listener {listen}: {e}")),
         }
@@ -292,7 +294,7 @@ fn run(plan: Plan, wake: WakeMode, drain: Duration) -> i32 {
     if let Some(config) = plan.reconnect {
         let port = config.control_port;
         match ReconnectServer::bind(config) {
-            Ok(s) => parts.push((String::new(), Box::new(s))),
+            Ok(s) => parts.push((String::new(), super::reported(s, &mut sources))),
             Err(e) => return fail(format!("cannot listen on control port {port}: {e}")),
         }
     }
@@ -304,7 +306,7 @@ fn run(plan: Plan, wake: WakeMode, drain: Duration) -> i32 {
             log::info!("{line}");
         }
     }
-    if let Err(e) = super::add_metrics(&mut reactor, plan.metrics) {
+    if let Err(e) = super::add_metrics(&mut reactor, plan.metrics, sources) {
         return fail(e);
     }
     match reactor.run() {

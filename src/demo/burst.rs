@@ -9,12 +9,12 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use mio::net::UdpSocket;
-use mio::{Interest, Token};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use crate::coap::option::URI_PATH;
 use crate::coap::{empty_ack, Code, Message, MessageBuilder, MessageType};
+use crate::reactor::datagram::{Datagram, Received};
 use crate::reactor::{Component, Ctx, Readiness};
 use crate::timer::TimerId;
 
@@ -40,8 +40,9 @@ struct Pending {
 
 /// Sends `count` requests (every third a POST to /counter) and waits for every answer.
 pub struct BurstClient {
-    socket: UdpSocket,
-    token: Option<Token>,
+    /// Bound by [`bind`](Self::bind), registered at start.
+    bound: Option<UdpSocket>,
+    socket: Option<Datagram>,
     proxy: SocketAddr,
     count: usize,
     /// By request id; the MID and token are derived from the id.
@@ -64,8 +65,8 @@ impl BurstClient {
     ) -> io::Result<Self> {
         outcome.borrow_mut().answers = vec![None; count];
         Ok(BurstClient {
-            socket: UdpSocket::bind("127.0.0.1:0".parse().expect("literal"))?,
-            token: None,
+            bound: Some(UdpSocket::bind("127.0.0.1:0".parse().expect("literal"))?),
+            socket: None,
             proxy,
             count,
             pending: HashMap::new(),
@@ -73,6 +74,13 @@ impl BurstClient {
             loss,
             rng: SmallRng::seed_from_u64(seed ^ 0xc1),
         })
+    }
+
+    /// Sends to the proxy; a full send buffer loses the datagram, as the network would.
+    fn send(&self, bytes: &[u8]) {
+        if let Some(socket) = &self.socket {
+            let _ = socket.send_to(bytes, self.proxy);
+        }
     }
 
     fn request(id: u32) -> Vec<u8> {
@@ -101,7 +109,7 @@ impl BurstClient {
         if msg.msg_type() == MessageType::Con {
             let mut ack = Vec::new();
             empty_ack(&mut ack, msg.message_id());
-            let _ = self.socket.send_to(&ack, self.proxy);
+            self.send(&ack);
         }
         if msg.code().is_empty() {
             if let Some(p) = self.pending.get_mut(&id) {
@@ -130,10 +138,11 @@ impl BurstClient {
 
 impl Component for BurstClient {
     fn on_start(&mut self, ctx: &mut Ctx<'_>) -> io::Result<()> {
-        self.token = Some(ctx.register(&mut self.socket, Interest::READABLE)?);
+        let bound = self.bound.take().expect("started once");
+        self.socket = Some(Datagram::register(ctx, bound, 0)?);
         for id in 0..self.count as u32 {
             let bytes = Self::request(id);
-            let _ = self.socket.send_to(&bytes, self.proxy);
+            self.send(&bytes);
             self.pending.insert(
                 id,
                 Pending {
@@ -148,13 +157,21 @@ impl Component for BurstClient {
         Ok(())
     }
 
-    fn on_ready(&mut self, ctx: &mut Ctx<'_>, _: Token, _: Readiness) {
+    fn on_ready(&mut self, ctx: &mut Ctx<'_>, _: u32, _: Readiness) {
         let mut buf = [0u8; 2048];
-        while let Ok((n, _)) = self.socket.recv_from(&mut buf) {
+        let mut received = Vec::new();
+        if let Some(socket) = &mut self.socket {
+            let _ = socket.recv(ctx, &mut buf, |r| {
+                if let Received::Datagram { data, .. } = r {
+                    received.push(data.to_vec());
+                }
+            });
+        }
+        for datagram in received {
             if self.rng.random_bool(self.loss) {
                 continue;
             }
-            let Ok(msg) = Message::parse(&buf[..n]) else {
+            let Ok(msg) = Message::parse(&datagram) else {
                 continue;
             };
             match (msg.msg_type(), msg.code().is_empty()) {
@@ -185,7 +202,9 @@ impl Component for BurstClient {
         } else {
             p.sends += 1;
             p.timeout *= 2;
-            let _ = self.socket.send_to(&p.bytes, self.proxy);
+            if let Some(socket) = &self.socket {
+                let _ = socket.send_to(&p.bytes, self.proxy);
+            }
             self.outcome.borrow_mut().retransmissions += 1;
             ctx.set_timer(ctx.now() + p.timeout, id);
         }

@@ -9,12 +9,12 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use mio::net::UdpSocket;
-use mio::{Interest, Token};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use crate::coap::option::URI_PATH;
 use crate::coap::{empty_ack, Code, Message, MessageBuilder, MessageType};
+use crate::reactor::datagram::{Datagram, Received};
 use crate::reactor::{Component, Ctx, Readiness};
 use crate::timer::TimerId;
 
@@ -41,8 +41,10 @@ struct Separate {
 
 /// The lossy upstream component.
 pub struct LossyUpstream {
-    socket: UdpSocket,
-    token: Option<Token>,
+    /// Bound by [`bind`](Self::bind), registered at start.
+    bound: Option<UdpSocket>,
+    socket: Option<Datagram>,
+    local_addr: SocketAddr,
     rng: SmallRng,
     loss: f64,
     separate_share: f64,
@@ -63,9 +65,11 @@ impl LossyUpstream {
         seed: u64,
         ledger: Rc<RefCell<UpstreamLedger>>,
     ) -> io::Result<Self> {
+        let bound = UdpSocket::bind("127.0.0.1:0".parse().expect("literal"))?;
         Ok(LossyUpstream {
-            socket: UdpSocket::bind("127.0.0.1:0".parse().expect("literal"))?,
-            token: None,
+            local_addr: bound.local_addr()?,
+            bound: Some(bound),
+            socket: None,
             rng: SmallRng::seed_from_u64(seed),
             loss,
             separate_share,
@@ -79,14 +83,16 @@ impl LossyUpstream {
 
     /// The address to point the proxy at.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        self.socket.local_addr()
+        Ok(self.local_addr)
     }
 
     fn lossy_send(&mut self, bytes: &[u8], to: SocketAddr) {
         if self.rng.random_bool(self.loss) {
             self.ledger.borrow_mut().dropped += 1;
         } else {
-            let _ = self.socket.send_to(bytes, to);
+            if let Some(socket) = &self.socket {
+                let _ = socket.send_to(bytes, to);
+            }
         }
     }
 
@@ -173,14 +179,23 @@ impl LossyUpstream {
 
 impl Component for LossyUpstream {
     fn on_start(&mut self, ctx: &mut Ctx<'_>) -> io::Result<()> {
-        self.token = Some(ctx.register(&mut self.socket, Interest::READABLE)?);
+        let bound = self.bound.take().expect("started once");
+        self.socket = Some(Datagram::register(ctx, bound, 0)?);
         Ok(())
     }
 
-    fn on_ready(&mut self, ctx: &mut Ctx<'_>, _: Token, _: Readiness) {
+    fn on_ready(&mut self, ctx: &mut Ctx<'_>, _: u32, _: Readiness) {
         let mut buf = [0u8; 2048];
-        while let Ok((n, from)) = self.socket.recv_from(&mut buf) {
-            self.on_datagram(ctx, &buf[..n], from);
+        let mut received = Vec::new();
+        if let Some(socket) = &mut self.socket {
+            let _ = socket.recv(ctx, &mut buf, |r| {
+                if let Received::Datagram { data, from } = r {
+                    received.push((data.to_vec(), from));
+                }
+            });
+        }
+        for (datagram, from) in received {
+            self.on_datagram(ctx, &datagram, from);
         }
     }
 

@@ -1,15 +1,51 @@
 //! Metrics in the Prometheus text exposition format (version 0.0.4).
 //!
-//! Every component describes itself with [`crate::reactor::Component::write_metrics`]; the
-//! metrics endpoint asks the reactor to collect them all into one [`MetricsWriter`]. Nothing is
-//! shared or locked: metrics are read from the components' own state when a scrape arrives.
+//! Every component that has something to report is a [`MetricsSource`]. Whoever assembles the
+//! components (the command line) shares those with the [`MetricsServer`], which asks each to
+//! describe itself into one [`MetricsWriter`] when a scrape arrives, after the loop's own
+//! statistics ([`write_loop_metrics`]). Nothing is locked or copied ahead: metrics are read
+//! from the components' own state, between their callbacks (the loop is single-threaded).
 
 pub mod routes;
 pub mod server;
 
+use std::cell::RefCell;
 use std::fmt::Write;
+use std::rc::Rc;
 
+use crate::reactor::LoopStats;
 pub use server::{MetricsConfig, MetricsServer};
+
+/// A part of the program a scrape reports on.
+pub trait MetricsSource {
+    /// Describes its counters and gauges.
+    fn write_metrics(&self, out: &mut MetricsWriter);
+}
+
+/// A component shared with the loop ([`crate::reactor::Component`] is implemented for
+/// `Rc<RefCell<T>>`): read between its callbacks, so the borrow cannot fail.
+impl<T: MetricsSource> MetricsSource for RefCell<T> {
+    fn write_metrics(&self, out: &mut MetricsWriter) {
+        self.borrow().write_metrics(out)
+    }
+}
+
+/// The sources one metrics endpoint reports on, in the order they are written.
+pub type MetricsSources = Vec<Rc<dyn MetricsSource>>;
+
+/// The event loop's own metrics: its timers and how late they fire.
+pub fn write_loop_metrics(stats: LoopStats<'_>, out: &mut MetricsWriter) {
+    out.gauge(
+        "backoffd_timer_wheel_timers",
+        "Timers pending in the reactor's wheel.",
+        stats.timers as f64,
+    );
+    stats.lateness.write(
+        out,
+        "backoffd_timer_lateness_seconds",
+        "How late reactor timers were dispatched (dispatch time minus deadline).",
+    );
+}
 
 /// Builds one exposition document. Each metric family is written once, with HELP and TYPE.
 #[derive(Default)]
@@ -101,25 +137,9 @@ fn escape(v: &str) -> String {
         .replace('\n', "\\n")
 }
 
-/// A log2 histogram of durations in microseconds, cheap enough to update on every timer.
-#[derive(Clone, Debug, Default)]
-pub struct LatencyHistogram {
-    /// `buckets[i]` counts samples in `(2^(i-1), 2^i]` µs; bucket 0 is `<= 1 µs`.
-    buckets: [u64; 24],
-    sum_us: f64,
-    count: u64,
-}
+pub use crate::stats::LatencyHistogram;
 
 impl LatencyHistogram {
-    /// Adds one sample of `ns` nanoseconds, rounded up to whole microseconds for the bucket.
-    pub fn record_nanos(&mut self, ns: u64) {
-        let us = ns.div_ceil(1000);
-        let i = (64 - us.saturating_sub(1).leading_zeros() as usize).min(self.buckets.len() - 1);
-        self.buckets[i] += 1;
-        self.sum_us += ns as f64 / 1000.0;
-        self.count += 1;
-    }
-
     /// Writes it in seconds, as Prometheus conventions ask.
     pub fn write(&self, w: &mut MetricsWriter, name: &str, help: &str) {
         let mut cumulative = 0;

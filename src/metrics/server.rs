@@ -13,19 +13,20 @@
     clippy::disallowed_macros
 )]
 
-use std::collections::HashMap;
-use std::io::{self, Read, Write};
+use std::io;
 use std::net::{Shutdown, SocketAddr};
 use std::time::Duration;
 
 use mio::net::{TcpListener, TcpStream};
-use mio::{Interest, Token};
+use mio::Interest;
 use slab::Slab;
 
 use super::routes::{route, HttpStats, Reply};
-use super::MetricsWriter;
+use super::{write_loop_metrics, MetricsSources, MetricsWriter};
 use crate::http1::{self, ServerConnection};
-use crate::reactor::{Component, Ctx, Readiness, TimerSlot, WriteInterest};
+use crate::net::Outbox;
+use crate::reactor::stream::{Stream, StreamCore, READ_CHUNK};
+use crate::reactor::{Component, Ctx, Readiness, Registration};
 use crate::time::Timestamp;
 use crate::timer::TimerId;
 
@@ -33,8 +34,8 @@ use crate::timer::TimerId;
 pub const DEFAULT_ADDR: &str = "127.0.0.1:9102";
 /// How long a closed connection keeps draining the peer's input.
 const LINGER: Duration = Duration::from_secs(1);
-/// One read's size; the HTTP core bounds what it keeps of it.
-const READ_CHUNK: usize = 16 * 1024;
+/// The listener's registration key; connection `i` of the slab has key `i + 1`.
+const LISTENER: u32 = 0;
 
 /// Endpoint settings.
 #[derive(Clone, Debug)]
@@ -57,39 +58,67 @@ impl Default for MetricsConfig {
     }
 }
 
-struct Conn {
-    stream: TcpStream,
-    token: Token,
+/// One connection's core: the HTTP/1.1 server, then, once it is closed and our write side
+/// is shut, a linger that drops what the peer still sends until its close or a deadline.
+struct HttpCore {
     http: ServerConnection,
-    timer: TimerSlot,
-    interest: WriteInterest,
-    /// A readable edge not yet read to `WouldBlock`.
-    readable: bool,
-    /// The peer closed its side.
-    eof: bool,
-    /// Our side is shut; the connection goes at this deadline or at the peer's close.
     linger_until: Option<Timestamp>,
+}
+
+impl Outbox for HttpCore {
+    fn pending_output(&self) -> &[u8] {
+        self.http.pending_output()
+    }
+    fn consume_output(&mut self, _: Timestamp, n: usize) {
+        self.http.consume_output(n)
+    }
+}
+
+impl StreamCore for HttpCore {
+    fn wants_input(&self) -> bool {
+        self.linger_until.is_some() || self.http.wants_input()
+    }
+    fn handle_input(&mut self, now: Timestamp, data: &[u8]) {
+        if self.linger_until.is_none() {
+            self.http.handle_input(now, data);
+        }
+    }
+    fn handle_eof(&mut self, _now: Timestamp) {
+        if self.linger_until.is_none() {
+            self.http.handle_eof();
+        }
+    }
+    fn poll_timeout(&self) -> Option<Timestamp> {
+        self.linger_until.or_else(|| self.http.poll_timeout())
+    }
+    fn handle_timeout(&mut self, now: Timestamp) {
+        if self.linger_until.is_none() {
+            self.http.handle_timeout(now);
+        }
+    }
 }
 
 /// The endpoint. See the module docs.
 pub struct MetricsServer {
     config: MetricsConfig,
-    listener: Option<(TcpListener, Option<Token>)>,
-    conns: Slab<Conn>,
-    by_token: HashMap<Token, usize>,
+    listener: Option<(TcpListener, Option<Registration>)>,
+    conns: Slab<Stream<HttpCore>>,
+    /// What a scrape reports besides the loop and this endpoint, in order.
+    sources: MetricsSources,
     buf: Vec<u8>,
     stats: HttpStats,
 }
 
 impl MetricsServer {
-    /// Binds the listener; failures surface at start-up.
-    pub fn bind(config: MetricsConfig) -> io::Result<Self> {
+    /// Binds the listener; failures surface at start-up. A scrape reports the loop's own
+    /// metrics, then `sources`, then this endpoint's.
+    pub fn bind(config: MetricsConfig, sources: MetricsSources) -> io::Result<Self> {
         let listener = TcpListener::bind(config.addr)?;
         Ok(MetricsServer {
             config,
             listener: Some((listener, None)),
             conns: Slab::new(),
-            by_token: HashMap::new(),
+            sources,
             buf: vec![0; READ_CHUNK],
             stats: HttpStats::default(),
         })
@@ -114,50 +143,45 @@ impl MetricsServer {
         }
     }
 
-    fn add_conn(&mut self, ctx: &mut Ctx<'_>, mut stream: TcpStream) {
+    fn add_conn(&mut self, ctx: &mut Ctx<'_>, stream: TcpStream) {
         if self.conns.len() >= self.config.max_connections {
             self.stats.connections_refused += 1;
             return;
         }
-        let Ok(token) = ctx.register(&mut stream, Interest::READABLE) else {
+        let entry = self.conns.vacant_entry();
+        let key = entry.key();
+        let core = HttpCore {
+            http: ServerConnection::new(ctx.now(), self.config.http.clone()),
+            linger_until: None,
+        };
+        let Ok(conn) = Stream::accepted(ctx, stream, key as u32 + 1, core) else {
             return;
         };
+        entry.insert(conn);
         self.stats.connections += 1;
-        let key = self.conns.insert(Conn {
-            stream,
-            token,
-            http: ServerConnection::new(ctx.now(), self.config.http.clone()),
-            timer: TimerSlot::default(),
-            interest: WriteInterest::default(),
-            // The peer may have written before we registered: read at once.
-            readable: true,
-            eof: false,
-            linger_until: None,
-        });
-        self.by_token.insert(token, key);
         self.pump(ctx, key);
     }
 
-    /// Reads, answers and writes until the connection can make no more progress, then
-    /// closes it if it is done and keeps its interest and timer up to date.
+    /// Reads, answers and writes until the connection can make no more progress (or used its
+    /// budget), then closes it if it is done and keeps its interest and timer up to date.
     fn pump(&mut self, ctx: &mut Ctx<'_>, key: usize) {
         loop {
             let Some(conn) = self.conns.get_mut(key) else {
                 return;
             };
-            if conn.linger_until.is_some() {
+            if conn.core().linger_until.is_some() {
                 return self.drain_lingering(ctx, key);
             }
-            let io = read(conn, &mut self.buf, ctx.now()).and_then(|()| {
+            let io = conn.read(ctx.now(), &mut self.buf).and_then(|()| {
                 self.answer(ctx, key);
-                flush(&mut self.conns[key])
+                self.conns[key].flush(ctx.now())
             });
             if let Err(e) = io {
                 return self.remove(ctx, key, &e.to_string());
             }
             // Written output can unpause parsing: answer what that parsed before stopping.
             let conn = &self.conns[key];
-            if conn.http.backlog() == 0 && !(conn.readable && conn.http.wants_input()) {
+            if conn.core().http.backlog() == 0 && !conn.can_read() {
                 break;
             }
         }
@@ -165,65 +189,61 @@ impl MetricsServer {
     }
 
     fn answer(&mut self, ctx: &mut Ctx<'_>, key: usize) {
-        while let Some(req) = self.conns[key].http.poll_request() {
+        while let Some(req) = self.conns[key].core_mut().http.poll_request() {
             let reply = Reply::new(route(&req.method, &req.path), || self.document(ctx));
             self.stats.count(reply.status);
-            let http = &mut self.conns[key].http;
+            let http = &mut self.conns[key].core_mut().http;
             http.respond_with(reply.status, reply.fields, reply.content_type, &reply.body);
         }
     }
 
-    /// The loop's and every other component's metrics, then this endpoint's own.
+    /// The loop's metrics, every source's, then this endpoint's own.
     fn document(&self, ctx: &Ctx<'_>) -> String {
         let mut out = MetricsWriter::new();
-        ctx.write_metrics(&mut out);
-        self.write_metrics(&mut out);
+        write_loop_metrics(ctx.loop_stats(), &mut out);
+        for source in &self.sources {
+            source.write_metrics(&mut out);
+        }
+        self.stats.write(&mut out, self.conns.len());
         out.finish()
     }
 
     /// After I/O: close a finished connection, or update its interest and timer.
     fn settle(&mut self, ctx: &mut Ctx<'_>, key: usize) {
         let conn = &mut self.conns[key];
-        if let Some(status) = conn.http.take_refusal() {
+        if let Some(status) = conn.core_mut().http.take_refusal() {
             self.stats.count(status);
         }
-        if conn.http.is_closed() && conn.http.pending_output().is_empty() {
-            if conn.eof || conn.stream.shutdown(Shutdown::Write).is_err() {
+        let http = &conn.core().http;
+        if http.is_closed() && http.pending_output().is_empty() {
+            if conn.eof() || conn.socket().shutdown(Shutdown::Write).is_err() {
                 return self.remove(ctx, key, "done");
             }
-            conn.linger_until = Some(ctx.now() + LINGER);
+            conn.core_mut().linger_until = Some(ctx.now() + LINGER);
             return self.drain_lingering(ctx, key);
         }
-        let wants_write = !conn.http.pending_output().is_empty();
-        conn.interest
-            .update(ctx, &mut conn.stream, conn.token, wants_write);
-        conn.timer.set(ctx, conn.http.poll_timeout(), key as u32);
+        conn.settle(ctx);
     }
 
     /// Reads and drops input of a closed connection until the peer closes or would block.
     fn drain_lingering(&mut self, ctx: &mut Ctx<'_>, key: usize) {
         let conn = &mut self.conns[key];
-        loop {
-            match conn.stream.read(&mut self.buf) {
-                Ok(0) => return self.remove(ctx, key, "closed"),
-                Ok(_) => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return self.remove(ctx, key, &e.to_string()),
-            }
+        if let Err(e) = conn.read(ctx.now(), &mut self.buf) {
+            return self.remove(ctx, key, &e.to_string());
         }
-        conn.timer.set(ctx, conn.linger_until, key as u32);
+        if conn.eof() {
+            return self.remove(ctx, key, "closed");
+        }
+        conn.settle(ctx);
     }
 
     fn remove(&mut self, ctx: &mut Ctx<'_>, key: usize, why: &str) {
-        let Some(mut conn) = self.conns.try_remove(key) else {
+        let Some(conn) = self.conns.try_remove(key) else {
             return;
         };
         log::debug!("metrics connection {key} closed: {why}");
-        self.by_token.remove(&conn.token);
-        ctx.deregister(&mut conn.stream, conn.token);
-        conn.timer.cancel(ctx);
-        if let Some(status) = conn.http.take_refusal() {
+        let mut core = conn.close(ctx);
+        if let Some(status) = core.http.take_refusal() {
             self.stats.count(status);
         }
     }
@@ -232,96 +252,56 @@ impl MetricsServer {
 impl Component for MetricsServer {
     fn on_start(&mut self, ctx: &mut Ctx<'_>) -> io::Result<()> {
         let addr = self.local_addr()?;
-        if let Some((listener, token)) = &mut self.listener {
-            *token = Some(ctx.register(listener, Interest::READABLE)?);
+        if let Some((listener, registration)) = &mut self.listener {
+            *registration = Some(ctx.register(listener, Interest::READABLE, LISTENER)?);
         }
         log::info!("metrics listening on {addr} (http://{addr}/metrics)");
         Ok(())
     }
 
-    fn on_ready(&mut self, ctx: &mut Ctx<'_>, token: Token, ready: Readiness) {
-        if self
-            .listener
-            .as_ref()
-            .is_some_and(|(_, t)| *t == Some(token))
-        {
+    fn on_ready(&mut self, ctx: &mut Ctx<'_>, key: u32, ready: Readiness) {
+        let Some(slot) = key.checked_sub(1) else {
             return self.accept(ctx);
-        }
-        let Some(&key) = self.by_token.get(&token) else {
+        };
+        let key = slot as usize;
+        let Some(conn) = self.conns.get_mut(key) else {
             return;
         };
-        if ready.readable || ready.closed || ready.error {
-            self.conns[key].readable = true;
+        if let Err(e) = conn.on_ready(ready) {
+            return self.remove(ctx, key, &e.to_string());
         }
         self.pump(ctx, key);
     }
 
     fn on_timer(&mut self, ctx: &mut Ctx<'_>, timer: TimerId, key: u32) {
-        let key = key as usize;
+        let Some(key) = key.checked_sub(1).map(|k| k as usize) else {
+            return;
+        };
         let Some(conn) = self.conns.get_mut(key) else {
             return;
         };
-        if !conn.timer.fired(timer) {
+        if !conn.on_timer(ctx.now(), timer) {
             return;
         }
-        if conn.linger_until.is_some() {
+        if conn.core().linger_until.is_some() {
             return self.remove(ctx, key, "linger time over");
         }
-        conn.http.handle_timeout(ctx.now());
         self.pump(ctx, key);
     }
 
     /// Stops accepting, then lets every connection finish the answers it owes and close.
     fn on_shutdown(&mut self, ctx: &mut Ctx<'_>) {
-        if let Some((mut listener, Some(token))) = self.listener.take() {
-            ctx.deregister(&mut listener, token);
+        if let Some((mut listener, Some(registration))) = self.listener.take() {
+            ctx.deregister(&mut listener, registration);
         }
         let keys: Vec<usize> = self.conns.iter().map(|(k, _)| k).collect();
         for key in keys {
-            self.conns[key].http.close_after_answers();
+            self.conns[key].core_mut().http.close_after_answers();
             self.pump(ctx, key);
         }
     }
 
     fn is_drained(&self) -> bool {
         self.conns.is_empty()
-    }
-
-    fn write_metrics(&self, out: &mut MetricsWriter) {
-        self.stats.write(out, self.conns.len());
-    }
-}
-
-/// Reads while the connection wants input; a closed peer is reported to the HTTP core.
-fn read(conn: &mut Conn, buf: &mut [u8], now: Timestamp) -> io::Result<()> {
-    while conn.readable && conn.http.wants_input() {
-        match conn.stream.read(buf) {
-            Ok(0) => {
-                (conn.eof, conn.readable) = (true, false);
-                conn.http.handle_eof();
-            }
-            Ok(n) => conn.http.handle_input(now, &buf[..n]),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => conn.readable = false,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
-}
-
-/// Writes as much pending output as the socket takes.
-fn flush(conn: &mut Conn) -> io::Result<()> {
-    loop {
-        let out = conn.http.pending_output();
-        if out.is_empty() {
-            return Ok(());
-        }
-        match conn.stream.write(out) {
-            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(n) => conn.http.consume_output(n),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
     }
 }

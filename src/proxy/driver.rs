@@ -5,7 +5,8 @@
 //! ephemeral port, *connected* to the upstream, so the kernel reports ICMP port unreachable
 //! as `ECONNREFUSED` and the engine can answer 5.02 at once. The component moves datagrams
 //! between sockets and the engine and keeps one reactor timer armed for the engine's earliest
-//! deadline.
+//! deadline. Each socket is a [`Datagram`]: the driver reads it until `WouldBlock` or its
+//! budget, so a client that floods cannot starve the upstream sockets (or the other way).
 
 // I/O module: The proxy engine's driver: owns its sockets and draws its seeds from the OS.
 #![allow(
@@ -14,31 +15,38 @@
     clippy::disallowed_macros
 )]
 
-use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
 
 use mio::net::UdpSocket;
-use mio::{Interest, Token};
 
 use super::metrics::{write_proxy_metrics, write_upstream_metrics};
 use super::report::Report;
 use super::{Destination, EndpointEvent, EndpointId, Proxy, ProxyConfig, Seeds};
-use crate::metrics::MetricsWriter;
+use crate::metrics::{MetricsSource, MetricsWriter};
 use crate::net::{connected_udp, MAX_UDP_DATAGRAM};
+use crate::reactor::datagram::{Datagram, Received};
 use crate::reactor::{Component, Ctx, Readiness, TimerSlot};
 use crate::time::Timestamp;
 use crate::timer::TimerId;
 
+/// The client-facing socket's registration key; upstream endpoint `id` has key `id + 1`.
+const CLIENTS: u32 = 0;
+
+/// The client-facing socket: bound by [`ProxyComponent::bind`], registered at start.
+enum ClientSocket {
+    Bound(UdpSocket),
+    Open(Datagram),
+}
+
 /// The proxy as a reactor component.
 pub struct ProxyComponent {
     engine: Proxy,
-    listener: UdpSocket,
-    listener_token: Option<Token>,
+    clients: Option<ClientSocket>,
+    local_addr: SocketAddr,
     /// Upstream endpoints' sockets by [`EndpointId`] (the engine reuses freed numbers, so this
     /// stays as long as the most endpoints ever open at once).
-    endpoints: Vec<Option<(UdpSocket, Token)>>,
-    by_token: HashMap<Token, EndpointId>,
+    endpoints: Vec<Option<Datagram>>,
     /// One reactor timer at the engine's earliest deadline.
     timer: TimerSlot,
     /// The engine's events, logged and rate-limited.
@@ -54,13 +62,13 @@ impl ProxyComponent {
     /// Binds the client-facing socket; the upstream sockets open when the component starts.
     pub fn bind(listen: SocketAddr, mut config: ProxyConfig) -> io::Result<Self> {
         let listener = UdpSocket::bind(listen)?;
-        config.local_addr = Some(listener.local_addr()?);
+        let local_addr = listener.local_addr()?;
+        config.local_addr = Some(local_addr);
         Ok(ProxyComponent {
             engine: Proxy::new(config.clone(), seeds(config.seed)),
-            listener,
-            listener_token: None,
+            clients: Some(ClientSocket::Bound(listener)),
+            local_addr,
             endpoints: Vec::new(),
-            by_token: HashMap::new(),
             timer: TimerSlot::default(),
             report: Report::default(),
             buf: vec![0; MAX_UDP_DATAGRAM],
@@ -71,7 +79,7 @@ impl ProxyComponent {
 
     /// The client-facing address actually bound (useful with port 0).
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        self.listener.local_addr()
+        Ok(self.local_addr)
     }
 
     /// The engine, for counters.
@@ -79,43 +87,32 @@ impl ProxyComponent {
         &self.engine
     }
 
-    fn read_clients(&mut self, now: Timestamp) {
-        loop {
-            match self.listener.recv_from(&mut self.buf) {
-                Ok((n, from)) => self
-                    .engine
-                    .handle_client_datagram(now, from, &self.buf[..n]),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                // A client's ICMP error surfaces on the shared socket: nothing to do for it.
-                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => continue,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    log::warn!("client socket: {e}");
-                    return;
-                }
-            }
+    fn read_clients(&mut self, ctx: &mut Ctx<'_>) {
+        let Some(ClientSocket::Open(socket)) = &mut self.clients else {
+            return;
+        };
+        let (now, engine) = (ctx.now(), &mut self.engine);
+        let read = socket.recv(ctx, &mut self.buf, |received| match received {
+            Received::Datagram { data, from } => engine.handle_client_datagram(now, from, data),
+            // A client's ICMP error surfaces on the shared socket: nothing to do for it.
+            Received::Refused => {}
+        });
+        if let Err(e) = read {
+            log::warn!("client socket: {e}");
         }
     }
 
-    fn read_upstream(&mut self, now: Timestamp, id: EndpointId) {
-        loop {
-            let Some(Some((socket, _))) = self.endpoints.get(id.0 as usize) else {
-                return;
-            };
-            match socket.recv(&mut self.buf) {
-                Ok(n) => self
-                    .engine
-                    .handle_upstream_datagram(now, id, &self.buf[..n]),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
-                    self.engine.handle_upstream_unreachable(now, id)
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    log::warn!("upstream endpoint socket {}: {e}", id.0);
-                    return;
-                }
-            }
+    fn read_upstream(&mut self, ctx: &mut Ctx<'_>, id: EndpointId) {
+        let Some(Some(socket)) = self.endpoints.get_mut(id.0 as usize) else {
+            return;
+        };
+        let (now, engine) = (ctx.now(), &mut self.engine);
+        let read = socket.recv(ctx, &mut self.buf, |received| match received {
+            Received::Datagram { data, .. } => engine.handle_upstream_datagram(now, id, data),
+            Received::Refused => engine.handle_upstream_unreachable(now, id),
+        });
+        if let Err(e) = read {
+            log::warn!("upstream endpoint socket {}: {e}", id.0);
         }
     }
 
@@ -137,9 +134,8 @@ impl ProxyComponent {
                 },
                 EndpointEvent::Close { id } => {
                     let slot = self.endpoints.get_mut(id.0 as usize).and_then(Option::take);
-                    if let Some((mut socket, token)) = slot {
-                        ctx.deregister(&mut socket, token);
-                        self.by_token.remove(&token);
+                    if let Some(socket) = slot {
+                        socket.close(ctx);
                     }
                 }
             }
@@ -148,14 +144,13 @@ impl ProxyComponent {
     }
 
     fn open(&mut self, ctx: &mut Ctx<'_>, id: EndpointId, peer: SocketAddr) -> io::Result<()> {
-        let mut socket = connected_udp(peer)?;
-        let token = ctx.register(&mut socket, Interest::READABLE)?;
+        let key = id.0.checked_add(1).ok_or(io::ErrorKind::InvalidInput)?;
+        let socket = Datagram::register(ctx, connected_udp(peer)?, key)?;
         let index = id.0 as usize;
         if self.endpoints.len() <= index {
             self.endpoints.resize_with(index + 1, || None);
         }
-        self.endpoints[index] = Some((socket, token));
-        self.by_token.insert(token, id);
+        self.endpoints[index] = Some(socket);
         Ok(())
     }
 
@@ -163,14 +158,17 @@ impl ProxyComponent {
     fn flush(&mut self, ctx: &mut Ctx<'_>) {
         let now = ctx.now();
         let _ = self.apply_endpoint_events(ctx, false);
-        let (listener, endpoints) = (&self.listener, &self.endpoints);
+        let (clients, endpoints) = (&self.clients, &self.endpoints);
         let send = |to: Destination, payload: &[u8]| {
-            let sent = match to {
-                Destination::Client(addr) => listener.send_to(payload, addr).map(drop),
-                Destination::Upstream(id) => match endpoints.get(id.0 as usize) {
-                    Some(Some((socket, _))) => socket.send(payload).map(drop),
+            let sent = match (to, clients) {
+                (Destination::Client(addr), Some(ClientSocket::Open(socket))) => {
+                    socket.send_to(payload, addr)
+                }
+                (Destination::Upstream(id), _) => match endpoints.get(id.0 as usize) {
+                    Some(Some(socket)) => socket.send(payload),
                     _ => Err(io::Error::from(io::ErrorKind::NotConnected)),
                 },
+                (Destination::Client(_), _) => Err(io::Error::from(io::ErrorKind::NotConnected)),
             };
             (to, sent)
         };
@@ -207,16 +205,17 @@ impl ProxyComponent {
 
 impl Component for ProxyComponent {
     fn on_start(&mut self, ctx: &mut Ctx<'_>) -> io::Result<()> {
-        self.listener_token = Some(ctx.register(&mut self.listener, Interest::READABLE)?);
+        if let Some(ClientSocket::Bound(socket)) = self.clients.take() {
+            let socket = Datagram::register(ctx, socket, CLIENTS)?;
+            self.clients = Some(ClientSocket::Open(socket));
+        }
         self.apply_endpoint_events(ctx, true)
     }
 
-    fn on_ready(&mut self, ctx: &mut Ctx<'_>, token: Token, _: Readiness) {
-        let now = ctx.now();
-        if Some(token) == self.listener_token {
-            self.read_clients(now);
-        } else if let Some(&id) = self.by_token.get(&token) {
-            self.read_upstream(now, id);
+    fn on_ready(&mut self, ctx: &mut Ctx<'_>, key: u32, _: Readiness) {
+        match key.checked_sub(1) {
+            None => self.read_clients(ctx),
+            Some(id) => self.read_upstream(ctx, EndpointId(id)),
         }
         self.after_input(ctx);
     }
@@ -235,7 +234,9 @@ impl Component for ProxyComponent {
     fn is_drained(&self) -> bool {
         self.engine.in_flight() == 0
     }
+}
 
+impl MetricsSource for ProxyComponent {
     fn write_metrics(&self, out: &mut MetricsWriter) {
         write_proxy_metrics(&self.engine.counters(), self.send_drops, out);
         write_upstream_metrics(&self.engine.upstream_stats(self.last_now), out);

@@ -8,16 +8,35 @@
 //!
 //! To use it: [`Reactor::new`], then [`Reactor::add`] each component (its
 //! [`Component::on_start`] runs there), then [`Reactor::run`] until the loop stops. The crate
-//! root has a complete example. [`TimerSlot`] and [`WriteInterest`] help a component keep its
-//! timer and write interest in step with a sans-IO core.
+//! root has a complete example.
+//!
+//! Routing is by key, for sources as for timers: [`Ctx::register`] and [`Ctx::set_timer`]
+//! take a `u32` the component chooses (typically its own slab index), and
+//! [`Component::on_ready`] and [`Component::on_timer`] hand it back, so readiness maps
+//! straight to the connection it concerns without a token map in the component.
+//!
+//! Components do not hand-write the edge-triggered read / flush / interest / timer loop: the
+//! drivers here do, with a work budget per wake-up so that one peer that floods cannot
+//! monopolise the loop. [`stream::Stream`] drives a TCP connection's sans-IO
+//! [`StreamCore`](stream::StreamCore) (read until `WouldBlock` or the budget, feed the core,
+//! flush, keep [`WriteInterest`] and a [`TimerSlot`] in step); [`datagram::Datagram`] does the
+//! same for a UDP socket. A driver that stops at its budget before `WouldBlock` asks, with
+//! [`Ctx::ready_again`], to be handed its source again on the next turn, after other sources
+//! have had theirs (the kernel would not report the edge again).
 //!
 //! One iteration of [`Reactor::run`]:
 //! 1. ask the wheel for its earliest deadline and arm the wake source for it (a `timerfd` re-armed
 //!    only when that deadline changes, or the `epoll_wait` timeout; see [`WakeMode`]);
 //! 2. wait in `Poll::poll`, then read the clock;
-//! 3. hand each readiness event to the component that registered its token (sources are
-//!    edge-triggered: a component must read or accept until `WouldBlock`);
+//! 3. hand each readiness event to the component that registered its source, with its key
+//!    (sources are edge-triggered: a component must read or accept until `WouldBlock`, or
+//!    call [`Ctx::ready_again`]), then the sources that asked to be called again (the wait
+//!    in step 2 does not sleep while there are any);
 //! 4. read the clock again and fire every due timer, earliest first.
+//!
+//! The loop's own metrics (its timers, how late they fire) are [`Ctx::loop_stats`]; what a
+//! metrics scrape reports about the components is for whoever assembled them to gather
+//! (`crate::metrics::MetricsSource`): the loop knows nothing of metrics.
 //!
 //! Shutdown starts with [`Ctx::shutdown`] or, if [`Config::signals`] is set, with SIGINT/SIGTERM
 //! (read through a signalfd in the same `Poll`). The loop then calls [`Component::on_shutdown`]
@@ -31,22 +50,26 @@
     clippy::disallowed_macros
 )]
 
-mod conn;
+pub mod datagram;
+mod registration;
 mod signals;
+pub mod stream;
 mod wake;
 
 use std::any::Any;
+use std::cell::RefCell;
 use std::io;
+use std::rc::Rc;
 use std::time::Duration;
 
 use mio::event::Source;
 use mio::{Events, Interest, Poll, Registry, Token};
 use slab::Slab;
 
-use crate::metrics::{LatencyHistogram, MetricsWriter};
+use crate::stats::LatencyHistogram;
 use crate::time::Timestamp;
 use crate::timer::{TimerId, TimerWheel};
-pub use conn::{TimerSlot, WriteInterest};
+pub use registration::{Registration, TimerSlot, WriteInterest};
 use signals::Signals;
 pub use wake::WakeMode;
 use wake::Waker;
@@ -74,8 +97,9 @@ pub trait Component: Any {
     fn on_start(&mut self, _ctx: &mut Ctx<'_>) -> io::Result<()> {
         Ok(())
     }
-    /// A source this component registered under `token` became ready.
-    fn on_ready(&mut self, ctx: &mut Ctx<'_>, token: Token, ready: Readiness);
+    /// A source this component registered with `key` became ready (or asked, with
+    /// [`Ctx::ready_again`], to be called again).
+    fn on_ready(&mut self, ctx: &mut Ctx<'_>, key: u32, ready: Readiness);
     /// A timer this component armed with [`Ctx::set_timer`] is due (never called early).
     fn on_timer(&mut self, ctx: &mut Ctx<'_>, timer: TimerId, key: u32);
     /// The loop is stopping: stop accepting work, say goodbye (e.g. HTTP/2 GOAWAY).
@@ -86,8 +110,27 @@ pub trait Component: Any {
     fn is_drained(&self) -> bool {
         true
     }
-    /// Describes this component's counters and gauges for a metrics scrape.
-    fn write_metrics(&self, _out: &mut MetricsWriter) {}
+}
+
+/// A component shared with whoever reads it between callbacks (a metrics scrape, a test): the
+/// loop runs one callback at a time, so while another component runs this one is not
+/// borrowed, and its reader's `borrow()` cannot fail.
+impl<T: Component> Component for Rc<RefCell<T>> {
+    fn on_start(&mut self, ctx: &mut Ctx<'_>) -> io::Result<()> {
+        self.borrow_mut().on_start(ctx)
+    }
+    fn on_ready(&mut self, ctx: &mut Ctx<'_>, key: u32, ready: Readiness) {
+        self.borrow_mut().on_ready(ctx, key, ready)
+    }
+    fn on_timer(&mut self, ctx: &mut Ctx<'_>, timer: TimerId, key: u32) {
+        self.borrow_mut().on_timer(ctx, timer, key)
+    }
+    fn on_shutdown(&mut self, ctx: &mut Ctx<'_>) {
+        self.borrow_mut().on_shutdown(ctx)
+    }
+    fn is_drained(&self) -> bool {
+        self.borrow().is_drained()
+    }
 }
 
 /// Reactor settings.
@@ -111,11 +154,20 @@ impl Default for Config {
     }
 }
 
-/// A component's timer: who armed it and the component's own key.
-#[derive(Clone, Copy, Debug)]
-struct TimerTarget {
+/// Who gets a source's readiness or a timer's expiry: the component and its own key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Target {
     component: u32,
     key: u32,
+}
+
+/// The loop's own statistics, for a metrics scrape.
+#[derive(Clone, Copy, Debug)]
+pub struct LoopStats<'a> {
+    /// Live timers in the wheel.
+    pub timers: usize,
+    /// How late timers were dispatched (dispatch time minus deadline).
+    pub lateness: &'a LatencyHistogram,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -132,9 +184,11 @@ enum RunState {
 /// Everything a component may touch, split from the components so both can be borrowed at once.
 struct Core {
     registry: Registry,
-    /// Token -> owning component. The token is the slab key.
-    sources: Slab<u32>,
-    timers: TimerWheel<TimerTarget>,
+    /// Token -> owning component and its key. The token is the slab key.
+    sources: Slab<Target>,
+    /// Sources that stopped at their work budget and asked to be called again next turn.
+    again: Vec<Token>,
+    timers: TimerWheel<Target>,
     now: Timestamp,
     state: RunState,
     /// How late timers were dispatched (now - deadline), for metrics.
@@ -145,8 +199,6 @@ struct Core {
 pub struct Ctx<'a> {
     core: &'a mut Core,
     component: u32,
-    /// The other components (the one being called is taken out while it runs).
-    others: &'a [Option<Box<dyn Component>>],
 }
 
 impl Ctx<'_> {
@@ -155,46 +207,68 @@ impl Ctx<'_> {
         self.core.now
     }
 
-    /// Registers a source; its events will go to this component under the returned token.
+    /// Registers a source; [`Component::on_ready`] receives `key` when it is ready. Keys are
+    /// the component's to choose and need not be unique (e.g. a slab index, or a number per
+    /// kind of socket).
     pub fn register<S: Source + ?Sized>(
         &mut self,
         source: &mut S,
         interest: Interest,
-    ) -> io::Result<Token> {
+        key: u32,
+    ) -> io::Result<Registration> {
+        let target = self.target(key);
         let entry = self.core.sources.vacant_entry();
         let token = Token(entry.key());
         self.core.registry.register(source, token, interest)?;
-        entry.insert(self.component);
-        Ok(token)
+        entry.insert(target);
+        Ok(Registration { token })
     }
 
     /// Changes the interest of a source this component registered.
     pub fn reregister<S: Source + ?Sized>(
         &mut self,
         source: &mut S,
-        token: Token,
+        registration: &Registration,
         interest: Interest,
     ) -> io::Result<()> {
-        self.core.registry.reregister(source, token, interest)
+        self.core
+            .registry
+            .reregister(source, registration.token, interest)
     }
 
-    /// Removes a source; its token may be reused by the next registration.
-    pub fn deregister<S: Source + ?Sized>(&mut self, source: &mut S, token: Token) {
+    /// Removes a source; events already reported for it are dropped.
+    pub fn deregister<S: Source + ?Sized>(&mut self, source: &mut S, registration: Registration) {
         // Deregistering a source that the kernel already dropped (closed fd) can fail; the
         // routing entry must go regardless.
         let _ = self.core.registry.deregister(source);
-        if self.core.sources.get(token.0) == Some(&self.component) {
+        let token = registration.token;
+        let ours = self.core.sources.get(token.0);
+        if ours.is_some_and(|t| t.component == self.component) {
             self.core.sources.remove(token.0);
+        }
+    }
+
+    /// Calls [`Component::on_ready`] for this source again on the loop's next turn, as
+    /// readable, after that turn's events: for a driver that stopped at its work budget
+    /// before `WouldBlock` (sources are edge-triggered, so the kernel would not report the
+    /// data it left). The loop does not sleep while such calls are due.
+    pub fn ready_again(&mut self, registration: &Registration) {
+        if !self.core.again.contains(&registration.token) {
+            self.core.again.push(registration.token);
         }
     }
 
     /// Arms a timer; [`Component::on_timer`] receives `key` at or after `deadline`.
     pub fn set_timer(&mut self, deadline: Timestamp, key: u32) -> TimerId {
-        let target = TimerTarget {
+        let target = self.target(key);
+        self.core.timers.insert(deadline, target)
+    }
+
+    fn target(&self, key: u32) -> Target {
+        Target {
             component: self.component,
             key,
-        };
-        self.core.timers.insert(deadline, target)
+        }
     }
 
     /// Cancels a timer; a stale handle (already fired or cancelled) is a harmless no-op.
@@ -207,20 +281,11 @@ impl Ctx<'_> {
         self.core.timers.len()
     }
 
-    /// Collects the loop's own metrics and every other component's into `out`.
-    pub fn write_metrics(&self, out: &mut MetricsWriter) {
-        out.gauge(
-            "backoffd_timer_wheel_timers",
-            "Timers pending in the reactor's wheel.",
-            self.core.timers.len() as f64,
-        );
-        self.core.lateness.write(
-            out,
-            "backoffd_timer_lateness_seconds",
-            "How late reactor timers were dispatched (dispatch time minus deadline).",
-        );
-        for c in self.others.iter().flatten() {
-            c.write_metrics(out);
+    /// The loop's own statistics (for metrics).
+    pub fn loop_stats(&self) -> LoopStats<'_> {
+        LoopStats {
+            timers: self.core.timers.len(),
+            lateness: &self.core.lateness,
         }
     }
 
@@ -242,8 +307,7 @@ pub struct Reactor {
     poll: Poll,
     events: Events,
     core: Core,
-    /// `None` only while that component is being called.
-    components: Vec<Option<Box<dyn Component>>>,
+    components: Vec<Box<dyn Component>>,
     waker: Waker,
     signals: Option<Signals>,
     drain_timeout: Duration,
@@ -265,6 +329,7 @@ impl Reactor {
             core: Core {
                 registry,
                 sources: Slab::new(),
+                again: Vec::new(),
                 timers: TimerWheel::new(),
                 now: Timestamp::now(),
                 state: RunState::Running,
@@ -286,16 +351,15 @@ impl Reactor {
         let mut ctx = Ctx {
             core: &mut self.core,
             component: id,
-            others: &self.components,
         };
         component.on_start(&mut ctx)?;
-        self.components.push(Some(component));
+        self.components.push(component);
         Ok(id as usize)
     }
 
     /// A component by index and type, e.g. to read a report after [`run`](Self::run) returned.
     pub fn component<T: Component>(&self, index: usize) -> Option<&T> {
-        let c: &dyn Component = self.components.get(index)?.as_deref()?;
+        let c: &dyn Component = self.components.get(index)?.as_ref();
         (c as &dyn Any).downcast_ref::<T>()
     }
 
@@ -307,7 +371,10 @@ impl Reactor {
             if self.core.state == RunState::Stopped {
                 return Ok(());
             }
-            let timeout = self.waker.prepare(self.next_wake(), self.core.now)?;
+            let mut timeout = self.waker.prepare(self.next_wake(), self.core.now)?;
+            if !self.core.again.is_empty() {
+                timeout = Some(Duration::ZERO);
+            }
             if let Err(e) = self.poll.poll(&mut self.events, timeout) {
                 if e.kind() == io::ErrorKind::Interrupted {
                     continue;
@@ -331,6 +398,8 @@ impl Reactor {
     }
 
     fn dispatch_io(&mut self) {
+        // Taken before this turn's events: sources that ask again now are called next turn.
+        let again = std::mem::take(&mut self.core.again);
         // `events` is moved out so components can be called while we iterate it.
         let events = std::mem::replace(&mut self.events, Events::with_capacity(0));
         for event in events.iter() {
@@ -344,23 +413,34 @@ impl Reactor {
                         closed: event.is_read_closed() || event.is_write_closed(),
                         error: event.is_error(),
                     };
-                    // An event for a token deregistered earlier in this batch is dropped; one
-                    // whose token was already reused is a spurious wake-up, which edge-triggered
-                    // handlers tolerate (they read until WouldBlock).
-                    if let Some(&owner) = self.core.sources.get(token.0) {
-                        self.with_component(owner, |c, ctx| c.on_ready(ctx, token, ready));
-                    }
+                    self.deliver(token, ready);
                 }
             }
         }
         self.events = events;
+        let ready = Readiness {
+            readable: true,
+            ..Readiness::default()
+        };
+        for token in again {
+            self.deliver(token, ready);
+        }
+    }
+
+    /// An event for a token deregistered earlier in this batch is dropped; one whose token was
+    /// already reused is a spurious wake-up, which edge-triggered handlers tolerate (they read
+    /// until `WouldBlock`).
+    fn deliver(&mut self, token: Token, ready: Readiness) {
+        if let Some(&Target { component, key }) = self.core.sources.get(token.0) {
+            self.with_component(component, |c, ctx| c.on_ready(ctx, key, ready));
+        }
     }
 
     fn fire_timers(&mut self) {
         while let Some(expired) = self.core.timers.poll(self.core.now) {
             let late = self.core.now.saturating_since(expired.deadline);
             self.core.lateness.record_nanos(late.as_nanos() as u64);
-            let TimerTarget { component, key } = expired.value;
+            let Target { component, key } = expired.value;
             self.with_component(component, |c, ctx| c.on_timer(ctx, expired.id, key));
         }
     }
@@ -396,7 +476,7 @@ impl Reactor {
                 self.advance_shutdown();
             }
             RunState::Draining { until } => {
-                if self.components.iter().flatten().all(|c| c.is_drained()) {
+                if self.components.iter().all(|c| c.is_drained()) {
                     self.core.state = RunState::Stopped;
                 } else if self.core.now >= until {
                     log::warn!("drain time ran out; stopping with work in flight");
@@ -407,23 +487,13 @@ impl Reactor {
         }
     }
 
-    /// Calls one component with a `Ctx`; it is taken out of the list meanwhile, so the `Ctx`
-    /// can show it the others (for metrics) without aliasing.
-    fn with_component<R: Default>(
-        &mut self,
-        id: u32,
-        f: impl FnOnce(&mut dyn Component, &mut Ctx) -> R,
-    ) -> R {
-        let Some(mut component) = self.components[id as usize].take() else {
-            return R::default();
-        };
+    /// Calls one component with a `Ctx` (the loop's core and the components are apart, so
+    /// both can be borrowed).
+    fn with_component(&mut self, id: u32, f: impl FnOnce(&mut dyn Component, &mut Ctx)) {
         let mut ctx = Ctx {
             core: &mut self.core,
             component: id,
-            others: &self.components,
         };
-        let result = f(component.as_mut(), &mut ctx);
-        self.components[id as usize] = Some(component);
-        result
+        f(self.components[id as usize].as_mut(), &mut ctx);
     }
 }

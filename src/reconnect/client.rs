@@ -15,7 +15,8 @@
 //! Every connection goes to the one address resolved at start ([`resolve`]), so the server sees
 //! one peer host and one TCP connection per attempt. The retry channel accepts any certificate:
 //! see [`super::tls`]. Only socket plumbing is here; the schedule is [`RetryRun`]'s, gRPC calls
-//! are [`ClientConnection`]'s, TLS is [`TlsClient`]'s.
+//! are [`ClientConnection`]'s, an attempt's TLS and HTTP/2 are `super::attempt`'s, and each
+//! connection's reads, writes, interest and timer are its [`Stream`]'s.
 
 // I/O module: The interop client's driver: owns its sockets and logs every attempt.
 #![allow(
@@ -26,34 +27,36 @@
 
 use std::cell::RefCell;
 use std::fmt;
-use std::io::{self, Read};
+use std::io;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mio::net::TcpStream;
-use mio::{Interest, Token};
 use prost::Message as _;
 use rustls::pki_types::ServerName;
 
+use super::attempt::{Attempt, AttemptProgress};
 use super::backoff::{AttemptRecord, BackoffConfig};
 use super::retry::{RetryRun, Step};
-use super::tls::{interop_client_config, TlsClient, ALPN_H2};
+use super::tls::interop_client_config;
 use super::verify::verify_intervals;
 use crate::grpc::client::{ClientConnection, ClientEvent};
 use crate::grpc::proto::testing::{Empty, ReconnectInfo, ReconnectParams};
 use crate::grpc::{Code, Status};
-use crate::http2::{self, Connection, Event, Role};
-use crate::net::{flush, Outbox};
-use crate::reactor::{Component, Ctx, Readiness};
+use crate::http2;
+use crate::net::Outbox;
+use crate::reactor::stream::{Stream, StreamCore, READ_CHUNK};
+use crate::reactor::{Component, Ctx, Readiness, TimerSlot};
 use crate::time::Timestamp;
 use crate::timer::TimerId;
 
 const START_PATH: &str = "/grpc.testing.ReconnectService/Start";
 const STOP_PATH: &str = "/grpc.testing.ReconnectService/Stop";
-/// Socket reads per call.
-const READ_CHUNK: usize = 16 * 1024;
+/// Registration and timer keys: the control connection, the current attempt, the run's timer.
+const CONTROL: u32 = 0;
+const ATTEMPT: u32 = 1;
+const RUN: u32 = 2;
 
 /// Client settings.
 #[derive(Clone, Debug)]
@@ -170,55 +173,18 @@ enum Phase {
     Finished,
 }
 
-/// How a non-blocking connect is going.
-enum ConnectProgress {
-    Pending,
-    Connected,
-    Failed(String),
-}
-
-/// The control channel: plaintext HTTP/2.
-struct Control {
-    stream: TcpStream,
-    token: Token,
-    grpc: ClientConnection,
-    connected: bool,
-    wants_write: bool,
-}
-
-/// One retry attempt's connection: TCP, then TLS, then HTTP/2.
-struct Attempt {
-    number: u32,
-    stream: TcpStream,
-    token: Token,
-    started: Timestamp,
-    tls: Option<TlsClient>,
-    h2: Option<Connection>,
-    /// The server's SETTINGS arrived.
-    established: bool,
-    wants_write: bool,
-}
-
-/// What one round of I/O on an attempt found, in order.
-#[derive(Default)]
-struct AttemptProgress {
-    /// TLS completed with ALPN h2, in this version.
-    transport_up: Option<rustls::ProtocolVersion>,
-    settings: bool,
-    ended: Option<String>,
-}
-
 /// The reconnect interop client. See the module docs.
 pub struct ReconnectClient {
     config: ClientConfig,
     tls_config: Arc<rustls::ClientConfig>,
     server_name: ServerName<'static>,
     phase: Phase,
-    control: Option<Control>,
+    /// The control channel: plaintext HTTP/2.
+    control: Option<Stream<ClientConnection>>,
     retry: Option<RetryRun>,
     attempt: Option<Attempt>,
-    /// The component's one timer: the earliest instant anything needs it.
-    wake: Option<(TimerId, Timestamp)>,
+    /// The run's timer, at its next step (the connections keep their own).
+    run_timer: TimerSlot,
     outcome: OutcomeSlot,
     buf: Vec<u8>,
 }
@@ -237,7 +203,7 @@ impl ReconnectClient {
             control: None,
             retry: None,
             attempt: None,
-            wake: None,
+            run_timer: TimerSlot::default(),
             outcome: Rc::clone(&outcome),
             buf: vec![0; READ_CHUNK],
         };
@@ -261,25 +227,11 @@ impl ReconnectClient {
     fn open_control(&mut self, ctx: &mut Ctx<'_>) -> Result<(), String> {
         self.close_control(ctx);
         let addr = self.control_addr();
-        let fail = |e: io::Error| format!("control channel to {addr}: {e}");
-        let mut stream = TcpStream::connect(addr).map_err(fail)?;
-        let _ = stream.set_nodelay(true);
-        let token = ctx
-            .register(&mut stream, Interest::READABLE | Interest::WRITABLE)
-            .map_err(fail)?;
-        let grpc = ClientConnection::new(
-            ctx.now(),
-            &self.authority(),
-            false,
-            http2::Config::default(),
-        );
-        self.control = Some(Control {
-            stream,
-            token,
-            grpc,
-            connected: false,
-            wants_write: true,
-        });
+        let authority = self.authority();
+        let grpc = ClientConnection::new(ctx.now(), &authority, false, http2::Config::default());
+        let control = Stream::connect(ctx, addr, CONTROL, grpc)
+            .map_err(|e| format!("control channel to {addr}: {e}"))?;
+        self.control = Some(control);
         Ok(())
     }
 
@@ -294,59 +246,45 @@ impl ReconnectClient {
     ) -> Result<u32, Failure> {
         let now = ctx.now();
         if let Some(c) = &mut self.control {
-            if let Ok(call) = c.grpc.call(now, path, message, timeout) {
+            if let Ok(call) = c.core_mut().call(now, path, message, timeout) {
                 return Ok(call);
             }
         }
         self.open_control(ctx).map_err(Failure::Unreachable)?;
         let control = self.control.as_mut().expect("just opened");
         control
-            .grpc
+            .core_mut()
             .call(now, path, message, timeout)
             .map_err(|s| Failure::Unreachable(s.to_string()))
     }
 
     fn close_control(&mut self, ctx: &mut Ctx<'_>) {
-        if let Some(mut c) = self.control.take() {
-            ctx.deregister(&mut c.stream, c.token);
+        if let Some(c) = self.control.take() {
+            c.close(ctx);
         }
     }
 
     /// Readiness on the control connection: connect, read, answer, write.
     fn control_io(&mut self, ctx: &mut Ctx<'_>, ready: Readiness) {
-        let now = ctx.now();
         let addr = self.control_addr();
         let Some(c) = self.control.as_mut() else {
             return;
         };
-        if !c.connected {
-            match connect_progress(&c.stream, ready) {
-                ConnectProgress::Pending => return,
-                ConnectProgress::Failed(e) => {
-                    return self.control_lost(ctx, &format!("control channel to {addr}: {e}"))
-                }
-                ConnectProgress::Connected => {
-                    log::debug!("control channel connected to {addr}");
-                    c.connected = true;
-                }
-            }
+        let was_connecting = c.is_connecting();
+        if let Err(e) = c.on_ready(ready) {
+            return self.control_lost(ctx, &format!("control channel to {addr}: {e}"));
         }
-        let mut closed = None;
-        loop {
-            match c.stream.read(&mut self.buf) {
-                Ok(0) => {
-                    closed = Some("the server closed the control connection".to_owned());
-                    break;
-                }
-                Ok(n) => c.grpc.handle_input(now, &self.buf[..n]),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    closed = Some(format!("control connection: {e}"));
-                    break;
-                }
-            }
+        if c.is_connecting() {
+            return;
         }
+        if was_connecting {
+            log::debug!("control channel connected to {addr}");
+        }
+        let closed = match c.read(ctx.now(), &mut self.buf) {
+            Err(e) => Some(format!("control connection: {e}")),
+            Ok(()) if c.eof() => Some("the server closed the control connection".to_owned()),
+            Ok(()) => None,
+        };
         self.after_control_io(ctx, closed);
     }
 
@@ -355,18 +293,23 @@ impl ReconnectClient {
         let Some(c) = self.control.as_mut() else {
             return;
         };
-        if closed.is_none() && c.connected {
-            if let Err(e) = flush(ctx.now(), &mut c.stream, &mut c.grpc) {
+        if closed.is_none() {
+            if let Err(e) = c.flush(ctx.now()) {
                 closed = Some(format!("control connection: {e}"));
             }
         }
-        if closed.is_none() && c.grpc.is_closed() && c.grpc.pending_output().is_empty() {
+        let grpc = c.core_mut();
+        if closed.is_none() && grpc.is_closed() && grpc.pending_output().is_empty() {
             closed = Some("the control connection's HTTP/2 session ended".to_owned());
         }
         if let Some(why) = &closed {
-            c.grpc.on_transport_closed(why);
+            grpc.on_transport_closed(why);
         }
-        while let Some(event) = self.control.as_mut().and_then(|c| c.grpc.poll_event()) {
+        while let Some(event) = self
+            .control
+            .as_mut()
+            .and_then(|c| c.core_mut().poll_event())
+        {
             if let ClientEvent::Response { stream, result } = event {
                 self.on_control_response(ctx, stream, result);
             }
@@ -378,11 +321,7 @@ impl ReconnectClient {
             return self.close_control(ctx);
         }
         if let Some(c) = self.control.as_mut() {
-            let wants_write = !c.connected || !c.grpc.pending_output().is_empty();
-            if wants_write != c.wants_write {
-                c.wants_write = wants_write;
-                let _ = ctx.reregister(&mut c.stream, c.token, interest(wants_write));
-            }
+            c.settle(ctx);
         }
     }
 
@@ -530,15 +469,11 @@ impl ReconnectClient {
         *self.outcome.borrow_mut() = Some(Outcome { result, attempts });
         self.close_attempt(ctx);
         if let Some(c) = self.control.as_mut() {
-            c.grpc.go_away(ctx.now());
-            if c.connected {
-                let _ = flush(ctx.now(), &mut c.stream, &mut c.grpc);
-            }
+            c.core_mut().go_away(ctx.now());
+            let _ = c.flush(ctx.now());
         }
         self.close_control(ctx);
-        if let Some((id, _)) = self.wake.take() {
-            ctx.cancel_timer(id);
-        }
+        self.run_timer.cancel(ctx);
         ctx.shutdown();
     }
 
@@ -546,204 +481,64 @@ impl ReconnectClient {
     fn start_attempt(&mut self, ctx: &mut Ctx<'_>, number: u32) -> io::Result<()> {
         self.close_attempt(ctx);
         let addr = SocketAddr::new(self.config.server_ip, self.config.retry_port);
-        let mut stream = TcpStream::connect(addr)?;
-        let _ = stream.set_nodelay(true);
-        let token = ctx.register(&mut stream, interest(true))?;
-        self.attempt = Some(Attempt {
-            number,
-            stream,
-            token,
-            started: ctx.now(),
-            tls: None,
-            h2: None,
-            established: false,
-            wants_write: true,
-        });
+        let tls = (&self.tls_config, &self.server_name);
+        self.attempt = Some(Attempt::start(ctx, addr, ATTEMPT, number, tls)?);
         Ok(())
     }
 
     fn close_attempt(&mut self, ctx: &mut Ctx<'_>) {
-        if let Some(mut a) = self.attempt.take() {
-            ctx.deregister(&mut a.stream, a.token);
+        if let Some(a) = self.attempt.take() {
+            a.close(ctx);
         }
     }
 
-    /// Readiness (or a timer) on the current attempt; reports its progress to the run.
-    fn attempt_io(&mut self, ctx: &mut Ctx<'_>, ready: Readiness) {
+    /// Logs what a round on the current attempt found and reports it to the run.
+    fn attempt_progress(&mut self, ctx: &mut Ctx<'_>, progress: AttemptProgress) {
         let now = ctx.now();
         let Some(a) = self.attempt.as_mut() else {
             return;
         };
-        let progress = a.pump(
-            now,
-            ready,
-            &self.tls_config,
-            &self.server_name,
-            &mut self.buf,
-        );
-        let (number, started, established) = (a.number, a.started, a.established);
+        let (number, started, established) = (a.number, a.started, a.established());
         let Some(run) = self.retry.as_mut() else {
             return;
         };
+        let after_ms = (now - started).as_secs_f64() * 1e3;
         if let Some(version) = progress.transport_up {
             log::info!(
-                "attempt {number}: {version:?} with ALPN h2 after {:.1} ms; HTTP/2 preface sent",
-                (now - started).as_secs_f64() * 1e3
+                "attempt {number}: {version:?} with ALPN h2 after {after_ms:.1} ms; HTTP/2 preface sent"
             );
             run.on_transport_up(now);
         }
         if progress.settings {
             log::info!(
-                "attempt {number}: connected (server SETTINGS after {:.1} ms): backoff reset",
-                (now - started).as_secs_f64() * 1e3
+                "attempt {number}: connected (server SETTINGS after {after_ms:.1} ms): backoff reset"
             );
             run.on_settings(now);
         }
-        if let Some(why) = progress.ended {
-            let after = (now - started).as_secs_f64() * 1e3;
-            match established {
-                true => {
-                    log::info!("attempt {number}: connection closed after {after:.1} ms: {why}");
-                    run.on_closed(now);
-                }
-                false => {
-                    log::info!("attempt {number} failed after {after:.1} ms: {why}");
-                    run.on_failed(now);
-                }
-            }
-            self.close_attempt(ctx);
-        } else if let Some(a) = self.attempt.as_mut() {
-            let wants_write = a.wants_write();
-            if wants_write != a.wants_write {
-                a.wants_write = wants_write;
-                let _ = ctx.reregister(&mut a.stream, a.token, interest(wants_write));
-            }
-        }
-    }
-
-    /// Keeps the one timer at the earliest instant the run or a connection needs.
-    fn update_timer(&mut self, ctx: &mut Ctx<'_>) {
-        let wanted = [
-            self.retry
-                .as_ref()
-                .filter(|_| self.phase == Phase::Retrying)
-                .and_then(RetryRun::poll_timeout),
-            self.control.as_ref().and_then(|c| c.grpc.poll_timeout()),
-            self.attempt
-                .as_ref()
-                .and_then(|a| a.h2.as_ref())
-                .and_then(Connection::poll_timeout),
-        ]
-        .into_iter()
-        .flatten()
-        .min();
-        if self.wake.map(|(_, at)| at) != wanted {
-            if let Some((id, _)) = self.wake.take() {
-                ctx.cancel_timer(id);
-            }
-            self.wake = wanted.map(|at| (ctx.set_timer(at, 0), at));
-        }
-    }
-}
-
-impl Attempt {
-    /// Moves bytes: completes the connect, feeds TLS and HTTP/2, writes what they want sent.
-    fn pump(
-        &mut self,
-        now: Timestamp,
-        ready: Readiness,
-        tls_config: &Arc<rustls::ClientConfig>,
-        server_name: &ServerName<'static>,
-        buf: &mut [u8],
-    ) -> AttemptProgress {
-        let mut progress = AttemptProgress::default();
-        if let Err(why) = self.pump_inner(now, ready, tls_config, server_name, buf, &mut progress) {
-            progress.ended = Some(why);
-        }
-        progress
-    }
-
-    fn pump_inner(
-        &mut self,
-        now: Timestamp,
-        ready: Readiness,
-        tls_config: &Arc<rustls::ClientConfig>,
-        server_name: &ServerName<'static>,
-        buf: &mut [u8],
-        progress: &mut AttemptProgress,
-    ) -> Result<(), String> {
-        if self.tls.is_none() {
-            match connect_progress(&self.stream, ready) {
-                ConnectProgress::Pending => return Ok(()),
-                ConnectProgress::Failed(e) => return Err(format!("connect: {e}")),
-                ConnectProgress::Connected => {
-                    let tls = TlsClient::new(Arc::clone(tls_config), server_name.clone())
-                        .map_err(|e| format!("TLS set-up: {e}"))?;
-                    self.tls = Some(tls);
-                }
-            }
-        }
-        let tls = self.tls.as_mut().expect("set above");
-        let mut plaintext = Vec::new();
-        let mut eof = false;
-        loop {
-            match self.stream.read(buf) {
-                Ok(0) => {
-                    eof = true;
-                    break;
-                }
-                Ok(n) => tls
-                    .handle_input(&buf[..n], &mut plaintext)
-                    .map_err(|e| format!("TLS: {e}"))?,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e.to_string()),
-            }
-        }
-        if self.h2.is_none() && !tls.is_handshaking() {
-            if tls.alpn_protocol() != Some(ALPN_H2) {
-                return Err("the server did not select ALPN h2".into());
-            }
-            progress.transport_up = tls.protocol_version();
-            self.h2 = Some(Connection::new(Role::Client, http2::Config::default(), now));
-        }
-        if let Some(h2) = &mut self.h2 {
-            if !plaintext.is_empty() {
-                h2.handle_input(now, &plaintext);
-            }
-            h2.handle_timeout(now);
-            while let Some(event) = h2.poll_event() {
-                if event == Event::SettingsReceived && !self.established {
-                    self.established = true;
-                    progress.settings = true;
-                }
-            }
-            let out = h2.pending_output();
-            if !out.is_empty() {
-                tls.send(out).map_err(|e| format!("TLS: {e}"))?;
-                let n = out.len();
-                h2.consume_output(now, n);
-            }
-        }
-        flush(now, &mut self.stream, tls).map_err(|e| e.to_string())?;
-        let stage = match (&self.h2, self.established) {
-            (None, _) => "before the TLS handshake completed",
-            (Some(_), false) => "before the server's SETTINGS",
-            (Some(_), true) => "by the server",
+        let Some(why) = progress.ended else {
+            return a.settle(ctx);
         };
-        if eof || tls.peer_closed() {
-            return Err(format!("closed {stage}"));
+        match established {
+            true => {
+                log::info!("attempt {number}: connection closed after {after_ms:.1} ms: {why}");
+                run.on_closed(now);
+            }
+            false => {
+                log::info!("attempt {number} failed after {after_ms:.1} ms: {why}");
+                run.on_failed(now);
+            }
         }
-        if self.h2.as_ref().is_some_and(Connection::is_closed) {
-            return Err("HTTP/2 session ended".into());
-        }
-        Ok(())
+        self.close_attempt(ctx);
     }
 
-    fn wants_write(&self) -> bool {
-        self.tls
+    /// Keeps the run's timer at its next step (only while retrying).
+    fn update_timer(&mut self, ctx: &mut Ctx<'_>) {
+        let wanted = self
+            .retry
             .as_ref()
-            .is_none_or(|t| !t.pending_output().is_empty())
+            .filter(|_| self.phase == Phase::Retrying)
+            .and_then(RetryRun::poll_timeout);
+        self.run_timer.set(ctx, wanted, RUN);
     }
 }
 
@@ -765,6 +560,7 @@ impl Component for ReconnectClient {
         match self.control_call(ctx, START_PATH, &params.encode_to_vec(), None) {
             Ok(call) => {
                 self.phase = Phase::Starting { call };
+                self.after_control_io(ctx, None);
                 self.update_timer(ctx);
             }
             Err(failure) => self.finish(ctx, Err(failure)),
@@ -772,28 +568,44 @@ impl Component for ReconnectClient {
         Ok(())
     }
 
-    fn on_ready(&mut self, ctx: &mut Ctx<'_>, token: Token, ready: Readiness) {
-        if self.control.as_ref().is_some_and(|c| c.token == token) {
-            self.control_io(ctx, ready);
-        } else if self.attempt.as_ref().is_some_and(|a| a.token == token) {
-            self.attempt_io(ctx, ready);
+    fn on_ready(&mut self, ctx: &mut Ctx<'_>, key: u32, ready: Readiness) {
+        match key {
+            CONTROL => self.control_io(ctx, ready),
+            ATTEMPT => {
+                if let Some(a) = self.attempt.as_mut() {
+                    let progress = a.on_ready(ctx.now(), ready, &mut self.buf);
+                    self.attempt_progress(ctx, progress);
+                }
+            }
+            _ => {}
         }
         self.drive(ctx);
         self.update_timer(ctx);
     }
 
-    fn on_timer(&mut self, ctx: &mut Ctx<'_>, timer: TimerId, _key: u32) {
-        if self.wake.map(|(id, _)| id) != Some(timer) {
-            return;
-        }
-        self.wake = None;
+    fn on_timer(&mut self, ctx: &mut Ctx<'_>, timer: TimerId, key: u32) {
         let now = ctx.now();
-        if let Some(c) = self.control.as_mut() {
-            c.grpc.handle_timeout(now);
-            self.after_control_io(ctx, None);
-        }
-        if self.attempt.as_ref().is_some_and(|a| a.h2.is_some()) {
-            self.attempt_io(ctx, Readiness::default());
+        match key {
+            CONTROL => {
+                if self
+                    .control
+                    .as_mut()
+                    .is_some_and(|c| c.on_timer(now, timer))
+                {
+                    self.after_control_io(ctx, None);
+                }
+            }
+            ATTEMPT => {
+                let a = self.attempt.as_mut();
+                if let Some(p) = a.and_then(|a| a.on_timer(now, timer, &mut self.buf)) {
+                    self.attempt_progress(ctx, p);
+                }
+            }
+            _ => {
+                if !self.run_timer.fired(timer) {
+                    return;
+                }
+            }
         }
         self.drive(ctx);
         self.update_timer(ctx);
@@ -801,30 +613,6 @@ impl Component for ReconnectClient {
 
     fn on_shutdown(&mut self, ctx: &mut Ctx<'_>) {
         self.finish(ctx, Err(Failure::Interrupted));
-    }
-}
-
-/// How a non-blocking connect is going (mio: wait for writable, then `take_error`, then
-/// `peer_addr`). A hang-up while still connecting is a failure, not a wait.
-fn connect_progress(stream: &TcpStream, ready: Readiness) -> ConnectProgress {
-    match stream.take_error() {
-        Ok(Some(e)) | Err(e) => return ConnectProgress::Failed(e.to_string()),
-        Ok(None) => {}
-    }
-    match stream.peer_addr() {
-        Ok(_) => ConnectProgress::Connected,
-        Err(_) if ready.closed || ready.error => {
-            ConnectProgress::Failed("connection closed while connecting".into())
-        }
-        Err(e) if e.kind() == io::ErrorKind::NotConnected => ConnectProgress::Pending,
-        Err(e) => ConnectProgress::Failed(e.to_string()),
-    }
-}
-
-fn interest(write: bool) -> Interest {
-    match write {
-        true => Interest::READABLE | Interest::WRITABLE,
-        false => Interest::READABLE,
     }
 }
 
@@ -837,11 +625,14 @@ impl Outbox for ClientConnection {
     }
 }
 
-impl Outbox for TlsClient {
-    fn pending_output(&self) -> &[u8] {
-        TlsClient::pending_output(self)
+impl StreamCore for ClientConnection {
+    fn handle_input(&mut self, now: Timestamp, data: &[u8]) {
+        ClientConnection::handle_input(self, now, data)
     }
-    fn consume_output(&mut self, _now: Timestamp, n: usize) {
-        TlsClient::consume_output(self, n)
+    fn poll_timeout(&self) -> Option<Timestamp> {
+        ClientConnection::poll_timeout(self)
+    }
+    fn handle_timeout(&mut self, now: Timestamp) {
+        ClientConnection::handle_timeout(self, now)
     }
 }

@@ -2,6 +2,7 @@
 //! as sans-IO cores: the server's Verify and ReconnectService sessions, and the client's
 //! backoff connector.
 
+mod attempt;
 pub mod backoff;
 pub mod client;
 pub mod retry;

@@ -11,12 +11,11 @@
     clippy::disallowed_macros
 )]
 
-use std::collections::HashMap;
-use std::io::{self, Read};
+use std::io;
 use std::net::SocketAddr;
 
-use mio::net::{TcpListener, TcpStream};
-use mio::{Interest, Token};
+use mio::net::TcpListener;
+use mio::Interest;
 use prost::Message as _;
 use slab::Slab;
 
@@ -24,16 +23,19 @@ use super::service::{CallId, ReconnectService, ServiceConfig, StartOutcome};
 use crate::grpc::proto::testing::{Empty, ReconnectParams};
 use crate::grpc::server::{Request, ServerConnection, ServerEvent};
 use crate::grpc::{Code, Status};
-use crate::metrics::MetricsWriter;
-use crate::net::{flush, listen_dual_stack, unmap, Outbox};
-use crate::reactor::{Component, Ctx, Readiness, TimerSlot, WriteInterest};
+use crate::metrics::{MetricsSource, MetricsWriter};
+use crate::net::{listen_dual_stack, unmap, Outbox};
+use crate::reactor::stream::{Stream, StreamCore, READ_CHUNK};
+use crate::reactor::{Component, Ctx, Readiness, Registration};
 use crate::time::Timestamp;
 use crate::timer::TimerId;
 
 const SERVICE: &str = "grpc.testing.ReconnectService";
-/// Reads per readiness event before yielding to other sources (edge-triggered: we re-arm by
-/// reading until WouldBlock, but one chatty peer must not starve the retry port).
-const READ_CHUNK: usize = 16 * 1024;
+/// Registration keys of the two listeners; control connection `i` of the slab has key `i + 2`
+/// (its timer too).
+const CONTROL: u32 = 0;
+const RETRY: u32 = 1;
+const FIRST_CONN: u32 = 2;
 
 /// Server settings.
 #[derive(Clone, Debug)]
@@ -49,24 +51,18 @@ pub struct ServerConfig {
 }
 
 struct ControlConn {
-    stream: TcpStream,
-    token: Token,
-    grpc: ServerConnection,
+    io: Stream<ServerConnection>,
     peer: SocketAddr,
-    timer: TimerSlot,
-    interest: WriteInterest,
 }
 
 /// The reconnect interop server. See the module docs.
 pub struct ReconnectServer {
     config: ServerConfig,
     control: TcpListener,
-    control_token: Option<Token>,
-    /// Bound at the first Start, like the reference, and kept.
-    retry: Option<(TcpListener, Token)>,
+    control_registration: Option<Registration>,
+    /// Bound (and registered) at the first Start, like the reference, and kept.
+    retry: Option<(TcpListener, Registration)>,
     conns: Slab<ControlConn>,
-    /// Readiness token -> connection slot, so routing an event does not scan connections.
-    by_token: HashMap<Token, usize>,
     service: ReconnectService,
     buf: Vec<u8>,
     shutting_down: bool,
@@ -91,10 +87,9 @@ impl ReconnectServer {
             service: ReconnectService::new(config.service),
             config,
             control,
-            control_token: None,
+            control_registration: None,
             retry: None,
             conns: Slab::new(),
-            by_token: HashMap::new(),
             buf: vec![0; READ_CHUNK],
             shutting_down: false,
             stats: ServerStats::default(),
@@ -117,25 +112,22 @@ impl ReconnectServer {
     fn accept_control(&mut self, ctx: &mut Ctx<'_>) {
         loop {
             match self.control.accept() {
-                Ok((mut stream, peer)) => {
+                Ok((stream, peer)) => {
                     let _ = stream.set_nodelay(true);
-                    let Ok(token) = ctx.register(&mut stream, Interest::READABLE) else {
+                    let grpc = ServerConnection::new(ctx.now(), self.config.http2.clone());
+                    let entry = self.conns.vacant_entry();
+                    let key = entry.key();
+                    let Ok(io) = Stream::accepted(ctx, stream, conn_key(key), grpc) else {
                         continue;
                     };
-                    let grpc = ServerConnection::new(ctx.now(), self.config.http2.clone());
-                    self.stats.control_connections += 1;
-                    let key = self.conns.insert(ControlConn {
-                        stream,
-                        token,
-                        grpc,
+                    entry.insert(ControlConn {
+                        io,
                         peer: unmap(peer),
-                        timer: TimerSlot::default(),
-                        interest: WriteInterest::default(),
                     });
-                    self.by_token.insert(token, key);
+                    self.stats.control_connections += 1;
                     log::debug!("control connection {key} from {}", unmap(peer));
                     if self.shutting_down {
-                        self.conns[key].grpc.go_away(ctx.now());
+                        self.conns[key].io.core_mut().go_away(ctx.now());
                     }
                     self.after_io(ctx, key);
                 }
@@ -175,16 +167,12 @@ impl ReconnectServer {
     }
 
     fn read_conn(&mut self, ctx: &mut Ctx<'_>, key: usize) {
-        let now = ctx.now();
-        let conn = &mut self.conns[key];
-        loop {
-            match conn.stream.read(&mut self.buf) {
-                Ok(0) => return self.close(ctx, key, "peer closed"),
-                Ok(n) => conn.grpc.handle_input(now, &self.buf[..n]),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return self.close(ctx, key, &e.to_string()),
-            }
+        let conn = &mut self.conns[key].io;
+        if let Err(e) = conn.read(ctx.now(), &mut self.buf) {
+            return self.close(ctx, key, &e.to_string());
+        }
+        if conn.eof() {
+            return self.close(ctx, key, "peer closed");
         }
         self.after_io(ctx, key);
     }
@@ -192,7 +180,11 @@ impl ReconnectServer {
     /// Handles the connection's events, writes what it can, closes it if it is done, and keeps
     /// its timer and interest up to date.
     fn after_io(&mut self, ctx: &mut Ctx<'_>, key: usize) {
-        while let Some(event) = self.conns.get_mut(key).and_then(|c| c.grpc.poll_event()) {
+        while let Some(event) = self
+            .conns
+            .get_mut(key)
+            .and_then(|c| c.io.core_mut().poll_event())
+        {
             match event {
                 ServerEvent::Request(req) => self.on_request(ctx, key, req),
                 ServerEvent::Cancelled { stream } => self.cancel_call(ctx, call_id(key, stream)),
@@ -201,26 +193,24 @@ impl ReconnectServer {
         let Some(conn) = self.conns.get_mut(key) else {
             return;
         };
-        if let Err(e) = flush(ctx.now(), &mut conn.stream, &mut conn.grpc) {
+        if let Err(e) = conn.io.flush(ctx.now()) {
             return self.close(ctx, key, &e.to_string());
         }
-        if conn.grpc.is_closed() && conn.grpc.pending_output().is_empty() {
-            let why = match conn.grpc.error() {
+        let grpc = conn.io.core();
+        if grpc.is_closed() && grpc.pending_output().is_empty() {
+            let why = match grpc.error() {
                 Some(e) => format!("HTTP/2 connection failed: {e}"),
                 None => "HTTP/2 connection ended".to_owned(),
             };
             return self.close(ctx, key, &why);
         }
-        let wants_write = !conn.grpc.pending_output().is_empty();
-        conn.interest
-            .update(ctx, &mut conn.stream, conn.token, wants_write);
-        conn.timer.set(ctx, conn.grpc.poll_timeout(), key as u32);
+        conn.io.settle(ctx);
     }
 
     fn on_request(&mut self, ctx: &mut Ctx<'_>, key: usize, req: Request) {
         let call = call_id(key, req.stream);
         let answer = match (req.service.as_str(), req.method.as_str()) {
-            (SERVICE, "Start") => self.start(call, &req.message),
+            (SERVICE, "Start") => self.start(ctx, call, &req.message),
             (SERVICE, "Stop") => self.stop(ctx, &req.message),
             (service, method) => Some(Err(Status::new(
                 Code::Unimplemented,
@@ -233,7 +223,12 @@ impl ReconnectServer {
     }
 
     /// Start: answered now, or parked (`None`) until the active session's Stop.
-    fn start(&mut self, call: CallId, message: &[u8]) -> Option<Result<Vec<u8>, Status>> {
+    fn start(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        call: CallId,
+        message: &[u8],
+    ) -> Option<Result<Vec<u8>, Status>> {
         let params = match ReconnectParams::decode(message) {
             Ok(p) => p,
             Err(e) => {
@@ -243,7 +238,7 @@ impl ReconnectServer {
                 )))
             }
         };
-        if let Err(status) = self.ensure_retry_listener() {
+        if let Err(status) = self.ensure_retry_listener(ctx) {
             return Some(Err(status));
         }
         self.stats.starts += 1;
@@ -285,40 +280,31 @@ impl ReconnectServer {
 
     /// Binds the retry port at the first Start, as the reference does; failure is this Start's
     /// gRPC error rather than a crash.
-    fn ensure_retry_listener(&mut self) -> Result<(), Status> {
+    fn ensure_retry_listener(&mut self, ctx: &mut Ctx<'_>) -> Result<(), Status> {
         if self.retry.is_some() {
             return Ok(());
         }
         let port = self.config.retry_port;
-        let listener = listen_dual_stack(port).map_err(|e| {
+        let unavailable = |e: io::Error| {
             Status::new(
                 Code::Unavailable,
                 format!("cannot listen on retry port {port}: {e}"),
             )
-        })?;
+        };
+        let mut listener = TcpListener::from_std(listen_dual_stack(port).map_err(unavailable)?);
+        let registration = ctx
+            .register(&mut listener, Interest::READABLE, RETRY)
+            .map_err(unavailable)?;
         let port = listener.local_addr().map(|a| a.port()).unwrap_or(port);
         log::info!("test tcp server listening on 0.0.0.0:{port}");
-        // Registered lazily in `on_ready`'s caller: see `register_retry`.
-        self.retry = Some((TcpListener::from_std(listener), Token(usize::MAX)));
+        self.retry = Some((listener, registration));
         Ok(())
-    }
-
-    /// Registers a freshly bound retry listener with the loop.
-    fn register_retry(&mut self, ctx: &mut Ctx<'_>) {
-        if let Some((listener, token)) = &mut self.retry {
-            if *token == Token(usize::MAX) {
-                match ctx.register(listener, Interest::READABLE) {
-                    Ok(t) => *token = t,
-                    Err(e) => log::warn!("cannot register the retry port: {e}"),
-                }
-            }
-        }
     }
 
     fn respond(&mut self, ctx: &mut Ctx<'_>, call: CallId, answer: Result<Vec<u8>, Status>) {
         let (key, stream) = split_call_id(call);
         if let Some(conn) = self.conns.get_mut(key) {
-            conn.grpc.respond(ctx.now(), stream, answer);
+            conn.io.core_mut().respond(ctx.now(), stream, answer);
             self.after_io(ctx, key);
         }
     }
@@ -331,14 +317,12 @@ impl ReconnectServer {
     }
 
     fn close(&mut self, ctx: &mut Ctx<'_>, key: usize, why: &str) {
-        let Some(mut conn) = self.conns.try_remove(key) else {
+        let Some(conn) = self.conns.try_remove(key) else {
             return;
         };
         log::debug!("control connection {key} from {} closed: {why}", conn.peer);
-        self.by_token.remove(&conn.token);
-        ctx.deregister(&mut conn.stream, conn.token);
-        conn.timer.cancel(ctx);
-        let calls: Vec<u32> = conn.grpc.dispatched().collect();
+        let grpc = conn.io.close(ctx);
+        let calls: Vec<u32> = grpc.dispatched().collect();
         for stream in calls {
             self.cancel_call(ctx, call_id(key, stream));
         }
@@ -347,40 +331,42 @@ impl ReconnectServer {
 
 impl Component for ReconnectServer {
     fn on_start(&mut self, ctx: &mut Ctx<'_>) -> io::Result<()> {
-        self.control_token = Some(ctx.register(&mut self.control, Interest::READABLE)?);
+        self.control_registration =
+            Some(ctx.register(&mut self.control, Interest::READABLE, CONTROL)?);
         let port = self.control.local_addr()?.port();
         log::info!("Server listening on 0.0.0.0:{port}");
         Ok(())
     }
 
-    fn on_ready(&mut self, ctx: &mut Ctx<'_>, token: Token, ready: Readiness) {
+    fn on_ready(&mut self, ctx: &mut Ctx<'_>, key: u32, ready: Readiness) {
         // Whatever woke us, connections waiting on the retry port are stamped first, so a
         // busy control port does not delay their timestamps (one non-blocking accept). That
         // also serves the retry port's own readiness.
         self.accept_retry();
-        if Some(token) == self.control_token {
-            self.accept_control(ctx);
-        } else if let Some(key) = self.by_token.get(&token).copied() {
-            if ready.readable || ready.closed || ready.error {
-                self.read_conn(ctx, key);
-            } else {
-                self.after_io(ctx, key);
+        match key {
+            CONTROL => self.accept_control(ctx),
+            RETRY => {}
+            _ => {
+                let key = slot_of(key);
+                let Some(conn) = self.conns.get_mut(key) else {
+                    return;
+                };
+                match conn.io.on_ready(ready) {
+                    Ok(()) => self.read_conn(ctx, key),
+                    Err(e) => self.close(ctx, key, &e.to_string()),
+                }
             }
         }
-        self.register_retry(ctx);
     }
 
     fn on_timer(&mut self, ctx: &mut Ctx<'_>, timer: TimerId, key: u32) {
-        let key = key as usize;
+        let key = slot_of(key);
         let Some(conn) = self.conns.get_mut(key) else {
             return;
         };
-        if !conn.timer.fired(timer) {
-            return;
+        if conn.io.on_timer(ctx.now(), timer) {
+            self.after_io(ctx, key);
         }
-        conn.grpc.handle_timeout(ctx.now());
-        self.after_io(ctx, key);
-        self.register_retry(ctx);
     }
 
     fn on_shutdown(&mut self, ctx: &mut Ctx<'_>) {
@@ -391,7 +377,7 @@ impl Component for ReconnectServer {
         let keys: Vec<usize> = self.conns.iter().map(|(k, _)| k).collect();
         for key in keys {
             if let Some(conn) = self.conns.get_mut(key) {
-                conn.grpc.go_away(ctx.now());
+                conn.io.core_mut().go_away(ctx.now());
             }
             self.after_io(ctx, key);
         }
@@ -400,7 +386,9 @@ impl Component for ReconnectServer {
     fn is_drained(&self) -> bool {
         self.conns.is_empty()
     }
+}
 
+impl MetricsSource for ReconnectServer {
     fn write_metrics(&self, out: &mut MetricsWriter) {
         let s = &self.stats;
         out.counter(
@@ -449,6 +437,29 @@ impl Outbox for ServerConnection {
     fn consume_output(&mut self, now: Timestamp, n: usize) {
         ServerConnection::consume_output(self, now, n)
     }
+}
+
+impl StreamCore for ServerConnection {
+    fn handle_input(&mut self, now: Timestamp, data: &[u8]) {
+        ServerConnection::handle_input(self, now, data)
+    }
+    fn poll_timeout(&self) -> Option<Timestamp> {
+        ServerConnection::poll_timeout(self)
+    }
+    fn handle_timeout(&mut self, now: Timestamp) {
+        ServerConnection::handle_timeout(self, now)
+    }
+}
+
+/// A control connection's registration and timer key, from its slab index.
+fn conn_key(slot: usize) -> u32 {
+    FIRST_CONN + slot as u32
+}
+
+/// The slab index of a control connection's key (a listener's key maps to no connection).
+fn slot_of(key: u32) -> usize {
+    key.checked_sub(FIRST_CONN)
+        .map_or(usize::MAX, |s| s as usize)
 }
 
 fn shutting_down() -> Status {

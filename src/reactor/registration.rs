@@ -1,5 +1,7 @@
-//! Keeping a component's registrations in step with a sans-IO core, per connection: one timer
-//! at the deadline the core wants, and write interest only while output waits.
+//! A component's handles on the loop for one source: the [`Registration`] that routes its
+//! readiness, and the two things a driver keeps in step with a sans-IO core: one timer at the
+//! deadline the core wants ([`TimerSlot`]) and write interest only while output waits
+//! ([`WriteInterest`]).
 
 use mio::event::Source;
 use mio::{Interest, Token};
@@ -7,6 +9,14 @@ use mio::{Interest, Token};
 use super::Ctx;
 use crate::time::Timestamp;
 use crate::timer::TimerId;
+
+/// A source registered with [`Ctx::register`]. The loop routes its readiness to the component
+/// that registered it, with the key chosen there, so no component maps tokens itself. Not
+/// `Clone`: [`Ctx::deregister`] takes it, so a source is deregistered at most once.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Registration {
+    pub(super) token: Token,
+}
 
 /// One reactor timer kept at the deadline a core wants (its `poll_timeout`), re-armed only
 /// when that deadline changes, as quinn's drivers do.
@@ -58,22 +68,31 @@ impl TimerSlot {
 pub struct WriteInterest(bool);
 
 impl WriteInterest {
+    /// The interest to register with first: WRITABLE too if `wants_write` (e.g. to learn that
+    /// a non-blocking connect completed).
+    pub fn initial(wants_write: bool) -> (Self, Interest) {
+        (WriteInterest(wants_write), interest(wants_write))
+    }
+
     /// Re-registers `source` if whether it `wants_write` changed.
     pub fn update<S: Source + ?Sized>(
         &mut self,
         ctx: &mut Ctx<'_>,
         source: &mut S,
-        token: Token,
+        registration: &Registration,
         wants_write: bool,
     ) {
         if wants_write == self.0 {
             return;
         }
         self.0 = wants_write;
-        let interest = match wants_write {
-            true => Interest::READABLE | Interest::WRITABLE,
-            false => Interest::READABLE,
-        };
-        let _ = ctx.reregister(source, token, interest);
+        let _ = ctx.reregister(source, registration, interest(wants_write));
+    }
+}
+
+fn interest(wants_write: bool) -> Interest {
+    match wants_write {
+        true => Interest::READABLE | Interest::WRITABLE,
+        false => Interest::READABLE,
     }
 }
