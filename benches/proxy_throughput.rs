@@ -27,7 +27,8 @@
 //! default 3), WINDOW (default 128), ONLY=relay,backoffd (a subset), PEERS=0 (skip libcoap and
 //! aiocoap; otherwise tests/interop/setup.sh installs them if missing), LOAD (share of the CON
 //! peak for the latency runs, default 0.5), BURST (datagrams per system call in the latency runs,
-//! default 2), ROUNDS (default 3), FIFO_PRIORITY=P (run targets under SCHED_FIFO, root).
+//! default 2), ROUNDS (default 3), FIFO_PRIORITY=P (run targets under SCHED_FIFO, root),
+//! BASELINE_BIN=path (adds `baseline` and `baseline-fwd`: another backoffd build, same flags).
 
 use std::collections::HashSet;
 use std::fs::{self, File};
@@ -215,6 +216,25 @@ fn targets(up: SocketAddr, peers: bool) -> Vec<Target> {
             options: proxy_uri.clone(),
         },
     ];
+    // BASELINE_BIN: another build of backoffd (say, the commit before a redesign), measured
+    // in the same run, interleaved with this one, so that a before/after ratio shares its
+    // noise.
+    if let Some(old) = std::env::var("BASELINE_BIN").ok().filter(|v| !v.is_empty()) {
+        list.push(Target {
+            name: "baseline",
+            command: Some(words(&format!(
+                "{old} proxy --listen 127.0.0.1:{{port}} --upstream {up_s}"
+            ))),
+            options: path.clone(),
+        });
+        list.push(Target {
+            name: "baseline-fwd",
+            command: Some(words(&format!(
+                "{old} proxy --listen 127.0.0.1:{{port}} --forward --allow {up_s}"
+            ))),
+            options: proxy_uri.clone(),
+        });
+    }
     if peers {
         list.push(Target {
             name: "libcoap",
