@@ -2,12 +2,12 @@
 //! and buffers stay bounded, every request it yields is answered.
 #![no_main]
 
-use backoffd::http1::{Config, ServerConnection};
+use backoffd::http1::{Config, Http1Connection};
 use backoffd::time::Timestamp;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let mut conn = ServerConnection::new(Timestamp::from_nanos(1), Config::default());
+    let mut conn = Http1Connection::new(Timestamp::from_nanos(1), Config::default());
     let Some((&piece, bytes)) = data.split_first() else {
         return;
     };

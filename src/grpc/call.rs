@@ -1,17 +1,15 @@
 //! Header lists of a unary gRPC call on the server side (doc/PROTOCOL-HTTP2.md): checking the
 //! request headers, and building response headers, trailers, Trailers-Only errors and HTTP 415.
 //!
-//! Headers are plain byte pairs so this module does not depend on the HTTP/2 connection; the
-//! connection HPACK-encodes them. `grpc-encoding: identity` is never sent: it is the default,
-//! and sending it broke grpc-java against the C++ reference.
+//! Answers are lists of HPACK [`Header`]s, the one owned header type; the connection
+//! HPACK-encodes them. `grpc-encoding: identity` is never sent: it is the default, and sending
+//! it broke grpc-java against the C++ reference.
 
 use std::time::Duration;
 
 use super::status::{encode_message, Code, Status};
 use super::timeout::parse_timeout;
-
-/// One response header field: a static lower-case name and its value.
-pub type Header = (&'static [u8], Vec<u8>);
+use crate::http2::hpack::Header;
 
 const CONTENT_TYPE_GRPC: &[u8] = b"application/grpc";
 
@@ -122,20 +120,21 @@ fn reject(code: Code, message: &str) -> RequestCheck {
 /// The HEADERS that open a successful response, before its DATA.
 pub fn response_headers() -> Vec<Header> {
     vec![
-        (b":status", b"200".to_vec()),
-        (b"content-type", CONTENT_TYPE_GRPC.to_vec()),
+        Header::new(b":status", b"200"),
+        Header::new(b"content-type", CONTENT_TYPE_GRPC),
     ]
 }
 
 /// The trailing HEADERS (END_STREAM) that close a response: `grpc-status`, and `grpc-message`
 /// percent-encoded when there is one.
 pub fn trailers(status: &Status) -> Vec<Header> {
-    let mut headers = vec![(
-        &b"grpc-status"[..],
-        status.code.value().to_string().into_bytes(),
-    )];
+    let code = status.code.value().to_string();
+    let mut headers = vec![Header::new(b"grpc-status", code)];
     if !status.message.is_empty() {
-        headers.push((b"grpc-message", encode_message(&status.message)));
+        headers.push(Header::new(
+            b"grpc-message",
+            encode_message(&status.message),
+        ));
     }
     headers
 }
@@ -158,8 +157,8 @@ pub fn unsupported_media_type(content_type: Option<&[u8]>) -> Vec<Header> {
         format!("invalid gRPC request content-type {shown:?}"),
     );
     let mut headers = vec![
-        (&b":status"[..], b"415".to_vec()),
-        (b"content-type", CONTENT_TYPE_GRPC.to_vec()),
+        Header::new(b":status", b"415"),
+        Header::new(b"content-type", CONTENT_TYPE_GRPC),
     ];
     headers.extend(trailers(&status));
     headers
@@ -197,7 +196,7 @@ mod tests {
         let RequestCheck::Reject(headers) = check else {
             panic!("accepted");
         };
-        let get = |n: &[u8]| headers.iter().find(|h| h.0 == n).unwrap().1.clone();
+        let get = |n: &[u8]| headers.iter().find(|h| h.name == n).unwrap().value.clone();
         (get(b":status"), get(b"grpc-status"))
     }
 
@@ -302,16 +301,13 @@ mod tests {
             unsupported_media_type(None),
         ];
         for headers in all {
-            assert!(headers.iter().all(|h| h.0 != b"grpc-encoding"));
+            assert!(headers.iter().all(|h| h.name != b"grpc-encoding"));
         }
     }
 
     #[test]
     fn ok_trailers_carry_only_grpc_status() {
-        assert_eq!(
-            trailers(&Status::ok()),
-            [(&b"grpc-status"[..], b"0".to_vec())]
-        );
+        assert_eq!(trailers(&Status::ok()), [Header::new(b"grpc-status", b"0")]);
     }
 
     #[test]
@@ -320,10 +316,10 @@ mod tests {
         assert_eq!(
             headers,
             [
-                (&b":status"[..], b"200".to_vec()),
-                (b"content-type", b"application/grpc".to_vec()),
-                (b"grpc-status", b"14".to_vec()),
-                (b"grpc-message", b"shutting down 100%25".to_vec()),
+                Header::new(b":status", b"200"),
+                Header::new(b"content-type", b"application/grpc"),
+                Header::new(b"grpc-status", b"14"),
+                Header::new(b"grpc-message", b"shutting down 100%25"),
             ]
         );
     }

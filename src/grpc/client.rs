@@ -17,7 +17,7 @@ use super::message::{encode_message, MessageDecoder, DEFAULT_MAX_MESSAGE_LEN};
 use super::status::{Code, Status};
 use super::timeout::{expired, format_timeout, next_wake};
 use crate::http2::error::ErrorCode;
-use crate::http2::hpack::Header;
+use crate::http2::hpack::{Field, Header};
 use crate::http2::{Config, Connection, Event, Role, SendError};
 use crate::time::Timestamp;
 
@@ -95,7 +95,7 @@ impl ClientConnection {
         encode_message(&mut body, message)?;
         let stream = self.h2.open_stream(now).map_err(unavailable)?;
         let timeout_value = timeout.map(format_timeout);
-        let mut headers: Vec<(&[u8], &[u8])> = vec![
+        let mut headers: Vec<Field<'_>> = vec![
             (b":method", b"POST"),
             (b":scheme", self.scheme),
             (b":path", path.as_bytes()),

@@ -9,12 +9,13 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use super::call::{
-    check_request, response_headers, trailers, trailers_only, Header, RequestCheck, RequestHead,
+    check_request, response_headers, trailers, trailers_only, RequestCheck, RequestHead,
 };
 use super::message::{encode_message, MessageDecoder, DEFAULT_MAX_MESSAGE_LEN};
 use super::status::{Code, Status};
 use super::timeout::{expired, next_wake};
 use crate::http2::error::ErrorCode;
+use crate::http2::hpack::{Field, Header};
 use crate::http2::{Config, Connection, Event, Role};
 use crate::time::Timestamp;
 
@@ -170,13 +171,7 @@ impl ServerConnection {
         }
     }
 
-    fn on_headers(
-        &mut self,
-        now: Timestamp,
-        stream: u32,
-        headers: &[crate::http2::hpack::Header],
-        end_stream: bool,
-    ) {
+    fn on_headers(&mut self, now: Timestamp, stream: u32, headers: &[Header], end_stream: bool) {
         if self.calls.contains_key(&stream) {
             // Clients send no trailers on unary calls.
             self.calls.remove(&stream);
@@ -273,7 +268,7 @@ impl ServerConnection {
     }
 
     fn send_headers(&mut self, now: Timestamp, stream: u32, headers: &[Header], end_stream: bool) {
-        let fields: Vec<(&[u8], &[u8])> = headers.iter().map(|(n, v)| (*n, &v[..])).collect();
+        let fields: Vec<Field<'_>> = headers.iter().map(Header::field).collect();
         // A stream the peer already reset is simply gone: nothing to answer.
         let _ = self.h2.send_headers(now, stream, &fields, end_stream);
     }

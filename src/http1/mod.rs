@@ -16,7 +16,7 @@ mod untrusted_input_tests;
 
 use std::time::Duration;
 
-pub use server::ServerConnection;
+pub use server::Http1Connection;
 
 /// A request head the application must answer, in arrival order.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -47,7 +47,7 @@ pub struct Config {
     /// Answer bytes waiting for the socket; at this many, parsing stops until they drain.
     pub max_pending_output: usize,
     /// Unparsed input kept while parsing is paused; more ends the connection after the owed
-    /// answers. A driver that reads only while [`ServerConnection::wants_input`], at most
+    /// answers. A driver that reads only while [`Http1Connection::wants_input`], at most
     /// `max_buffered_input - max_head_len` bytes at a time, never gets there.
     pub max_buffered_input: usize,
 }

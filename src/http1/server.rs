@@ -1,11 +1,11 @@
 //! One server-side HTTP/1.1 connection, sans-IO.
 //!
-//! The driver feeds bytes with [`handle_input`](ServerConnection::handle_input) (only while
-//! [`wants_input`](ServerConnection::wants_input)), takes requests with
-//! [`poll_request`](ServerConnection::poll_request), answers each with
-//! [`respond`](ServerConnection::respond) in the same order, writes
-//! [`pending_output`](ServerConnection::pending_output), and wakes the connection at
-//! [`poll_timeout`](ServerConnection::poll_timeout). Once [`is_closed`](ServerConnection::is_closed)
+//! The driver feeds bytes with [`handle_input`](Http1Connection::handle_input) (only while
+//! [`wants_input`](Http1Connection::wants_input)), takes requests with
+//! [`poll_request`](Http1Connection::poll_request), answers each with
+//! [`respond`](Http1Connection::respond) in the same order, writes
+//! [`pending_output`](Http1Connection::pending_output), and wakes the connection at
+//! [`poll_timeout`](Http1Connection::poll_timeout). Once [`is_closed`](Http1Connection::is_closed)
 //! and the output is written, it closes the socket.
 //!
 //! Refused requests (400, 408, 413, 431) are answered by the connection itself, after the
@@ -31,7 +31,7 @@ struct Owed {
 }
 
 /// See the module docs.
-pub struct ServerConnection {
+pub struct Http1Connection {
     config: Config,
     /// Received bytes not parsed yet.
     input: Vec<u8>,
@@ -58,11 +58,11 @@ pub struct ServerConnection {
     now: Timestamp,
 }
 
-impl ServerConnection {
+impl Http1Connection {
     /// A connection just accepted at `now`: its first request head must complete within the
     /// header timeout from here.
     pub fn new(now: Timestamp, config: Config) -> Self {
-        ServerConnection {
+        Http1Connection {
             config,
             input: Vec::new(),
             ready: VecDeque::new(),

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::{Config, Request, ServerConnection};
+use super::{Config, Http1Connection, Request};
 use crate::time::Timestamp;
 
 const GET: &[u8] = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
@@ -11,18 +11,18 @@ fn at(secs: u64) -> Timestamp {
     Timestamp::ZERO + Duration::from_secs(secs)
 }
 
-fn conn() -> ServerConnection {
-    ServerConnection::new(at(0), Config::default())
+fn conn() -> Http1Connection {
+    Http1Connection::new(at(0), Config::default())
 }
 
 /// Takes everything the connection wants to send.
-fn sent(c: &mut ServerConnection) -> String {
+fn sent(c: &mut Http1Connection) -> String {
     let out = String::from_utf8_lossy(c.pending_output()).into_owned();
     c.consume_output(out.len());
     out
 }
 
-fn answer_all(c: &mut ServerConnection) -> Vec<Request> {
+fn answer_all(c: &mut Http1Connection) -> Vec<Request> {
     let mut seen = Vec::new();
     while let Some(r) = c.poll_request() {
         assert!(c.respond(200, "text/plain", r.path.as_bytes()));
@@ -299,7 +299,7 @@ fn unwritten_output_pauses_parsing() {
         max_pending_output: 100,
         ..Config::default()
     };
-    let mut c = ServerConnection::new(at(0), config);
+    let mut c = Http1Connection::new(at(0), config);
     c.handle_input(at(1), &GET.repeat(3));
     c.poll_request().unwrap();
     c.respond(200, "text/plain", &[b'x'; 200]);
@@ -375,7 +375,7 @@ fn input_past_the_buffer_bound_ends_the_connection_after_the_owed_answers() {
         max_buffered_input: 100,
         ..Config::default()
     };
-    let mut c = ServerConnection::new(at(0), config);
+    let mut c = Http1Connection::new(at(0), config);
     c.handle_input(at(1), GET);
     assert!(!c.wants_input(), "backlog full");
     c.handle_input(at(1), &GET.repeat(4));

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use super::{Config, ServerConnection};
+use super::{Config, Http1Connection};
 use crate::test_support::Rng;
 use crate::time::Timestamp;
 
@@ -109,7 +109,7 @@ struct App {
 }
 
 impl App {
-    fn act(&mut self, rng: &mut Rng, c: &mut ServerConnection) {
+    fn act(&mut self, rng: &mut Rng, c: &mut Http1Connection) {
         while rng.below(4) > 0 {
             let Some(req) = c.poll_request() else {
                 return;
@@ -154,7 +154,7 @@ fn memory_bound(config: &Config) -> usize {
         + HEAD
 }
 
-fn check_invariants(c: &ServerConnection, config: &Config) {
+fn check_invariants(c: &Http1Connection, config: &Config) {
     assert!(
         c.buffered() <= memory_bound(config),
         "{} bytes held",
@@ -170,7 +170,7 @@ fn check_invariants(c: &ServerConnection, config: &Config) {
 
 fn run_one(rng: &mut Rng, config: &Config) {
     let input = peer_input(rng);
-    let mut c = ServerConnection::new(Timestamp::ZERO, config.clone());
+    let mut c = Http1Connection::new(Timestamp::ZERO, config.clone());
     let mut app = App {
         expected: Vec::new(),
     };
@@ -235,9 +235,9 @@ fn random_input_never_panics_and_stays_bounded() {
 /// then ends the input; returns what was written. (A malformed head without a line feed yet is
 /// only noticed at the next one or at the end of input, so answers are compared then.)
 fn serve(input: &[u8], mut rng: Option<&mut Rng>) -> Vec<u8> {
-    let mut c = ServerConnection::new(Timestamp::ZERO, Config::default());
+    let mut c = Http1Connection::new(Timestamp::ZERO, Config::default());
     let mut at = 0;
-    let answer = |c: &mut ServerConnection| {
+    let answer = |c: &mut Http1Connection| {
         while let Some(r) = c.poll_request() {
             c.respond(200, "text/plain", r.path.as_bytes());
         }

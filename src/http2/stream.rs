@@ -8,6 +8,7 @@
 use std::collections::VecDeque;
 
 use super::flow::{RecvWindow, SendWindow};
+use super::hpack::Header;
 
 /// Our half of a stream.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,7 +48,7 @@ pub struct Stream {
     pub outbox: VecDeque<u8>,
     /// Trailers to send after `outbox`; HPACK-encoded only when written, so
     /// the dynamic table follows wire order.
-    pub trailers: Option<Vec<(Vec<u8>, Vec<u8>)>>,
+    pub trailers: Option<Vec<Header>>,
     /// Listed in the connection's send queue.
     pub scheduled: bool,
 }

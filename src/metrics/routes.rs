@@ -35,7 +35,7 @@ pub fn route(method: &str, path: &str) -> Route {
     }
 }
 
-/// An answer ready for [`crate::http1::ServerConnection::respond_with`].
+/// An answer ready for [`crate::http1::Http1Connection::respond_with`].
 pub struct Reply {
     /// HTTP status code.
     pub status: u16,

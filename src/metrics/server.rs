@@ -1,5 +1,5 @@
 //! The metrics and health endpoint as a reactor component: a TCP listener (loopback by
-//! default) whose connections run the sans-IO [`http1::ServerConnection`].
+//! default) whose connections run the sans-IO [`http1::Http1Connection`].
 //!
 //! Only socket plumbing lives here: routes are [`super::routes`], HTTP rules are
 //! [`crate::http1`]'s. A connection that is done is closed gracefully: its write side is shut
@@ -23,7 +23,7 @@ use slab::Slab;
 
 use super::routes::{route, HttpStats, Reply};
 use super::{write_loop_metrics, MetricsSources, MetricsWriter};
-use crate::http1::{self, ServerConnection};
+use crate::http1::{self, Http1Connection};
 use crate::net::Outbox;
 use crate::reactor::stream::{Stream, StreamCore, READ_CHUNK};
 use crate::reactor::{Component, Ctx, Readiness, Registration};
@@ -61,7 +61,7 @@ impl Default for MetricsConfig {
 /// One connection's core: the HTTP/1.1 server, then, once it is closed and our write side
 /// is shut, a linger that drops what the peer still sends until its close or a deadline.
 struct HttpCore {
-    http: ServerConnection,
+    http: Http1Connection,
     linger_until: Option<Timestamp>,
 }
 
@@ -151,7 +151,7 @@ impl MetricsServer {
         let entry = self.conns.vacant_entry();
         let key = entry.key();
         let core = HttpCore {
-            http: ServerConnection::new(ctx.now(), self.config.http.clone()),
+            http: Http1Connection::new(ctx.now(), self.config.http.clone()),
             linger_until: None,
         };
         let Ok(conn) = Stream::accepted(ctx, stream, key as u32 + 1, core) else {

@@ -3,6 +3,7 @@
 
 use crate::http2::error::{ErrorCode, H2Error};
 use crate::http2::frame;
+use crate::http2::hpack::{Field, Header};
 use crate::http2::stream::{Local, Remote, Stream};
 use crate::time::Timestamp;
 
@@ -50,7 +51,7 @@ impl Connection {
         &mut self,
         now: Timestamp,
         stream: u32,
-        headers: &[(&[u8], &[u8])],
+        headers: &[Field<'_>],
         end_stream: bool,
     ) -> Result<(), SendError> {
         self.advance(now);
@@ -62,12 +63,7 @@ impl Connection {
                 return Err(SendError::OutOfOrder);
             }
             s.local = Local::Ending;
-            s.trailers = Some(
-                headers
-                    .iter()
-                    .map(|(n, v)| (n.to_vec(), v.to_vec()))
-                    .collect(),
-            );
+            s.trailers = Some(headers.iter().map(|&(n, v)| Header::new(n, v)).collect());
             self.schedule(stream);
             self.flush_streams();
             return Ok(());
@@ -123,7 +119,7 @@ impl Connection {
     fn write_headers<'a>(
         &mut self,
         id: u32,
-        headers: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,
+        headers: impl IntoIterator<Item = Field<'a>>,
         end_stream: bool,
     ) {
         let mut block = Vec::new();
@@ -187,7 +183,7 @@ impl Connection {
         if data_done && s.local == Local::Ending {
             s.local = Local::Closed;
             if let Some(trailers) = s.trailers.take() {
-                let fields = trailers.iter().map(|(n, v)| (&n[..], &v[..]));
+                let fields = trailers.iter().map(Header::field);
                 self.write_headers(id, fields, true);
             }
             self.finish_if_closed(id);

@@ -1,7 +1,7 @@
 //! Header block encoding (RFC 7541 §3, §6).
 
 use super::table::{entry_size, Table};
-use super::{huffman, integer};
+use super::{huffman, integer, Field};
 
 /// The SETTINGS_HEADER_TABLE_SIZE every peer starts with (RFC 9113 §6.5.2).
 const DEFAULT_TABLE_SIZE: usize = 4096;
@@ -46,11 +46,7 @@ impl Encoder {
     }
 
     /// Appends one complete header block for `headers`, in order, to `dst`.
-    pub fn encode<'a>(
-        &mut self,
-        headers: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,
-        dst: &mut Vec<u8>,
-    ) {
+    pub fn encode<'a>(&mut self, headers: impl IntoIterator<Item = Field<'a>>, dst: &mut Vec<u8>) {
         if let Some((min, last)) = self.pending_update.take() {
             if min < last {
                 self.size_update(min, dst);

@@ -22,7 +22,12 @@ use std::fmt;
 pub use decoder::Decoder;
 pub use encoder::Encoder;
 
-/// One decoded header field. `sensitive` is set when the peer used the
+/// A header field to send, borrowed: what [`Encoder::encode`] and
+/// `Connection::send_headers` take, so callers need not copy static names.
+pub type Field<'a> = (&'a [u8], &'a [u8]);
+
+/// A header field owned: one the decoder produced, or one kept to be sent
+/// later (trailers, gRPC answers). `sensitive` is set when the peer used the
 /// never-indexed representation (§6.2.3), which intermediaries must keep.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Header {
@@ -32,6 +37,22 @@ pub struct Header {
     pub value: Vec<u8>,
     /// Sent as never-indexed (§6.2.3): must not enter any compression table.
     pub sensitive: bool,
+}
+
+impl Header {
+    /// An ordinary (indexable) field.
+    pub fn new(name: &[u8], value: impl Into<Vec<u8>>) -> Header {
+        Header {
+            name: name.to_vec(),
+            value: value.into(),
+            sensitive: false,
+        }
+    }
+
+    /// The borrowed form, to send.
+    pub fn field(&self) -> Field<'_> {
+        (&self.name, &self.value)
+    }
 }
 
 /// Why a header block was rejected; one variant per rule of RFC 7541.
