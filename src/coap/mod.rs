@@ -21,13 +21,12 @@ macro_rules! error_enum {
     };
 }
 
-pub mod builder;
-pub mod code;
-pub mod message;
+mod builder;
+mod code;
+mod message;
 pub mod option;
 pub mod params;
 
 pub use builder::{empty_ack, rewrite, rst, EncodeError, MessageBuilder, MAX_OPTION_LEN};
 pub use code::Code;
 pub use message::{peek_header, FormatError, Message, MessageType, OptionIter, MAX_TOKEN_LEN};
-pub use option::{decode_uint, encode_uint, BlockValue, OptionValueError, UintValue};

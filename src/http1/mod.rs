@@ -8,7 +8,7 @@
 
 mod head;
 mod response;
-pub mod server;
+mod server;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

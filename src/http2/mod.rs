@@ -1,6 +1,6 @@
 //! HTTP/2 (RFC 9113) as sans-IO pieces: frame codec, HPACK, and the connection state machine.
 
-pub mod conn;
+mod conn;
 pub mod error;
 mod flow;
 pub mod frame;

@@ -24,7 +24,7 @@ pub struct RawAddr {
 
 impl RawAddr {
     /// The address as the standard library writes it (`None` if not IPv4 or IPv6).
-    pub fn to_socket_addr(&self) -> Option<std::net::SocketAddr> {
+    pub fn socket_addr(&self) -> Option<std::net::SocketAddr> {
         match i32::from(self.storage.ss_family) {
             libc::AF_INET => {
                 // SAFETY: the family says the storage holds a sockaddr_in.

@@ -3,7 +3,7 @@
 //! One thread drives both ([`run`]): the generator keeps a window of requests outstanding
 //! (closed loop, to find the peak rate) or sends at a fixed rate (open loop, for latency at a
 //! given load), matches answers by token and records each request's round trip; the upstream
-//! answers everything at once. Both use batched system calls ([`batch`]) so that, pinned to one
+//! answers everything at once. Both use batched system calls (`batch.rs`) so that, pinned to one
 //! core, they outrun whatever runs on the other core: the proxy, the relay, or a peer.
 //! `benches/proxy_throughput.rs` builds the published comparison on it.
 
@@ -14,8 +14,8 @@
     clippy::disallowed_macros
 )]
 
-pub mod batch;
-pub mod upstream;
+mod batch;
+mod upstream;
 
 use std::io;
 use std::net::{SocketAddr, UdpSocket};

@@ -148,10 +148,7 @@ impl FastUpstream {
         for i in 0..self.rx.len() {
             let (request, from) = self.rx.get(i);
             if let (Some(w), Some((_, mid, token))) = (self.watch.as_mut(), peek_header(request)) {
-                if let Some(source) = from
-                    .to_socket_addr()
-                    .filter(|_| Code(request[1]).is_request())
-                {
+                if let Some(source) = from.socket_addr().filter(|_| Code(request[1]).is_request()) {
                     w.saw(source, mid, token);
                 }
             }

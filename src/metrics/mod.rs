@@ -7,14 +7,14 @@
 //! from the components' own state, between their callbacks (the loop is single-threaded).
 
 pub mod routes;
-pub mod server;
+mod server;
 
 use std::cell::RefCell;
 use std::fmt::Write;
 use std::rc::Rc;
 
 use crate::reactor::LoopStats;
-pub use server::{MetricsConfig, MetricsServer};
+pub use server::{MetricsConfig, MetricsServer, DEFAULT_ADDR};
 
 /// A part of the program a scrape reports on.
 pub trait MetricsSource {
@@ -137,7 +137,7 @@ fn escape(v: &str) -> String {
         .replace('\n', "\\n")
 }
 
-pub use crate::stats::LatencyHistogram;
+use crate::stats::LatencyHistogram;
 
 impl LatencyHistogram {
     /// Writes it in seconds, as Prometheus conventions ask.

@@ -3,8 +3,10 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use crate::coap::option::{self, encode_uint, HOP_LIMIT, OBSERVE, PROXY_URI, URI_PATH};
-use crate::coap::{decode_uint, Code, Message, MessageBuilder, MessageType};
+use crate::coap::option::{
+    self, decode_uint, encode_uint, HOP_LIMIT, OBSERVE, PROXY_URI, URI_PATH,
+};
+use crate::coap::{Code, Message, MessageBuilder, MessageType};
 use crate::time::Timestamp;
 
 use super::{

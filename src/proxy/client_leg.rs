@@ -2,10 +2,10 @@
 
 use std::net::SocketAddr;
 
-use crate::coap::option::{self, encode_uint, HOP_LIMIT, OBSERVE, PROXY_SCHEME, PROXY_URI};
-use crate::coap::{
-    decode_uint, empty_ack, peek_header, rst, Code, Message, MessageBuilder, MessageType,
+use crate::coap::option::{
+    self, decode_uint, encode_uint, HOP_LIMIT, OBSERVE, PROXY_SCHEME, PROXY_URI,
 };
+use crate::coap::{empty_ack, peek_header, rst, Code, Message, MessageBuilder, MessageType};
 use crate::time::Timestamp;
 
 use super::answer_cache::Replay;

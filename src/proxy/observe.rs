@@ -4,8 +4,9 @@
 
 use std::time::Duration;
 
+use crate::coap::option::decode_uint;
 use crate::coap::option::{MAX_AGE, OBSERVE};
-use crate::coap::{decode_uint, rewrite, Message, MessageType};
+use crate::coap::{rewrite, Message, MessageType};
 use crate::time::Timestamp;
 
 use super::engine::Proxy;
