@@ -34,8 +34,6 @@
 //! timer ever sends anything for a finished exchange.
 
 mod answer_cache;
-#[cfg(test)]
-mod behaviour_tests;
 mod client_leg;
 mod clients;
 mod config;

@@ -1,5 +1,5 @@
-//! Engine behaviours driven in virtual time, one per test. Most are regressions found by the
-//! simulation in `tests/proxy_sim.rs`, reduced to the few datagrams that show them.
+//! Regressions: each was found by the simulation in `tests/proxy_sim.rs` (or a benchmark) and is
+//! reduced here to the few datagrams that show it.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -8,20 +8,12 @@ use crate::coap::option::{PROXY_URI, URI_PATH};
 use crate::coap::{Code, Message, MessageBuilder, MessageType};
 use crate::time::Timestamp;
 
-use super::{Destination, EndpointId, Proxy, ProxyConfig, RetryPolicy, Routing, Seeds, Transmit};
+use super::{drain, started_at, EP0};
+use crate::proxy::{Destination, Proxy, ProxyConfig, RetryPolicy, Routing, Transmit};
 
-/// The first endpoint of the first upstream: where requests go while traffic is light.
-const EP0: EndpointId = EndpointId(0);
-
-/// A proxy whose endpoint sockets are open.
+/// A proxy whose endpoint sockets are open at time zero.
 fn started(config: ProxyConfig) -> Proxy {
-    let seeds = Seeds {
-        rng: config.seed.unwrap_or(1),
-        hash: [1, 2],
-    };
-    let mut p = Proxy::new(config, seeds);
-    p.accept_endpoint_events(Timestamp::ZERO);
-    p
+    started_at(config, Timestamp::ZERO)
 }
 
 /// A reverse proxy to one upstream (UpstreamId 0), adjusted by `edit`.
@@ -79,16 +71,12 @@ fn piggybacked(req: &[u8], code: Code) -> Vec<u8> {
     out
 }
 
-fn sent(p: &mut Proxy) -> Vec<Transmit> {
-    std::iter::from_fn(|| p.poll_transmit()).collect()
-}
-
 /// Runs every timer due up to `end`, returning what was sent.
 fn run_until(p: &mut Proxy, end: Timestamp) -> Vec<Transmit> {
     while let Some(at) = p.poll_timeout().filter(|&at| at <= end) {
         p.handle_timeout(at);
     }
-    sent(p)
+    drain(p)
 }
 
 fn to_upstream(out: &[Transmit]) -> Vec<&[u8]> {
@@ -124,16 +112,16 @@ fn a_retransmission_after_5_03_gets_the_same_5_03_and_is_not_forwarded() {
     let mut p = proxy(|c| c.max_inflight = 1);
     let (a, b) = (client(1), client(2));
     p.handle_client_datagram(secs(0.0), a, &request(MessageType::Con, Code::GET, 1, b"a"));
-    let forwarded = sent(&mut p).remove(0).payload;
+    let forwarded = drain(&mut p).remove(0).payload;
     let post = request(MessageType::Con, Code::POST, 7, b"b");
     p.handle_client_datagram(secs(0.01), b, &post);
-    let first = sent(&mut p);
+    let first = drain(&mut p);
     assert_eq!(codes_to(&first, b), [Code::SERVICE_UNAVAILABLE]);
     // The load goes away, then B's retransmission arrives.
     p.handle_upstream_datagram(secs(0.02), EP0, &piggybacked(&forwarded, Code::CONTENT));
-    sent(&mut p);
+    drain(&mut p);
     p.handle_client_datagram(secs(2.5), b, &post);
-    let again = sent(&mut p);
+    let again = drain(&mut p);
     assert!(
         to_upstream(&again).is_empty(),
         "a rejected request went upstream"
@@ -148,7 +136,7 @@ fn message_ids_towards_a_client_count_per_client() {
     let mut p = proxy(|_| {});
     let mut answer_mid = |c, mid| {
         p.handle_client_datagram(secs(1.0), c, &forward_request(mid));
-        let out = sent(&mut p);
+        let out = drain(&mut p);
         Message::parse(&out[0].payload).unwrap().message_id()
     };
     let first = answer_mid(client(1), 1);
@@ -222,7 +210,7 @@ fn no_trace_is_left_after_every_deadline() {
         (3, MessageType::Con),
     ] {
         p.handle_client_datagram(secs(0.0), client(n), &request(ty, Code::GET, n, b"t"));
-        upstream.extend(sent(&mut p).into_iter().map(|t| t.payload));
+        upstream.extend(drain(&mut p).into_iter().map(|t| t.payload));
     }
     p.handle_client_datagram(secs(0.0), client(4), &forward_request(4));
     // Client 1 is answered piggybacked, clients 2 (NON) and 3 (after an empty ACK) get
@@ -231,7 +219,7 @@ fn no_trace_is_left_after_every_deadline() {
     p.handle_upstream_datagram(secs(0.01), EP0, &piggybacked(&upstream[1], Code::CONTENT));
     run_until(&mut p, secs(0.5));
     p.handle_upstream_datagram(secs(1.0), EP0, &piggybacked(&upstream[2], Code::CONTENT));
-    for t in sent(&mut p) {
+    for t in drain(&mut p) {
         let msg = Message::parse(&t.payload).unwrap();
         if let (Destination::Client(c), MessageType::Con) = (t.to, msg.msg_type()) {
             let mut ack = Vec::new();

@@ -1,4 +1,5 @@
-//! The engine's rules one at a time, in virtual time: each test is one behaviour.
+//! The engine's rules one at a time (RFC 7252 and RFC 7641 as a proxy must apply them): each
+//! test is one behaviour.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -9,23 +10,15 @@ use crate::coap::option::{
 use crate::coap::{Code, Message, MessageBuilder, MessageType};
 use crate::time::Timestamp;
 
-use super::{
+use super::{drain, started_at, EP0};
+use crate::proxy::{
     AllowedTarget, Destination, EndpointEvent, EndpointId, Proxy, ProxyConfig, RetryPolicy,
-    Routing, Seeds, Transmit,
+    Routing, Transmit,
 };
 
-/// The first endpoint of the first upstream: where requests go while traffic is light.
-const EP0: EndpointId = EndpointId(0);
-
-/// A proxy whose endpoint sockets are open.
+/// A proxy whose endpoint sockets are open at `t(0)`.
 fn started(config: ProxyConfig) -> Proxy {
-    let seeds = Seeds {
-        rng: config.seed.unwrap_or(1),
-        hash: [1, 2],
-    };
-    let mut p = Proxy::new(config, seeds);
-    p.accept_endpoint_events(t(0));
-    p
+    started_at(config, t(0))
 }
 
 fn client() -> SocketAddr {
@@ -80,10 +73,6 @@ fn request(ty: MessageType, code: Code, mid: u16, options: &[(u16, &[u8])]) -> V
     }
     b.finish().unwrap();
     out
-}
-
-fn drain(p: &mut Proxy) -> Vec<Transmit> {
-    std::iter::from_fn(|| p.poll_transmit()).collect()
 }
 
 fn only_to_client(out: &[Transmit]) -> Message<'_> {
