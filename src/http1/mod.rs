@@ -11,8 +11,6 @@ mod response;
 mod server;
 #[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod untrusted_input_tests;
 
 use std::time::Duration;
 

@@ -6,9 +6,13 @@
 
 use std::time::Duration;
 
-use super::{Config, Http1Connection};
-use crate::test_support::Rng;
-use crate::time::Timestamp;
+use backoffd::http1::{Config, Http1Connection};
+use backoffd::time::Timestamp;
+
+// The library's seeded test randomness, shared with its unit tests (it is not public API).
+#[path = "../src/test_support.rs"]
+mod test_support;
+use test_support::Rng;
 
 const RUNS: usize = 20_000;
 /// Steps of one connection; enough for every connection to end by a timeout.
