@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 
 use backoffd::grpc::client::{ClientConnection, ClientEvent};
 use backoffd::grpc::proto::testing::ReconnectParams;
-use backoffd::grpc::{Code, Status};
+use backoffd::grpc::status::{Code, Status};
 use backoffd::reactor::{self, Component, Ctx, Reactor, Readiness, WakeMode};
 use backoffd::reconnect::server::{ReconnectServer, ServerConfig};
 use backoffd::reconnect::ServiceConfig;

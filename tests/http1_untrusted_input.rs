@@ -211,7 +211,7 @@ fn run_one(rng: &mut Rng, config: &Config) {
         was_closed,
         "still open after {MAX_STEPS} steps of an idle clock"
     );
-    app.expected.extend(c.take_refusal().map(|s| (s, false)));
+    app.expected.extend(c.poll_refusal().map(|s| (s, false)));
     check_framing(&written, &app.expected);
 }
 

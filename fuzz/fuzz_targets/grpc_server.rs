@@ -6,7 +6,7 @@
 
 use backoffd::grpc::message::DEFAULT_MAX_MESSAGE_LEN;
 use backoffd::grpc::server::{ServerConnection, ServerEvent};
-use backoffd::grpc::{Code, Status};
+use backoffd::grpc::status::{Code, Status};
 use backoffd::http2::frame::PREFACE;
 use backoffd::http2::Config;
 use backoffd::time::Timestamp;

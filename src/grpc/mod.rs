@@ -1,6 +1,6 @@
-//! The protocol-independent parts of gRPC over HTTP/2 (doc/PROTOCOL-HTTP2.md): status codes,
-//! message framing, timeouts, call headers, and the generated interop protobuf messages.
-//! Nothing here depends on the HTTP/2 connection: headers are plain byte pairs.
+//! Unary gRPC over HTTP/2 (doc/PROTOCOL-HTTP2.md), sans-IO: status codes, message framing,
+//! timeouts, call headers and the generated interop protobuf messages, which know nothing of
+//! the connection, and the client and server call layers over [`crate::http2::Connection`].
 
 pub mod call;
 pub mod client;
@@ -9,5 +9,3 @@ pub mod proto;
 pub mod server;
 pub mod status;
 pub mod timeout;
-
-pub use status::{Code, Status};

@@ -48,7 +48,7 @@ pub struct Http1Connection {
     stopped: bool,
     /// The refusal to send once the owed answers are out.
     refusal: Option<u16>,
-    /// A refusal sent and not yet reported by [`take_refusal`](Self::take_refusal).
+    /// A refusal sent and not yet reported by [`poll_refusal`](Self::poll_refusal).
     refused: Option<u16>,
     /// When the head being received started; `None` while no request is in progress.
     head_started: Option<Timestamp>,
@@ -212,7 +212,7 @@ impl Http1Connection {
 
     /// The status of a refusal the connection answered by itself (400, 408, 413 or 431),
     /// reported once, for the driver's counters.
-    pub fn take_refusal(&mut self) -> Option<u16> {
+    pub fn poll_refusal(&mut self) -> Option<u16> {
         self.refused.take()
     }
 

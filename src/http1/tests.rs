@@ -119,8 +119,8 @@ fn oversized_head_gets_431_and_closes() {
     assert!(c.poll_request().is_none());
     assert_eq!(statuses(&sent(&mut c)), ["431"]);
     assert!(c.is_closed());
-    assert_eq!(c.take_refusal(), Some(431));
-    assert_eq!(c.take_refusal(), None, "reported once");
+    assert_eq!(c.poll_refusal(), Some(431));
+    assert_eq!(c.poll_refusal(), None, "reported once");
 }
 
 #[test]

@@ -211,7 +211,7 @@ impl MetricsServer {
     /// After I/O: close a finished connection, or update its interest and timer.
     fn settle(&mut self, ctx: &mut Ctx<'_>, key: usize) {
         let conn = &mut self.conns[key];
-        if let Some(status) = conn.core_mut().http.take_refusal() {
+        if let Some(status) = conn.core_mut().http.poll_refusal() {
             self.stats.count(status);
         }
         let http = &conn.core().http;
@@ -243,7 +243,7 @@ impl MetricsServer {
         };
         log::debug!("metrics connection {key} closed: {why}");
         let mut core = conn.close(ctx);
-        if let Some(status) = core.http.take_refusal() {
+        if let Some(status) = core.http.poll_refusal() {
             self.stats.count(status);
         }
     }

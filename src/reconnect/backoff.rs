@@ -13,7 +13,7 @@
 //! that hangs is abandoned at its deadline, after which the next one starts at once. An attempt
 //! succeeds when the server's HTTP/2 SETTINGS arrives; that resets the backoff.
 //!
-//! The driver owns the socket and the timer: it asks [`Backoff::poll_action`] what to do, reports
+//! The driver owns the socket and the timer: it asks [`Backoff::poll`] what to do, reports
 //! what happened with the `on_*` methods, and sleeps until [`Backoff::poll_timeout`].
 
 use std::time::Duration;
@@ -61,27 +61,32 @@ impl BackoffConfig {
     }
 }
 
-/// What the driver should do next.
+/// What the driver does next: the one step type of the client's connector, whether driven
+/// bare ([`Backoff::poll`]) or bounded by the test's duration ([`RetryRun::poll`]).
+///
+/// [`RetryRun::poll`]: super::retry::RetryRun::poll
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Action {
-    /// Start attempt `attempt` now; abandon it at `deadline` and call [`Backoff::on_attempt_timeout`].
+pub enum Step {
+    /// Open one connection for attempt `attempt` now; give up on it at `deadline`.
     Connect {
         /// 1-based attempt number, as in [`AttemptRecord::attempt`].
         attempt: u32,
         /// When to give up on this attempt.
         deadline: Timestamp,
     },
-    /// Sleeping between attempts: call `poll_action` again at this instant.
-    WaitUntil(Timestamp),
-    /// An attempt is in flight: report how it ends, or its timeout at `deadline`.
-    InProgress {
-        /// The attempt in flight.
+    /// Attempt `attempt` reached its deadline: close its connection (already counted as failed).
+    GiveUp {
+        /// The attempt to abandon.
         attempt: u32,
-        /// When to give up on it.
-        deadline: Timestamp,
     },
-    /// SETTINGS received: nothing to do until [`Backoff::on_disconnected`].
+    /// Nothing to do until this instant (or until the current attempt reports).
+    Wait(Timestamp),
+    /// SETTINGS received: nothing to do until [`Backoff::on_disconnected`]. A bounded run
+    /// says `Wait` until its end instead.
     Connected,
+    /// The test duration is over: close any attempt still open (a bounded run only; every
+    /// later call says `Done` too).
+    Done,
 }
 
 /// One attempt in the connector's log.
@@ -91,7 +96,7 @@ pub struct AttemptRecord {
     pub attempt: u32,
     /// When the algorithm wanted it to start.
     pub planned_start: Timestamp,
-    /// When the driver actually started it (its `poll_action` call).
+    /// When the driver actually started it (its `poll` call).
     pub actual_start: Timestamp,
 }
 
@@ -139,15 +144,20 @@ impl Backoff {
     }
 
     /// What to do at `now`. Starts the next attempt when it is due (so call it promptly when
-    /// [`Action::WaitUntil`]'s instant comes: the attempt's start is the time of this call).
-    pub fn poll_action(&mut self, now: Timestamp) -> Action {
+    /// [`Step::Wait`]'s instant comes: the attempt's start is the time of this call), and gives
+    /// up on one whose deadline has passed; call it again after acting on either.
+    pub fn poll(&mut self, now: Timestamp) -> Step {
         match self.state {
             State::Waiting { at, after_failure } if now >= at => {
                 self.start_attempt(now, at, after_failure)
             }
-            State::Waiting { at, .. } => Action::WaitUntil(at),
-            State::Connecting { attempt, deadline } => Action::InProgress { attempt, deadline },
-            State::Established => Action::Connected,
+            State::Waiting { at, .. } => Step::Wait(at),
+            State::Connecting { attempt, deadline } if now >= deadline => {
+                self.on_attempt_timeout(now);
+                Step::GiveUp { attempt }
+            }
+            State::Connecting { deadline, .. } => Step::Wait(deadline),
+            State::Established => Step::Connected,
         }
     }
 
@@ -221,7 +231,7 @@ impl Backoff {
         };
     }
 
-    fn start_attempt(&mut self, now: Timestamp, planned: Timestamp, after_failure: bool) -> Action {
+    fn start_attempt(&mut self, now: Timestamp, planned: Timestamp, after_failure: bool) -> Step {
         if after_failure {
             self.grow(now);
         }
@@ -236,7 +246,7 @@ impl Backoff {
             .current_deadline
             .max(now + self.config.min_connect_timeout);
         self.state = State::Connecting { attempt, deadline };
-        Action::Connect { attempt, deadline }
+        Step::Connect { attempt, deadline }
     }
 
     /// `current_backoff = min(current_backoff * MULTIPLIER, MAX_BACKOFF)`, then the jittered

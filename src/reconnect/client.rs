@@ -37,13 +37,13 @@ use prost::Message as _;
 use rustls::pki_types::ServerName;
 
 use super::attempt::{Attempt, AttemptProgress};
-use super::backoff::{AttemptRecord, BackoffConfig};
-use super::retry::{RetryRun, Step};
+use super::backoff::{AttemptRecord, BackoffConfig, Step};
+use super::retry::RetryRun;
 use super::tls::interop_client_config;
 use super::verify::verify_intervals;
 use crate::grpc::client::{ClientConnection, ClientEvent};
 use crate::grpc::proto::testing::{Empty, ReconnectInfo, ReconnectParams};
-use crate::grpc::{Code, Status};
+use crate::grpc::status::{Code, Status};
 use crate::http2;
 use crate::net::Outbox;
 use crate::reactor::stream::{Stream, StreamCore, READ_CHUNK};
@@ -395,7 +395,8 @@ impl ReconnectClient {
                     log::info!("attempt {attempt}: no connection by its deadline, giving up on it");
                     self.close_attempt(ctx);
                 }
-                Step::Wait(_) => break,
+                // A bounded run waits until its end rather than say `Connected`.
+                Step::Wait(_) | Step::Connected => break,
                 Step::Done => {
                     self.close_attempt(ctx);
                     self.begin_stopping(ctx);

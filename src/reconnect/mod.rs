@@ -11,6 +11,6 @@ pub mod service;
 pub mod tls;
 pub mod verify;
 
-pub use backoff::{Action, AttemptRecord, Backoff, BackoffConfig};
+pub use backoff::{AttemptRecord, Backoff, BackoffConfig, Step};
 pub use service::{CallId, ReconnectService, ServiceConfig, Session, StartOutcome, StopOutcome};
 pub use verify::{verify, verify_intervals, Verdict};

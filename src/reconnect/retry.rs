@@ -8,29 +8,8 @@
 
 use std::time::Duration;
 
-use super::backoff::{Action, AttemptRecord, Backoff, BackoffConfig};
+use super::backoff::{AttemptRecord, Backoff, BackoffConfig, Step};
 use crate::time::Timestamp;
-
-/// What the driver does next.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Step {
-    /// Open one connection for attempt `attempt` now; give up on it at `deadline`.
-    Connect {
-        /// 1-based attempt number.
-        attempt: u32,
-        /// When to give up on this attempt.
-        deadline: Timestamp,
-    },
-    /// Attempt `attempt` reached its deadline: close its connection (already counted as failed).
-    GiveUp {
-        /// The attempt to abandon.
-        attempt: u32,
-    },
-    /// Nothing to do until this instant (or until the current attempt reports).
-    Wait(Timestamp),
-    /// The test duration is over: close any attempt still open. Every later call says `Done`.
-    Done,
-}
 
 /// The retry phase of one test run. See the module docs.
 #[derive(Debug)]
@@ -58,16 +37,10 @@ impl RetryRun {
             self.done = true;
             return Step::Done;
         }
-        match self.backoff.poll_action(now) {
-            Action::Connect { attempt, deadline } => Step::Connect { attempt, deadline },
-            Action::InProgress { attempt, deadline } if now >= deadline => {
-                self.backoff.on_attempt_timeout(now);
-                Step::GiveUp { attempt }
-            }
-            Action::WaitUntil(at) | Action::InProgress { deadline: at, .. } => {
-                Step::Wait(at.min(self.ends_at))
-            }
-            Action::Connected => Step::Wait(self.ends_at),
+        match self.backoff.poll(now) {
+            Step::Wait(at) => Step::Wait(at.min(self.ends_at)),
+            Step::Connected => Step::Wait(self.ends_at),
+            step => step,
         }
     }
 

@@ -22,7 +22,7 @@ use slab::Slab;
 use super::service::{CallId, ReconnectService, ServiceConfig, StartOutcome};
 use crate::grpc::proto::testing::{Empty, ReconnectParams};
 use crate::grpc::server::{Request, ServerConnection, ServerEvent};
-use crate::grpc::{Code, Status};
+use crate::grpc::status::{Code, Status};
 use crate::metrics::{MetricsSource, MetricsWriter};
 use crate::net::{listen_dual_stack, unmap, Outbox};
 use crate::reactor::stream::{Stream, StreamCore, READ_CHUNK};

@@ -23,8 +23,8 @@ fn drive(
     outcome: impl Fn(u32) -> Outcome,
 ) -> Timestamp {
     while now <= until {
-        match b.poll_action(now) {
-            Action::Connect { attempt, deadline } => match outcome(attempt) {
+        match b.poll(now) {
+            Step::Connect { attempt, deadline } => match outcome(attempt) {
                 Outcome::FailInstantly => b.on_connect_failed(now),
                 Outcome::FailAfter(d) if now + d < deadline => {
                     now += d;
@@ -40,8 +40,8 @@ fn drive(
                     return now;
                 }
             },
-            Action::WaitUntil(t) if t > until => return now,
-            Action::WaitUntil(t) => now = t,
+            Step::Wait(t) if t > until => return now,
+            Step::Wait(t) => now = t,
             other => panic!("unexpected {other:?} at {now:?}"),
         }
     }
@@ -83,19 +83,13 @@ fn first_attempt_is_immediate_with_min_connect_timeout() {
     let deadline = T0 + Duration::from_secs(20);
     assert_eq!(b.poll_timeout(), Some(T0));
     assert_eq!(
-        b.poll_action(T0),
-        Action::Connect {
+        b.poll(T0),
+        Step::Connect {
             attempt: 1,
             deadline
         }
     );
-    assert_eq!(
-        b.poll_action(T0),
-        Action::InProgress {
-            attempt: 1,
-            deadline
-        }
-    );
+    assert_eq!(b.poll(T0), Step::Wait(deadline));
     assert_eq!(b.poll_timeout(), Some(deadline));
 }
 
@@ -179,12 +173,12 @@ fn a_long_backoff_extends_the_attempt_deadline_past_min_connect_timeout() {
     // max(current_deadline, now + 20 s): with a ~120 s backoff pending, current_deadline wins.
     let mut b = failing_run(BackoffConfig::default(), 9, 700);
     let now = b.attempts().last().unwrap().actual_start;
-    let next = match b.poll_action(now) {
-        Action::WaitUntil(t) => t,
+    let next = match b.poll(now) {
+        Step::Wait(t) => t,
         other => panic!("{other:?}"),
     };
-    match b.poll_action(next) {
-        Action::Connect { deadline, .. } => assert!(deadline - next >= Duration::from_secs(96)),
+    match b.poll(next) {
+        Step::Connect { deadline, .. } => assert!(deadline - next >= Duration::from_secs(96)),
         other => panic!("{other:?}"),
     }
 }
@@ -218,7 +212,7 @@ fn settings_resets_the_backoff_to_initial() {
         1..=6 => Outcome::FailInstantly,
         _ => Outcome::Succeed,
     });
-    assert_eq!(b.poll_action(now), Action::Connected);
+    assert_eq!(b.poll(now), Step::Connected);
     assert_eq!(b.poll_timeout(), None);
     assert_eq!(b.current_backoff(), Duration::from_secs(1));
 
@@ -244,12 +238,12 @@ fn settings_resets_the_backoff_to_initial() {
 #[test]
 fn a_connection_closed_before_settings_is_a_failure() {
     let mut b = Backoff::new(BackoffConfig::default(), 17, T0);
-    b.poll_action(T0);
+    b.poll(T0);
     b.on_connected(T0);
     b.on_disconnected(T0 + Duration::from_millis(5));
     assert_eq!(
-        b.poll_action(T0 + Duration::from_millis(5)),
-        Action::WaitUntil(T0 + Duration::from_secs(1))
+        b.poll(T0 + Duration::from_millis(5)),
+        Step::Wait(T0 + Duration::from_secs(1))
     );
 }
 
@@ -259,33 +253,27 @@ fn spurious_events_are_ignored() {
     b.on_connect_failed(T0);
     b.on_settings_received(T0);
     b.on_attempt_timeout(T0);
-    let first = b.poll_action(T0);
-    assert!(matches!(first, Action::Connect { attempt: 1, .. }));
+    let first = b.poll(T0);
+    assert!(matches!(first, Step::Connect { attempt: 1, .. }));
     b.on_attempt_timeout(T0 + Duration::from_secs(19));
-    assert!(matches!(b.poll_action(T0), Action::InProgress { .. }));
+    assert!(matches!(b.poll(T0), Step::Wait(_)));
     b.on_connect_failed(T0);
     b.on_connect_failed(T0);
-    assert_eq!(
-        b.poll_action(T0),
-        Action::WaitUntil(T0 + Duration::from_secs(1))
-    );
+    assert_eq!(b.poll(T0), Step::Wait(T0 + Duration::from_secs(1)));
 }
 
 #[test]
 fn a_late_wake_up_is_logged_and_spacing_restarts_from_it() {
     let mut b = Backoff::new(BackoffConfig::default(), 23, T0);
-    b.poll_action(T0);
+    b.poll(T0);
     b.on_connect_failed(T0);
     let late = T0 + Duration::from_millis(1500);
-    assert!(matches!(
-        b.poll_action(late),
-        Action::Connect { attempt: 2, .. }
-    ));
+    assert!(matches!(b.poll(late), Step::Connect { attempt: 2, .. }));
     let record = b.attempts()[1];
     assert_eq!(record.planned_start, T0 + Duration::from_secs(1));
     assert_eq!(record.actual_start, late);
     b.on_connect_failed(late);
-    let Action::WaitUntil(next) = b.poll_action(late) else {
+    let Step::Wait(next) = b.poll(late) else {
         panic!("not waiting");
     };
     assert_jittered(

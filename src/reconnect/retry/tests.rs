@@ -50,6 +50,7 @@ fn drive(run: &mut RetryRun, outcome: impl Fn(u32) -> Outcome) -> Vec<Timestamp>
                     now = at;
                 }
             },
+            Step::Connected => panic!("a bounded run waits until its end instead"),
             Step::Done => return gave_up,
         }
     }
