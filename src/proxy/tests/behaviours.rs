@@ -298,41 +298,27 @@ fn forward_proxy_decomposes_proxy_uri_for_allowed_targets() {
     assert_eq!(up.option(option::URI_PORT), Some(&encode_uint(5690)[..]));
 }
 
+/// Sends a CON GET with `Proxy-Uri: uri` and returns what the proxy itself answered.
+fn answer_to_proxy_uri(p: &mut Proxy, mid: u16, uri: &[u8]) -> Code {
+    let req = request(MessageType::Con, Code::GET, mid, &[(PROXY_URI, uri)]);
+    p.handle_client_datagram(t(0), client(), &req);
+    only_to_client(&drain(p)).code()
+}
+
 #[test]
 fn forward_proxy_is_not_an_open_relay() {
     let mut p = forward();
-    let uri = b"coap://10.0.0.1/x";
-    p.handle_client_datagram(
-        t(0),
-        client(),
-        &request(MessageType::Con, Code::GET, 1, &[(PROXY_URI, uri)]),
-    );
-    assert_eq!(only_to_client(&drain(&mut p)).code(), Code::FORBIDDEN);
-    let uri = b"http://127.0.0.1:5690/x";
-    p.handle_client_datagram(
-        t(0),
-        client(),
-        &request(MessageType::Con, Code::GET, 2, &[(PROXY_URI, uri)]),
-    );
-    assert_eq!(
-        only_to_client(&drain(&mut p)).code(),
-        Code::PROXYING_NOT_SUPPORTED
-    );
+    let code = answer_to_proxy_uri(&mut p, 1, b"coap://10.0.0.1/x");
+    assert_eq!(code, Code::FORBIDDEN);
+    let code = answer_to_proxy_uri(&mut p, 2, b"http://127.0.0.1:5690/x");
+    assert_eq!(code, Code::PROXYING_NOT_SUPPORTED);
 }
 
 #[test]
 fn reverse_proxy_refuses_proxy_uri() {
     let mut p = reverse();
-    let uri = b"coap://127.0.0.1:5690/x";
-    p.handle_client_datagram(
-        t(0),
-        client(),
-        &request(MessageType::Con, Code::GET, 1, &[(PROXY_URI, uri)]),
-    );
-    assert_eq!(
-        only_to_client(&drain(&mut p)).code(),
-        Code::PROXYING_NOT_SUPPORTED
-    );
+    let code = answer_to_proxy_uri(&mut p, 1, b"coap://127.0.0.1:5690/x");
+    assert_eq!(code, Code::PROXYING_NOT_SUPPORTED);
 }
 
 /// A client's Observe registration through a fresh reverse proxy: the proxy, and the
