@@ -13,7 +13,7 @@ use super::clients::ClientSlot;
 use super::endpoints::{EndpointId, NoEndpoint, UpstreamId};
 use super::engine::{encode_local, Destination, LocalAnswer, Proxy, Seen};
 use super::events::{ProxyEvent, Source};
-use super::exchange::{CoapToken, ExchangeKey, TimerKind};
+use super::exchange::{CoapToken, ExchangeKey, Reply, TimerKind};
 use super::route::{self, RouteError, Target};
 
 /// Where a request goes, decided before any state is created.
@@ -146,20 +146,21 @@ impl Proxy {
     /// A retransmission of a request still being worked on.
     fn on_live_duplicate(&mut self, key: ExchangeKey) {
         let Some(x) = self.get(key) else { return };
-        let piggybacked = !x.client_acked && x.answer.is_some();
-        if piggybacked {
+        match (x.reply, x.answer.is_some()) {
             // An observation's registration, answered on the ACK.
-            self.push_from(key, |x| {
+            (Reply::Piggyback, true) => self.push_from(key, |x| {
                 Some((Destination::Client(x.client), x.answer.as_deref()?))
-            });
-        } else if x.client_acked {
-            let (client, mid) = (x.client, x.client_mid);
-            self.out
-                .push_encoded(Destination::Client(client), |b| empty_ack(b, mid));
-        } else {
+            }),
             // Still waiting upstream and the client is impatient: acknowledge now and answer
             // separately (RFC 7252 §5.2.2).
-            self.send_empty_ack(key);
+            (Reply::Piggyback, false) => self.send_empty_ack(key),
+            (Reply::Separate, _) => {
+                let (client, mid) = (x.client, x.client_mid);
+                self.out
+                    .push_encoded(Destination::Client(client), |b| empty_ack(b, mid));
+            }
+            // The request was a NON: a CON under its token and MID is not its retransmission.
+            (Reply::Non, _) => {}
         }
     }
 

@@ -10,13 +10,13 @@ use crate::time::Timestamp;
 
 use super::engine::{Destination, Proxy};
 use super::events::ProxyEvent;
-use super::exchange::{ClientDelivery, ExchangeKey, State, TimerKind};
+use super::exchange::{ClientDelivery, ExchangeKey, Reply, State, TimerKind};
 
 impl Proxy {
     /// The client's CON request was not answered quickly: ACK it now, answer separately later.
     pub(super) fn send_empty_ack(&mut self, key: ExchangeKey) {
         let Some(x) = self.get_mut(key) else { return };
-        x.client_acked = true;
+        x.reply = Reply::Separate;
         let (client, mid) = (x.client, x.client_mid);
         self.set_deadline(key, TimerKind::AckDelay, None);
         self.counters.empty_acks_sent += 1;
@@ -37,10 +37,10 @@ impl Proxy {
     ) {
         let Some(x) = self.get(key) else { return };
         let (slot, token) = (x.client_slot, x.client_token);
-        let (ty, mid) = match (x.client_type, x.client_acked) {
-            (MessageType::Con, false) => (MessageType::Ack, x.client_mid),
-            (MessageType::Con, true) => (MessageType::Con, self.clients.fresh_mid(slot)),
-            _ => (MessageType::Non, self.clients.fresh_mid(slot)),
+        let (ty, mid) = match x.reply {
+            Reply::Piggyback => (MessageType::Ack, x.client_mid),
+            Reply::Separate => (MessageType::Con, self.clients.fresh_mid(slot)),
+            Reply::Non => (MessageType::Non, self.clients.fresh_mid(slot)),
         };
         let mut bytes = std::mem::take(&mut self.scratch);
         let encoded = rewrite(&mut bytes, msg, (ty, mid, token.as_bytes()), |b, n, v| {

@@ -25,7 +25,7 @@ use super::answer_cache::{AnswerRing, ClientKey, Gone, Replay};
 use super::clients::{ClientSlot, Clients};
 use super::endpoints::{EndpointEvent, EndpointId, Endpoints, UpstreamId};
 use super::events::{Events, ProxyEvent};
-use super::exchange::{CoapToken, Exchange, ExchangeKey, State, TimerKind};
+use super::exchange::{CoapToken, Exchange, ExchangeKey, Reply, State, TimerKind};
 use super::keyed_hash::{KeyedMap, KeyedState};
 pub use super::outbox::Destination;
 use super::outbox::Outbox;
@@ -396,7 +396,7 @@ impl Proxy {
         let acts = match kind {
             TimerKind::UpstreamRetransmit => x.state == State::Waiting,
             TimerKind::TotalTimeout => x.upstream_pending(),
-            TimerKind::AckDelay => !x.client_acked && x.client_type == MessageType::Con,
+            TimerKind::AckDelay => x.reply == Reply::Piggyback,
             TimerKind::ClientRetransmit => x.delivery.is_some(),
             TimerKind::ObserveStale => x.state == State::Observing,
         };
@@ -555,16 +555,15 @@ impl Proxy {
         }
         let client_key = (x.client, x.client_token, x.client_mid);
         let answer = answer.or(x.answer.as_deref());
-        let replay = match (x.client_type, x.client_acked, answer) {
-            (MessageType::Con, false, Some(answer)) => Replay::Answer(answer),
-            (MessageType::Con, _, _) => Replay::EmptyAck,
-            _ => Replay::Nothing,
+        let replay = match (x.reply, answer) {
+            (Reply::Piggyback, Some(answer)) => Replay::Answer(answer),
+            (Reply::Piggyback | Reply::Separate, _) => Replay::EmptyAck,
+            (Reply::Non, _) => Replay::Nothing,
         };
         // A piggybacked answer carries the client's MID; any other message to the client
         // carried one of ours, whose numbering must outlive it (see `clients.rs`): the kept
         // answer takes over the exchange's reference.
-        let piggybacked_only =
-            x.client_type == MessageType::Con && !x.client_acked && x.last_notification.is_none();
+        let piggybacked_only = x.reply == Reply::Piggyback && x.last_notification.is_none();
         let holds = match piggybacked_only {
             true => {
                 self.clients.release(x.client_slot);

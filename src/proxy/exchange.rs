@@ -128,6 +128,19 @@ impl Deadlines {
     }
 }
 
+/// How the client's request gets its answer (RFC 7252 §5.2); it decides the answer's type
+/// and Message ID. Only a CON moves, once, from `Piggyback` to `Separate`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reply {
+    /// A CON not acknowledged yet: the answer rides on its ACK, with the client's MID (§5.2.1).
+    Piggyback,
+    /// A CON we acknowledged with an empty ACK: the answer travels as a separate CON with a
+    /// MID of ours (§5.2.2).
+    Separate,
+    /// A NON: the answer is a NON with a MID of ours (§5.2.3); nothing is acknowledged.
+    Non,
+}
+
 /// A confirmable message to the client being retransmitted until ACK or RST (RFC 7252 §4.2).
 #[derive(Debug)]
 pub struct ClientDelivery {
@@ -146,7 +159,8 @@ pub struct Exchange {
     pub client_slot: ClientSlot,
     pub client_mid: u16,
     pub client_token: CoapToken,
-    pub client_type: MessageType,
+    /// Piggybacked, separate or NON: see [`Reply`].
+    pub reply: Reply,
     pub upstream: UpstreamId,
     /// The endpoint the request left from: its answers, ACKs and notifications come back there.
     pub endpoint: EndpointId,
@@ -164,8 +178,6 @@ pub struct Exchange {
     /// first send and once no copy will go upstream again. A boxed slice: exactly its length,
     /// no spare capacity, no capacity word (and `None` costs nothing: the pointer's niche).
     pub request: Option<Box<[u8]>>,
-    /// An empty ACK went to the client, so the answer must travel separately (RFC 7252 §5.2.2).
-    pub client_acked: bool,
     /// The latest answer sent to the client, kept when it may be sent again (a CON being
     /// retransmitted, an observation's latest notification) and given to the answer cache
     /// when the exchange leaves; `None` while there is none to repeat.
@@ -200,7 +212,10 @@ impl Exchange {
             client_slot,
             client_mid,
             client_token,
-            client_type,
+            reply: match client_type {
+                MessageType::Con => Reply::Piggyback,
+                _ => Reply::Non,
+            },
             upstream,
             endpoint,
             upstream_mid: None,
@@ -208,7 +223,6 @@ impl Exchange {
             non_idempotent,
             attempts: 0,
             request: None,
-            client_acked: false,
             answer: None,
             delivery: None,
             non_mid: None,
