@@ -25,11 +25,15 @@
 //! - [`http1`] and [`metrics`]: a small HTTP/1.1 server core, and the Prometheus `/metrics` and
 //!   `/healthz` endpoint built on it.
 //! - [`net`]: socket helpers: dual-stack listeners, flushing a core's output.
-//! - [`stats`] and [`timer_bench`]: latency summaries and the timer-precision benchmark.
-//! - [`relay`] and [`loadgen`]: the stateless UDP relay and the CoAP load generator and
-//!   upstream that the proxy throughput benchmark (`benches/proxy_throughput.rs`) uses.
-//! - [`cli`]: the `backoffd` command line and the `serve --config` file format.
-//! - [`demo`]: `backoffd demo`: every component on loopback, with its results checked.
+//! - [`stats`]: latency summaries and histograms.
+//! - [`relay`]: the stateless UDP relay, the proxy benchmark's baseline, as a component.
+//!
+//! Not library API, and so left out of these docs: the application (`cli`: the command line
+//! and the `serve --config` format; `demo`: every component on loopback, checked) and the
+//! bench and test support (`loadgen`: the CoAP load generator and fast upstream;
+//! `timer_bench`: the timer-precision harness). They stay public only because the three
+//! binaries, the benches and the fuzz targets (which fuzz the flag and config parsers) are
+//! separate crates that call them.
 //!
 //! # Plugging into the reactor
 //!
@@ -92,12 +96,15 @@
     )
 )]
 
+#[doc(hidden)]
 pub mod cli;
 pub mod coap;
+#[doc(hidden)]
 pub mod demo;
 pub mod grpc;
 pub mod http1;
 pub mod http2;
+#[doc(hidden)]
 pub mod loadgen;
 pub mod metrics;
 pub mod net;
@@ -110,4 +117,5 @@ pub mod stats;
 mod test_support;
 pub mod time;
 pub mod timer;
+#[doc(hidden)]
 pub mod timer_bench;
