@@ -60,6 +60,35 @@ pub trait StreamCore: Outbox {
     fn handle_timeout(&mut self, now: Timestamp);
 }
 
+/// Implements [`Outbox`] and [`StreamCore`] for a sans-IO core whose own methods already
+/// have those names and signatures (the gRPC client and server connections): the core stays
+/// free of the driver's traits, and the adapter is written once.
+macro_rules! stream_core_by_inherent_methods {
+    ($core:ty) => {
+        impl $crate::net::Outbox for $core {
+            fn pending_output(&self) -> &[u8] {
+                <$core>::pending_output(self)
+            }
+            fn consume_output(&mut self, now: $crate::time::Timestamp, n: usize) {
+                <$core>::consume_output(self, now, n)
+            }
+        }
+
+        impl $crate::reactor::stream::StreamCore for $core {
+            fn handle_input(&mut self, now: $crate::time::Timestamp, data: &[u8]) {
+                <$core>::handle_input(self, now, data)
+            }
+            fn poll_timeout(&self) -> Option<$crate::time::Timestamp> {
+                <$core>::poll_timeout(self)
+            }
+            fn handle_timeout(&mut self, now: $crate::time::Timestamp) {
+                <$core>::handle_timeout(self, now)
+            }
+        }
+    };
+}
+pub(crate) use stream_core_by_inherent_methods;
+
 /// One TCP connection driven for a component: the socket, its registration and key, the
 /// core, and the driver's bookkeeping. The key is the component's (see [`Ctx::register`]):
 /// the registration's and the timer's, so both map straight back to this connection.

@@ -45,10 +45,8 @@ use crate::grpc::client::{ClientConnection, ClientEvent};
 use crate::grpc::proto::testing::{Empty, ReconnectInfo, ReconnectParams};
 use crate::grpc::status::{Code, Status};
 use crate::http2;
-use crate::net::Outbox;
-use crate::reactor::stream::{Stream, StreamCore, READ_CHUNK};
+use crate::reactor::stream::{Stream, READ_CHUNK};
 use crate::reactor::{Component, Ctx, Readiness, TimerSlot};
-use crate::time::Timestamp;
 use crate::timer::TimerId;
 
 const START_PATH: &str = "/grpc.testing.ReconnectService/Start";
@@ -617,23 +615,4 @@ impl Component for ReconnectClient {
     }
 }
 
-impl Outbox for ClientConnection {
-    fn pending_output(&self) -> &[u8] {
-        ClientConnection::pending_output(self)
-    }
-    fn consume_output(&mut self, now: Timestamp, n: usize) {
-        ClientConnection::consume_output(self, now, n)
-    }
-}
-
-impl StreamCore for ClientConnection {
-    fn handle_input(&mut self, now: Timestamp, data: &[u8]) {
-        ClientConnection::handle_input(self, now, data)
-    }
-    fn poll_timeout(&self) -> Option<Timestamp> {
-        ClientConnection::poll_timeout(self)
-    }
-    fn handle_timeout(&mut self, now: Timestamp) {
-        ClientConnection::handle_timeout(self, now)
-    }
-}
+crate::reactor::stream::stream_core_by_inherent_methods!(ClientConnection);

@@ -24,8 +24,8 @@ use crate::grpc::proto::testing::{Empty, ReconnectParams};
 use crate::grpc::server::{Request, ServerConnection, ServerEvent};
 use crate::grpc::status::{Code, Status};
 use crate::metrics::{MetricsSource, MetricsWriter};
-use crate::net::{listen_dual_stack, unmap, Outbox};
-use crate::reactor::stream::{Stream, StreamCore, READ_CHUNK};
+use crate::net::{listen_dual_stack, unmap};
+use crate::reactor::stream::{Stream, READ_CHUNK};
 use crate::reactor::{Component, Ctx, Readiness, Registration};
 use crate::time::Timestamp;
 use crate::timer::TimerId;
@@ -430,26 +430,7 @@ impl MetricsSource for ReconnectServer {
     }
 }
 
-impl Outbox for ServerConnection {
-    fn pending_output(&self) -> &[u8] {
-        ServerConnection::pending_output(self)
-    }
-    fn consume_output(&mut self, now: Timestamp, n: usize) {
-        ServerConnection::consume_output(self, now, n)
-    }
-}
-
-impl StreamCore for ServerConnection {
-    fn handle_input(&mut self, now: Timestamp, data: &[u8]) {
-        ServerConnection::handle_input(self, now, data)
-    }
-    fn poll_timeout(&self) -> Option<Timestamp> {
-        ServerConnection::poll_timeout(self)
-    }
-    fn handle_timeout(&mut self, now: Timestamp) {
-        ServerConnection::handle_timeout(self, now)
-    }
-}
+crate::reactor::stream::stream_core_by_inherent_methods!(ServerConnection);
 
 /// A control connection's registration and timer key, from its slab index.
 fn conn_key(slot: usize) -> u32 {
