@@ -1,6 +1,6 @@
 //! CoAP proxy throughput and added latency on loopback, side by side in one run.
 //!
-//! One thread on CPU 0 runs the load generator and a fast upstream (`backoffd::loadgen`,
+//! One thread on CPU 0 runs the load generator and a fast upstream (`benches/loadgen/`,
 //! batched system calls); the system under test runs alone on CPU 1:
 //!
 //! - `direct`: no proxy, the generator talks to the upstream (the harness's own limit);
@@ -30,6 +30,12 @@
 //! default 2), ROUNDS (default 3), FIFO_PRIORITY=P (run targets under SCHED_FIFO, root),
 //! BASELINE_BIN=path (adds `baseline` and `baseline-fwd`: another backoffd build, same flags).
 
+// The load generator is benchmark support, shared with tests, not library API; each user
+// takes part of it.
+#[allow(dead_code, unused_imports)]
+#[path = "loadgen/mod.rs"]
+mod loadgen;
+
 use std::collections::HashSet;
 use std::fs::{self, File};
 use std::net::{SocketAddr, TcpListener, UdpSocket};
@@ -39,7 +45,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use backoffd::coap::option::{PROXY_URI, URI_PATH};
-use backoffd::loadgen::{self, FastUpstream, LoadReport, LoadSpec, MidCounts, Offered};
+use loadgen::{FastUpstream, LoadReport, LoadSpec, MidCounts, Offered};
 
 /// Where the system under test runs; the harness takes CPU 0.
 const TARGET_CPU: usize = 1;

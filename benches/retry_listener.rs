@@ -16,7 +16,7 @@
 //! measuring session and Stop would end it, so neither can be the load.
 //!
 //! Both sides read `CLOCK_MONOTONIC` ([`Timestamp::now`]), so the differences need no clock
-//! sync. The server logs like a user's would (`backoffd::cli::init_logging`: `info` unless
+//! sync. The server logs like a user's would (as `backoffd`'s `init_logging` does: `info` unless
 //! `RUST_LOG` says otherwise, to stderr): redirect stderr to keep the report readable.
 //!
 //! Run: `cargo bench --bench retry_listener 2>retry_listener.log`
@@ -25,6 +25,11 @@
 //! busy client keeps in flight, default 8), FIFO_PRIORITY (run the server thread under
 //! SCHED_FIFO at this priority, needs CAP_SYS_NICE: separates the server's own latency from
 //! queueing behind other processes on a shared machine; default off, as users run it).
+
+// The timer-precision harness is the `timer-bench` command's, built in from the binary's source.
+#[allow(dead_code)]
+#[path = "../src/cli/timer_bench/harness.rs"]
+mod timer_bench;
 
 use std::io::{self, Read};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -44,9 +49,9 @@ use backoffd::reconnect::ServiceConfig;
 use backoffd::stats::Summary;
 use backoffd::time::Timestamp;
 use backoffd::timer::TimerId;
-use backoffd::timer_bench::set_fifo_priority;
 use mio::Interest;
 use prost::Message as _;
+use timer_bench::set_fifo_priority;
 
 const START: &str = "/grpc.testing.ReconnectService/Start";
 /// Answered at once with UNIMPLEMENTED and touches no session state: safe as background load.
@@ -648,7 +653,10 @@ fn timestamps(name: &str, opts: &Options, place: Placement, busy: bool, pace: Du
 // Report
 
 fn main() {
-    backoffd::cli::init_logging();
+    // Logs like `backoffd` does (src/cli/mod.rs `init_logging`).
+    let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
+        .format_timestamp_micros()
+        .try_init();
     let opts = Options::from_env();
     let place = Placement::choose();
     // The main thread is the retry-port client (and the Start client); spawned threads

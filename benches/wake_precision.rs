@@ -5,13 +5,18 @@
 //! Run: `cargo bench --bench wake_precision` (env TIMERS=N to change samples per source,
 //! FIFO_PRIORITY=P to run under SCHED_FIFO like cyclictest -p, which needs root).
 
+// The timer-precision harness is the `timer-bench` command's, built in from the binary's source.
+#[allow(dead_code)]
+#[path = "../src/cli/timer_bench/harness.rs"]
+mod timer_bench;
+
 use std::time::{Duration, Instant};
 
 use backoffd::reactor::WakeMode;
 use backoffd::stats::Summary;
-use backoffd::timer_bench::{self, Options};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
+use timer_bench::Options;
 
 const ROUND: usize = 500;
 

@@ -28,12 +28,9 @@
 //! - [`stats`]: latency summaries and histograms.
 //! - [`relay`]: the stateless UDP relay, the proxy benchmark's baseline, as a component.
 //!
-//! Not library API, and so left out of these docs: the application (`cli`: the command line
-//! and the `serve --config` format; `demo`: every component on loopback, checked) and the
-//! bench and test support (`loadgen`: the CoAP load generator and fast upstream;
-//! `timer_bench`: the timer-precision harness). They stay public only because the three
-//! binaries, the benches and the fuzz targets (which fuzz the flag and config parsers) are
-//! separate crates that call them.
+//! Not in the library: the application is the binaries' (`src/cli/`: the command line, the
+//! `serve --config` format, the demo and timer-bench), and the benchmarks' load generator
+//! lives with them (`benches/loadgen/`). Both drive this library through its public API only.
 //!
 //! # Plugging into the reactor
 //!
@@ -96,16 +93,10 @@
     )
 )]
 
-#[doc(hidden)]
-pub mod cli;
 pub mod coap;
-#[doc(hidden)]
-pub mod demo;
 pub mod grpc;
 pub mod http1;
 pub mod http2;
-#[doc(hidden)]
-pub mod loadgen;
 pub mod metrics;
 pub mod net;
 pub mod proxy;
@@ -117,5 +108,3 @@ pub mod stats;
 mod test_support;
 pub mod time;
 pub mod timer;
-#[doc(hidden)]
-pub mod timer_bench;

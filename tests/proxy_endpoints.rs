@@ -4,6 +4,12 @@
 
 mod common;
 
+// The load generator is benchmark support, shared with tests, not library API; each user
+// takes part of it.
+#[allow(dead_code, unused_imports)]
+#[path = "../benches/loadgen/mod.rs"]
+mod loadgen;
+
 use std::collections::{HashMap, VecDeque};
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -13,9 +19,9 @@ use std::time::{Duration, Instant};
 
 use backoffd::coap::option::URI_PATH;
 use backoffd::coap::{Code, Message, MessageBuilder, MessageType};
-use backoffd::loadgen::{self, FastUpstream, LoadSpec, Offered};
 use common::exposition::scrape;
 use common::Daemon;
+use loadgen::{FastUpstream, LoadSpec, Offered};
 
 /// Starts `backoffd proxy` in front of `upstream` with default flags (and metrics).
 fn default_proxy(upstream: SocketAddr) -> (Daemon, SocketAddr, SocketAddr) {

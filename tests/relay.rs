@@ -3,12 +3,18 @@
 
 mod common;
 
+// The load generator is benchmark support, shared with tests, not library API; each user
+// takes part of it.
+#[allow(dead_code, unused_imports)]
+#[path = "../benches/loadgen/mod.rs"]
+mod loadgen;
+
 use std::process::Command;
 use std::time::Duration;
 
 use backoffd::coap::option::URI_PATH;
-use backoffd::loadgen::{self, FastUpstream, LoadSpec, Offered};
 use common::Daemon;
+use loadgen::{FastUpstream, LoadSpec, Offered};
 
 #[test]
 fn the_relay_carries_every_request_and_answer() {

@@ -1,12 +1,17 @@
 //! Arbitrary command lines through the real flag parser and every subcommand's parsing and
-//! validation (`backoffd::cli::parse_only`: nothing is bound, read or run), plus each word
+//! validation (`cli::parse_only`: nothing is bound, read or run), plus each word
 //! through the duration parser. Errors are fine; a panic is a bug.
 //!
 //! Input: UTF-8 text. With a NUL byte in it, words are split on NUL (so a word may be empty or
 //! contain spaces); otherwise on whitespace. The first word is the subcommand.
 #![no_main]
 
-use backoffd::cli::parse_only;
+// The command line is the binary's, not the library's: built in here from its source.
+#[allow(dead_code)]
+#[path = "../../src/cli/mod.rs"]
+mod cli;
+
+use cli::parse_only;
 use backoffd::time::parse_duration;
 use libfuzzer_sys::fuzz_target;
 

@@ -4,8 +4,13 @@
 //! configuration) without panicking.
 #![no_main]
 
-use backoffd::cli::check_config_text;
-use backoffd::cli::config_file::parse;
+// The command line is the binary's, not the library's: built in here from its source.
+#[allow(dead_code)]
+#[path = "../../src/cli/mod.rs"]
+mod cli;
+
+use cli::check_config_text;
+use cli::config_file::parse;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -1,11 +1,13 @@
 //! `reconnect_interop_client`: the name existing CI scripts call; same as `backoffd reconnect-client`.
 
+// The application is built in whole, as in `backoffd` (src/main.rs); this binary runs one of
+// its commands, so the rest of it is unused here.
+#[allow(dead_code)]
+#[path = "../cli/mod.rs"]
+mod cli;
+
 fn main() {
-    backoffd::cli::init_logging();
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let code = backoffd::cli::reconnect_client::main(&args).unwrap_or_else(|e| {
-        eprintln!("reconnect_interop_client: {e}");
-        2
-    });
-    std::process::exit(code);
+    let command = cli::reconnect_client::main;
+    std::process::exit(cli::run_alone("reconnect_interop_client", command, &args));
 }

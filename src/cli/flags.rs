@@ -178,7 +178,7 @@ pub struct DurationArg(pub std::time::Duration);
 impl FromStr for DurationArg {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        crate::time::parse_duration(s).map(DurationArg)
+        backoffd::time::parse_duration(s).map(DurationArg)
     }
 }
 

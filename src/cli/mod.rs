@@ -1,12 +1,5 @@
 //! The `backoffd` command line: subcommand dispatch. Each subcommand has its own file.
 
-// I/O module: The command line is the application: it resolves names, reads files and logs.
-#![allow(
-    clippy::disallowed_methods,
-    clippy::disallowed_types,
-    clippy::disallowed_macros
-)]
-
 pub mod config_file;
 mod demo;
 pub mod flags;
@@ -21,10 +14,10 @@ use std::cell::RefCell;
 use std::net::SocketAddr;
 use std::rc::Rc;
 
-use crate::metrics::{MetricsConfig, MetricsServer, MetricsSource, MetricsSources};
-use crate::net::{raise_fd_limit, FdLimit};
-use crate::proxy::ProxyConfig;
-use crate::reactor::{Component, Reactor};
+use backoffd::metrics::{MetricsConfig, MetricsServer, MetricsSource, MetricsSources};
+use backoffd::net::{raise_fd_limit, FdLimit};
+use backoffd::proxy::ProxyConfig;
+use backoffd::reactor::{Component, Reactor};
 use flags::{Flags, UsageError};
 
 const HELP: &str = "\
@@ -46,44 +39,50 @@ Commands:
 Run `backoffd <command> --help` for a command's options.
 ";
 
+/// A subcommand: its arguments (after its name) in, the process exit code out.
+type Command = fn(&[String]) -> Result<i32, UsageError>;
+
+/// The subcommand called `name`, if there is one.
+fn command(name: &str) -> Option<Command> {
+    Some(match name {
+        "demo" => demo::main,
+        "proxy" => proxy::main,
+        "reconnect-client" => reconnect_client::main,
+        "reconnect-server" => reconnect_server::main,
+        "relay" => relay::main,
+        "serve" => serve::main,
+        "timer-bench" => timer_bench::main,
+        _ => return None,
+    })
+}
+
 /// Runs the `backoffd` command line; returns the process exit code.
 pub fn main(args: &[String]) -> i32 {
-    init_logging();
-    let (command, rest) = match args.get(1) {
-        Some(c) => (c.as_str(), &args[2..]),
-        None => {
-            eprint!("{HELP}");
-            return 2;
-        }
+    let Some(name) = args.get(1) else {
+        eprint!("{HELP}");
+        return 2;
     };
-    let result = match command {
-        "demo" => demo::main(rest),
-        "proxy" => proxy::main(rest),
-        "reconnect-client" => reconnect_client::main(rest),
-        "reconnect-server" => reconnect_server::main(rest),
-        "relay" => relay::main(rest),
-        "serve" => serve::main(rest),
-        "timer-bench" => timer_bench::main(rest),
-        "-h" | "--help" | "help" => {
-            print!("{HELP}");
-            Ok(0)
-        }
-        "-V" | "--version" => {
-            println!("backoffd {}", env!("CARGO_PKG_VERSION"));
-            Ok(0)
-        }
-        other => Err(UsageError(format!(
-            "unknown command {other:?} (see backoffd --help)"
-        ))),
-    };
-    result.unwrap_or_else(|e| {
-        match command {
-            "demo" | "proxy" | "reconnect-client" | "reconnect-server" | "relay" | "serve"
-            | "timer-bench" => {
-                eprintln!("backoffd {command}: {e}")
+    match name.as_str() {
+        "-h" | "--help" | "help" => print!("{HELP}"),
+        "-V" | "--version" => println!("backoffd {}", env!("CARGO_PKG_VERSION")),
+        _ => match command(name) {
+            Some(run) => return run_alone(&format!("backoffd {name}"), run, &args[2..]),
+            None => {
+                eprintln!("backoffd: unknown command {name:?} (see backoffd --help)");
+                return 2;
             }
-            _ => eprintln!("backoffd: {e}"),
-        }
+        },
+    }
+    0
+}
+
+/// Runs one command as a program of its own (`backoffd demo`, or an interop binary): `args`
+/// without the program and command names; returns the process exit code. A usage error is
+/// one line on stderr, prefixed with `program`, and exit code 2.
+pub fn run_alone(program: &str, command: Command, args: &[String]) -> i32 {
+    init_logging();
+    command(args).unwrap_or_else(|e| {
+        eprintln!("{program}: {e}");
         2
     })
 }
@@ -92,7 +91,9 @@ pub fn main(args: &[String]) -> i32 {
 /// without running anything: no socket is bound, no file read (`serve --config` fails), no
 /// process setting changed. Host names are resolved as [`main`] would, except in a
 /// `cfg(fuzzing)` build, which accepts only literal addresses and `localhost` (no DNS while
-/// fuzzing). The `cli_flags` fuzz target drives this; it must never panic.
+/// fuzzing). The `cli_flags` fuzz target drives this; it must never panic. Only the fuzz
+/// targets and the tests build it.
+#[cfg(any(test, fuzzing))]
 pub fn parse_only(args: &[String]) -> Result<(), UsageError> {
     let Some(command) = args.get(1) else {
         return Ok(());
@@ -121,7 +122,9 @@ pub fn parse_only(args: &[String]) -> Result<(), UsageError> {
 
 /// Validates the text of a `serve --config` file the way `backoffd serve --config PATH
 /// --check-config` does (`path` only names the file in messages). Host names are resolved as
-/// in [`parse_only`]. The `config_file` fuzz target drives this; it must never panic.
+/// in [`parse_only`]. The `config_file` fuzz target drives this; it must never panic. Only
+/// the fuzz targets and the tests build it.
+#[cfg(any(test, fuzzing))]
 pub fn check_config_text(path: &str, text: &str) -> Result<(), UsageError> {
     serve::plan_from_text(path, text).map(drop)
 }

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use super::flags::{switch, value, DurationArg, Flags, Parsed, Spec, UsageError};
 use super::resolve;
-use crate::proxy::{AllowedTarget, ProxyComponent, ProxyConfig, RetryPolicy, Routing};
-use crate::reactor::{self, Reactor, WakeMode};
+use backoffd::proxy::{AllowedTarget, ProxyComponent, ProxyConfig, RetryPolicy, Routing};
+use backoffd::reactor::{self, Reactor, WakeMode};
 
 pub const HELP: &str = "\
 Usage: backoffd proxy --upstream HOST:PORT [options]

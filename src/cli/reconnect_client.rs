@@ -5,8 +5,8 @@ use std::time::Duration;
 use rand::{Rng, SeedableRng};
 
 use super::flags::{value, Flags, Parsed, Spec, UsageError};
-use crate::reactor::{self, Reactor, WakeMode};
-use crate::reconnect::client::{resolve, ClientConfig, ReconnectClient};
+use backoffd::reactor::{self, Reactor, WakeMode};
+use backoffd::reconnect::client::{resolve, ClientConfig, ReconnectClient};
 
 /// The `--help` text of the reconnect interop client.
 pub const HELP: &str = "\

@@ -5,9 +5,9 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use super::flags::{value, DurationArg, Flags, Parsed, Spec, UsageError};
-use crate::reactor::{self, Reactor, WakeMode};
-use crate::reconnect::server::{ReconnectServer, ServerConfig};
-use crate::reconnect::ServiceConfig;
+use backoffd::reactor::{self, Reactor, WakeMode};
+use backoffd::reconnect::server::{ReconnectServer, ServerConfig};
+use backoffd::reconnect::ServiceConfig;
 
 /// The `--help` text of the reconnect interop server.
 pub const HELP: &str = "\
@@ -76,7 +76,7 @@ pub fn parse(args: &[String]) -> Result<Parsed<ServerArgs>, UsageError> {
         service: ServiceConfig {
             min_intervals: flags.get_or("min_intervals", 0)?,
         },
-        http2: crate::http2::Config::default(),
+        http2: backoffd::http2::Config::default(),
     };
     let drain = flags
         .get_or("drain", DurationArg(Duration::from_secs(2)))?

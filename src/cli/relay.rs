@@ -3,8 +3,8 @@
 use std::net::SocketAddr;
 
 use super::flags::{value, Flags, Parsed, Spec, UsageError};
-use crate::reactor::{self, Reactor};
-use crate::relay::Relay;
+use backoffd::reactor::{self, Reactor};
+use backoffd::relay::Relay;
 
 const HELP: &str = "\
 Usage: backoffd relay --listen HOST:PORT --upstream HOST:PORT

@@ -6,10 +6,10 @@ use std::time::Duration;
 use super::config_file::{self, Section};
 use super::flags::{switch, value, DurationArg, Flags, Parsed, Spec, UsageError};
 use super::proxy::{config_from_flags as proxy_config, SPEC as PROXY_SPEC};
-use crate::proxy::{ProxyComponent, ProxyConfig};
-use crate::reactor::{self, Component, Reactor, WakeMode};
-use crate::reconnect::server::{ReconnectServer, ServerConfig};
-use crate::reconnect::ServiceConfig;
+use backoffd::proxy::{ProxyComponent, ProxyConfig};
+use backoffd::reactor::{self, Component, Reactor, WakeMode};
+use backoffd::reconnect::server::{ReconnectServer, ServerConfig};
+use backoffd::reconnect::ServiceConfig;
 
 pub const HELP: &str = "\
 Usage: backoffd serve [part flags] [--metrics ADDR]
@@ -214,7 +214,7 @@ fn reconnect_config(flags: &Flags) -> Result<ServerConfig, UsageError> {
         service: ServiceConfig {
             min_intervals: flags.get_or("min_intervals", 0)?,
         },
-        http2: crate::http2::Config::default(),
+        http2: backoffd::http2::Config::default(),
     })
 }
 

@@ -12,11 +12,11 @@ use mio::net::UdpSocket;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use crate::coap::option::URI_PATH;
-use crate::coap::{empty_ack, Code, Message, MessageBuilder, MessageType};
-use crate::reactor::datagram::{Datagram, Received};
-use crate::reactor::{Component, Ctx, Readiness};
-use crate::timer::TimerId;
+use backoffd::coap::option::URI_PATH;
+use backoffd::coap::{empty_ack, Code, Message, MessageBuilder, MessageType};
+use backoffd::reactor::datagram::{Datagram, Received};
+use backoffd::reactor::{Component, Ctx, Readiness};
+use backoffd::timer::TimerId;
 
 /// First retransmission timeout of the demo client (RFC 7252 uses 2-3 s).
 const ACK_TIMEOUT: Duration = Duration::from_millis(300);

@@ -1,35 +1,19 @@
-//! `backoffd demo`: everything backoffd does, on loopback, with no setup, in well under a
-//! minute. It runs the real components on the real reactor and checks what they did.
-//!
-//! Phase 1 (CoAP): the proxy in front of a deliberately lossy upstream; a client sends a burst
-//! of requests. Checked: every request got one final answer, no request was executed twice.
-//! Phase 2 (backoff): the reconnect interop server and client in one reactor, with a short
-//! maximum backoff. Checked: the server's verdict is `passed`.
-//! Phase 3 (timers): a short timer-bench of the reactor's precise wake-ups.
-
-// I/O module: The demo runs real sockets on loopback and reports what it saw.
-#![allow(
-    clippy::disallowed_methods,
-    clippy::disallowed_types,
-    clippy::disallowed_macros
-)]
-
-mod burst;
-mod upstream;
+//! The demo's three phases, each on its own reactor, each returning what it measured for
+//! [`super`] to check and print.
 
 use std::cell::RefCell;
 use std::io;
 use std::rc::Rc;
 use std::time::Duration;
 
-use crate::coap::Code;
-use crate::proxy::{Counters, ProxyComponent, ProxyConfig, RetryPolicy, Routing};
-use crate::reactor::{self, Reactor};
-use crate::reconnect::client::{ClientConfig, ReconnectClient};
-use crate::reconnect::server::{ReconnectServer, ServerConfig};
-use crate::reconnect::ServiceConfig;
-pub use burst::{BurstClient, BurstOutcome};
-pub use upstream::{LossyUpstream, UpstreamLedger};
+use super::burst::{BurstClient, BurstOutcome};
+use super::upstream::{LossyUpstream, UpstreamLedger};
+use backoffd::coap::Code;
+use backoffd::proxy::{Counters, ProxyComponent, ProxyConfig, RetryPolicy, Routing};
+use backoffd::reactor::{self, Reactor};
+use backoffd::reconnect::client::{ClientConfig, ReconnectClient};
+use backoffd::reconnect::server::{ReconnectServer, ServerConfig};
+use backoffd::reconnect::ServiceConfig;
 
 /// What phase 1 measured.
 #[derive(Debug)]
@@ -152,7 +136,7 @@ pub fn run_backoff_phase(
         control_port: 0,
         retry_port,
         service: ServiceConfig::default(),
-        http2: crate::http2::Config::default(),
+        http2: backoffd::http2::Config::default(),
     })?;
     let control_port = server.control_addr()?.port();
     let (client, outcome) = ReconnectClient::new(ClientConfig {

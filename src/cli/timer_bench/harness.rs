@@ -12,9 +12,9 @@ use std::time::Duration;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use crate::reactor::{self, Component, Ctx, Reactor, Readiness, WakeMode};
-use crate::time::Timestamp;
-use crate::timer::TimerId;
+use backoffd::reactor::{self, Component, Ctx, Reactor, Readiness, WakeMode};
+use backoffd::time::Timestamp;
+use backoffd::timer::TimerId;
 
 /// What to measure.
 #[derive(Clone, Debug)]

@@ -1,11 +1,22 @@
-//! `backoffd demo`: the main job on built-in defaults (see [`crate::demo`]).
+//! `backoffd demo`: everything backoffd does, on loopback, with no setup, in well under a
+//! minute. It runs the real components on the real reactor and checks what they did.
+//!
+//! Phase 1 (CoAP): the proxy in front of a deliberately lossy upstream; a client sends a burst
+//! of requests. Checked: every request got one final answer, no request was executed twice.
+//! Phase 2 (backoff): the reconnect interop server and client in one reactor, with a short
+//! maximum backoff. Checked: the server's verdict is `passed`.
+//! Phase 3 (timers): a short timer-bench of the reactor's precise wake-ups.
+
+mod burst;
+mod phases;
+mod upstream;
 
 use std::time::{Duration, Instant};
 
 use super::flags::{value, Flags, Parsed, Spec, UsageError};
-use crate::demo::{run_backoff_phase, run_coap_phase, BackoffReport, CoapReport};
-use crate::stats::Summary;
-use crate::timer_bench::{self, Options};
+use super::timer_bench::harness::{self as timer_bench, Options};
+use backoffd::stats::Summary;
+use phases::{run_backoff_phase, run_coap_phase, BackoffReport, CoapReport};
 
 pub const HELP: &str = "\
 Usage: backoffd demo [options]

@@ -1,9 +1,11 @@
 //! `backoffd timer-bench`: measure wake-up precision of the reactor on this host.
 
+pub mod harness;
+
 use super::flags::{switch, value, DurationArg, Flags, Parsed, Spec, UsageError};
-use crate::reactor::WakeMode;
-use crate::stats::{log2_histogram, Summary};
-use crate::timer_bench::{self, Options};
+use backoffd::reactor::WakeMode;
+use backoffd::stats::{log2_histogram, Summary};
+use harness::{self as timer_bench, Options};
 
 pub const HELP: &str = "\
 Usage: backoffd timer-bench [options]

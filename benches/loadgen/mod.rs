@@ -7,13 +7,6 @@
 //! core, they outrun whatever runs on the other core: the proxy, the relay, or a peer.
 //! `benches/proxy_throughput.rs` builds the published comparison on it.
 
-// I/O module: The benchmark load generator and upstream: sockets and the clock are its job.
-#![allow(
-    clippy::disallowed_methods,
-    clippy::disallowed_types,
-    clippy::disallowed_macros
-)]
-
 mod batch;
 mod upstream;
 
@@ -25,9 +18,9 @@ use std::time::Duration;
 use batch::Batch;
 pub use upstream::{FastUpstream, MidCounts};
 
-use crate::coap::{empty_ack, peek_header, Code, MessageBuilder, MessageType};
-use crate::stats::Summary;
-use crate::time::Timestamp;
+use backoffd::coap::{empty_ack, peek_header, Code, MessageBuilder, MessageType};
+use backoffd::stats::Summary;
+use backoffd::time::Timestamp;
 
 /// How requests are offered.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -367,8 +360,8 @@ fn request_template(spec: &LoadSpec) -> io::Result<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::coap::option::URI_PATH;
-    use crate::coap::Message;
+    use backoffd::coap::option::URI_PATH;
+    use backoffd::coap::Message;
 
     fn spec(target: SocketAddr, confirmable: bool, offered: Offered) -> LoadSpec {
         LoadSpec {

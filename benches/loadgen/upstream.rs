@@ -15,8 +15,8 @@ use std::os::fd::AsRawFd;
 use std::time::Instant;
 
 use super::batch::Batch;
-use crate::coap::params::EXCHANGE_LIFETIME;
-use crate::coap::{peek_header, Code, MessageType, MAX_TOKEN_LEN};
+use backoffd::coap::params::EXCHANGE_LIFETIME;
+use backoffd::coap::{peek_header, Code, MessageType, MAX_TOKEN_LEN};
 
 /// The fast upstream's socket and batches.
 pub struct FastUpstream {
@@ -197,12 +197,12 @@ pub fn answer(request: &[u8], non_mid: u16, out: &mut [u8]) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::coap::{Message, MessageBuilder};
+    use backoffd::coap::{Message, MessageBuilder};
 
     fn request(ty: MessageType, code: Code, mid: u16, token: &[u8]) -> Vec<u8> {
         let mut out = Vec::new();
         let mut b = MessageBuilder::new(&mut out, ty, code, mid, token);
-        b.option(crate::coap::option::URI_PATH, b"x");
+        b.option(backoffd::coap::option::URI_PATH, b"x");
         b.finish().unwrap();
         out
     }
@@ -256,7 +256,7 @@ mod tests {
         let response = request(MessageType::Ack, Code::CONTENT, 1, b"t");
         assert_eq!(answer(&response, 0, &mut out), 0);
         let mut ping = Vec::new();
-        crate::coap::empty_ack(&mut ping, 9);
+        backoffd::coap::empty_ack(&mut ping, 9);
         assert_eq!(answer(&ping, 0, &mut out), 0);
         assert_eq!(answer(&[0x40], 0, &mut out), 0);
         assert_eq!(answer(&[], 0, &mut out), 0);
