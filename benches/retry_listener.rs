@@ -45,7 +45,6 @@ use backoffd::grpc::proto::testing::ReconnectParams;
 use backoffd::grpc::status::{Code, Status};
 use backoffd::reactor::{self, Component, Ctx, Reactor, Readiness, WakeMode};
 use backoffd::reconnect::server::{ReconnectServer, ServerConfig};
-use backoffd::reconnect::ServiceConfig;
 use backoffd::stats::Summary;
 use backoffd::time::Timestamp;
 use backoffd::timer::TimerId;
@@ -233,13 +232,8 @@ impl Server {
             if let Some(priority) = fifo {
                 set_fifo_priority(priority).expect("SCHED_FIFO (needs CAP_SYS_NICE)");
             }
-            let server = ReconnectServer::bind(ServerConfig {
-                control_port: 0,
-                retry_port,
-                service: ServiceConfig::default(),
-                http2: backoffd::http2::Config::default(),
-            })
-            .expect("bind the control port");
+            let server = ReconnectServer::bind(ServerConfig::new(0, retry_port))
+                .expect("bind the control port");
             tx.send(server.control_addr().unwrap().port()).unwrap();
             run_until_stopped(server, stop_peer)
         });

@@ -138,8 +138,8 @@ fn get(ty: MessageType, mid: u16, token: &[u8]) -> Vec<u8> {
 }
 
 /// A well-behaved client (one request at a time, CON, retransmitted as RFC 7252 §4.2 says
-/// but faster) until `stop`; returns its requests' outcomes by code (`None`: unanswered) and
-/// their round trips.
+/// but faster, and a separate response awaited after an empty ACK, §5.2.2) until `stop`;
+/// returns its requests' outcomes by code (`None`: unanswered) and their round trips.
 fn polite_client(
     proxy: SocketAddr,
     stop: Arc<AtomicBool>,
@@ -155,14 +155,26 @@ fn polite_client(
         mid = mid.wrapping_add(1);
         let sent = Instant::now();
         let request = get(MessageType::Con, mid, &mid.to_be_bytes());
-        let mut answer = None;
+        let (mut answer, mut acked) = (None, false);
         'attempts: for _ in 0..8 {
-            socket.send_to(&request, proxy).unwrap();
+            if !acked {
+                socket.send_to(&request, proxy).unwrap();
+            }
             while let Ok(n) = socket.recv(&mut buf) {
                 let Ok(m) = Message::parse(&buf[..n]) else {
                     continue;
                 };
-                if m.message_id() == mid && m.msg_type() == MessageType::Ack {
+                let ty = m.msg_type();
+                if ty == MessageType::Ack && m.message_id() == mid && m.code() == Code::EMPTY {
+                    acked = true; // The answer comes separately; stop retransmitting.
+                } else if ty == MessageType::Ack && m.message_id() == mid
+                    || ty != MessageType::Ack && m.token() == mid.to_be_bytes()
+                {
+                    if ty == MessageType::Con {
+                        let mut ack = Vec::new();
+                        backoffd::coap::empty_ack(&mut ack, m.message_id());
+                        socket.send_to(&ack, proxy).unwrap();
+                    }
                     answer = Some(m.code());
                     break 'attempts;
                 }

@@ -14,7 +14,6 @@ use std::time::{Duration, Instant};
 use backoffd::reactor::{Config, Reactor, WakeMode};
 use backoffd::reconnect::client::{ClientConfig, Failure, Outcome, ReconnectClient};
 use backoffd::reconnect::server::{ReconnectServer, ServerConfig};
-use backoffd::reconnect::ServiceConfig;
 use common::free_port;
 
 const CLIENT: &str = env!("CARGO_BIN_EXE_reconnect_interop_client");
@@ -320,13 +319,7 @@ fn run_in_process(retry_port: u16, duration: Duration, seed: u64) -> Outcome {
         .is_test(true)
         .filter_level(log::LevelFilter::Info)
         .try_init();
-    let server = ReconnectServer::bind(ServerConfig {
-        control_port: 0,
-        retry_port: 0,
-        service: ServiceConfig { min_intervals: 0 },
-        http2: backoffd::http2::Config::default(),
-    })
-    .unwrap();
+    let server = ReconnectServer::bind(ServerConfig::new(0, 0)).unwrap();
     let control_port = server.control_addr().unwrap().port();
     let (client, outcome) = ReconnectClient::new(ClientConfig {
         server_host: "127.0.0.1".into(),

@@ -24,6 +24,9 @@ Options:
   --retry_port PORT      port the client reconnects to (required, non-zero; bound at first Start)
   --min_intervals N      strict mode: fail a Stop that saw fewer intervals (default 0, like the
                          reference: 0 or 1 connections pass)
+  --max_control_connections N
+                         control-port connections open at once; more are closed at once
+                         (default 64)
   --drain D              on SIGINT/SIGTERM, time to say goodbye (default 2s)
   --wake timerfd|epoll   timer wake-up source (default timerfd)
   --metrics HOST:PORT    serve GET /metrics (Prometheus text) and /healthz over HTTP/1.1 there,
@@ -35,6 +38,7 @@ const SPEC: &[Spec] = &[
     value("control_port"),
     value("retry_port"),
     value("min_intervals"),
+    value("max_control_connections"),
     value("drain"),
     value("wake"),
     value("metrics"),
@@ -57,12 +61,8 @@ pub fn main(args: &[String]) -> Result<i32, UsageError> {
     })
 }
 
-/// Parses and validates the command line; binds nothing.
-pub fn parse(args: &[String]) -> Result<Parsed<ServerArgs>, UsageError> {
-    let flags = Flags::parse(args, SPEC)?;
-    if flags.help {
-        return Ok(Parsed::Help);
-    }
+/// The server's settings from its flags (shared with `serve`'s `[reconnect]` section).
+pub(super) fn config_from_flags(flags: &Flags) -> Result<ServerConfig, UsageError> {
     let control_port = flags.required_port("control_port")?;
     let retry_port = flags.required_port("retry_port")?;
     if control_port == retry_port {
@@ -70,14 +70,24 @@ pub fn parse(args: &[String]) -> Result<Parsed<ServerArgs>, UsageError> {
             "--retry_port must differ from --control_port".into(),
         ));
     }
-    let config = ServerConfig {
-        control_port,
-        retry_port,
+    let defaults = ServerConfig::new(control_port, retry_port);
+    Ok(ServerConfig {
         service: ServiceConfig {
             min_intervals: flags.get_or("min_intervals", 0)?,
+            ..defaults.service
         },
-        http2: backoffd::http2::Config::default(),
-    };
+        max_connections: flags.get_or("max_control_connections", defaults.max_connections)?,
+        ..defaults
+    })
+}
+
+/// Parses and validates the command line; binds nothing.
+pub fn parse(args: &[String]) -> Result<Parsed<ServerArgs>, UsageError> {
+    let flags = Flags::parse(args, SPEC)?;
+    if flags.help {
+        return Ok(Parsed::Help);
+    }
+    let config = config_from_flags(&flags)?;
     let drain = flags
         .get_or("drain", DurationArg(Duration::from_secs(2)))?
         .0;

@@ -9,7 +9,6 @@ use super::proxy::{config_from_flags as proxy_config, SPEC as PROXY_SPEC};
 use backoffd::proxy::{ProxyComponent, ProxyConfig};
 use backoffd::reactor::{self, Component, Reactor, WakeMode};
 use backoffd::reconnect::server::{ReconnectServer, ServerConfig};
-use backoffd::reconnect::ServiceConfig;
 
 pub const HELP: &str = "\
 Usage: backoffd serve [part flags] [--metrics ADDR]
@@ -22,7 +21,7 @@ The simple case is all flags; any part may be left out:
   backoffd serve --listen 0.0.0.0:5683 --upstream 127.0.0.1:5684 \\
                  --control_port 8080 --retry_port 8081 --metrics 127.0.0.1:9102
   proxy part:      every `backoffd proxy` flag (present when --upstream or --forward is given)
-  reconnect part:  --control_port, --retry_port, --min_intervals
+  reconnect part:  --control_port, --retry_port, --min_intervals, --max_control_connections
   metrics part:    --metrics ADDR (GET /metrics, GET /healthz; use a loopback address)
 
 Several proxy routes, each with its own upstream and retry policy, need a config file: sections
@@ -37,11 +36,17 @@ Options:
   -h, --help           this help
 ";
 
-const RECONNECT_KEYS: &[&str] = &["control_port", "retry_port", "min_intervals"];
+const RECONNECT_KEYS: &[&str] = &[
+    "control_port",
+    "retry_port",
+    "min_intervals",
+    "max_control_connections",
+];
 const SERVE_ONLY: &[Spec] = &[
     value("control_port"),
     value("retry_port"),
     value("min_intervals"),
+    value("max_control_connections"),
     value("metrics"),
     value("config"),
     switch("check-config"),
@@ -123,7 +128,7 @@ fn plan_from_flags(flags: &Flags) -> Result<Plan, UsageError> {
             .push((flags.get_or("listen", default_listen())?, config));
     }
     if RECONNECT_KEYS.iter().any(|k| flags.has(k)) {
-        plan.reconnect = Some(reconnect_config(flags)?);
+        plan.reconnect = Some(super::reconnect_server::config_from_flags(flags)?);
     }
     plan.metrics = super::metrics_flag(flags)?;
     Ok(plan)
@@ -157,12 +162,13 @@ pub(super) fn plan_from_text(path: &str, text: &str) -> Result<Plan, UsageError>
                 ));
             }
             "reconnect" => {
-                let flags =
-                    section_flags(section, &SERVE_ONLY[..3], &[]).map_err(|e| at(e.0, &e.1))?;
+                let flags = section_flags(section, &SERVE_ONLY[..RECONNECT_KEYS.len()], &[])
+                    .map_err(|e| at(e.0, &e.1))?;
                 if plan.reconnect.is_some() {
                     return Err(at(section.line, &"only one [reconnect] section"));
                 }
-                plan.reconnect = Some(reconnect_config(&flags).map_err(in_section)?);
+                plan.reconnect =
+                    Some(super::reconnect_server::config_from_flags(&flags).map_err(in_section)?);
             }
             _ => {
                 let flags =
@@ -198,24 +204,6 @@ fn flag_named_in(e: &UsageError) -> String {
                 .collect()
         })
         .unwrap_or_default()
-}
-
-fn reconnect_config(flags: &Flags) -> Result<ServerConfig, UsageError> {
-    let control_port = flags.required_port("control_port")?;
-    let retry_port = flags.required_port("retry_port")?;
-    if control_port == retry_port {
-        return Err(UsageError(
-            "--retry_port must differ from --control_port".into(),
-        ));
-    }
-    Ok(ServerConfig {
-        control_port,
-        retry_port,
-        service: ServiceConfig {
-            min_intervals: flags.get_or("min_intervals", 0)?,
-        },
-        http2: backoffd::http2::Config::default(),
-    })
 }
 
 fn default_listen() -> SocketAddr {

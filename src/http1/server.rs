@@ -221,6 +221,16 @@ impl Http1Connection {
         self.input.len() + self.output.len()
     }
 
+    /// Since when the connection has been idle between requests, if it is: kept alive after
+    /// an answer, with nothing owed, nothing unwritten and no next head begun. A driver at its
+    /// connection cap may close such a connection for a new one (RFC 9112 §9.5: a server may
+    /// close an idle connection at any time; the client retries on a new one).
+    pub fn idle_since(&self) -> Option<Timestamp> {
+        let between = self.head_started.is_none() && self.input.is_empty();
+        let quiet = self.owed.is_empty() && self.refusal.is_none() && !self.stopped;
+        (between && quiet && self.pending_output().is_empty()).then_some(self.last_activity)
+    }
+
     /// Requests parsed and not answered yet.
     pub fn backlog(&self) -> usize {
         self.owed.len()

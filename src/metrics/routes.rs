@@ -90,6 +90,10 @@ pub struct HttpStats {
     pub connections: u64,
     /// Connections closed right after accept because `max_connections` were open.
     pub connections_refused: u64,
+    /// Idle keep-alive connections closed at the cap to make room for a new one.
+    pub idle_closed: u64,
+    /// Failed accepts (e.g. out of descriptors); accepting resumed after a pause.
+    pub accept_failures: u64,
 }
 
 impl HttpStats {
@@ -122,6 +126,16 @@ impl HttpStats {
             "backoffd_http_connections_refused_total",
             "Metrics endpoint connections closed at once: too many open.",
             self.connections_refused,
+        );
+        out.counter(
+            "backoffd_http_connections_idle_closed_total",
+            "Metrics endpoint idle keep-alive connections closed at the cap for a new one.",
+            self.idle_closed,
+        );
+        out.counter(
+            "backoffd_http_accept_failures_total",
+            "Metrics endpoint accepts that failed (e.g. out of descriptors) and paused accepting.",
+            self.accept_failures,
         );
         out.gauge(
             "backoffd_http_connections_open",

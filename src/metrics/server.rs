@@ -18,15 +18,15 @@ use std::net::{Shutdown, SocketAddr};
 use std::time::Duration;
 
 use mio::net::{TcpListener, TcpStream};
-use mio::Interest;
 use slab::Slab;
 
 use super::routes::{route, HttpStats, Reply};
 use super::{write_loop_metrics, MetricsSources, MetricsWriter};
 use crate::http1::{self, Http1Connection};
 use crate::net::Outbox;
+use crate::reactor::listener::Listening;
 use crate::reactor::stream::{Stream, StreamCore, READ_CHUNK};
-use crate::reactor::{Component, Ctx, Readiness, Registration};
+use crate::reactor::{Component, Ctx, Readiness};
 use crate::time::Timestamp;
 use crate::timer::TimerId;
 
@@ -34,6 +34,9 @@ use crate::timer::TimerId;
 pub const DEFAULT_ADDR: &str = "127.0.0.1:9102";
 /// How long a closed connection keeps draining the peer's input.
 const LINGER: Duration = Duration::from_secs(1);
+/// How long a kept-alive connection may wait for its next request. Shorter than HTTP/1.1's
+/// usual minute: a scraper reconnects cheaply, and idle connections hold slots of the cap.
+pub const KEEP_ALIVE_IDLE: Duration = Duration::from_secs(10);
 /// The listener's registration key; connection `i` of the slab has key `i + 1`.
 const LISTENER: u32 = 0;
 
@@ -44,7 +47,8 @@ pub struct MetricsConfig {
     pub addr: SocketAddr,
     /// Limits and timeouts of each HTTP/1.1 connection.
     pub http: http1::Config,
-    /// Connections open at once; more are closed as soon as they are accepted.
+    /// Connections open at once. At the cap, a new connection replaces the one idle the
+    /// longest between requests, or, if none is idle, is closed as soon as it is accepted.
     pub max_connections: usize,
 }
 
@@ -52,7 +56,10 @@ impl Default for MetricsConfig {
     fn default() -> Self {
         MetricsConfig {
             addr: DEFAULT_ADDR.parse().expect("literal"),
-            http: http1::Config::default(),
+            http: http1::Config {
+                idle_timeout: KEEP_ALIVE_IDLE,
+                ..http1::Config::default()
+            },
             max_connections: 64,
         }
     }
@@ -71,6 +78,16 @@ impl Outbox for HttpCore {
     }
     fn consume_output(&mut self, _: Timestamp, n: usize) {
         self.http.consume_output(n)
+    }
+}
+
+impl HttpCore {
+    /// See [`Http1Connection::idle_since`]; a lingering connection is not idle, it is closing.
+    fn idle_since(&self) -> Option<Timestamp> {
+        self.linger_until
+            .is_none()
+            .then(|| self.http.idle_since())
+            .flatten()
     }
 }
 
@@ -101,7 +118,7 @@ impl StreamCore for HttpCore {
 /// The endpoint. See the module docs.
 pub struct MetricsServer {
     config: MetricsConfig,
-    listener: Option<(TcpListener, Option<Registration>)>,
+    listener: Listening,
     conns: Slab<Stream<HttpCore>>,
     /// What a scrape reports besides the loop and this endpoint, in order.
     sources: MetricsSources,
@@ -116,7 +133,7 @@ impl MetricsServer {
         let listener = TcpListener::bind(config.addr)?;
         Ok(MetricsServer {
             config,
-            listener: Some((listener, None)),
+            listener: Listening::Bound(listener),
             conns: Slab::new(),
             sources,
             buf: vec![0; READ_CHUNK],
@@ -126,25 +143,17 @@ impl MetricsServer {
 
     /// The address actually bound (useful with port 0).
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        match &self.listener {
-            Some((l, _)) => l.local_addr(),
-            None => Err(io::ErrorKind::NotConnected.into()),
-        }
+        self.listener.local_addr()
     }
 
     fn accept(&mut self, ctx: &mut Ctx<'_>) {
-        while let Some((listener, _)) = &self.listener {
-            match listener.accept() {
-                Ok((stream, _)) => self.add_conn(ctx, stream),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return log::warn!("metrics accept: {e}"),
-            }
+        while let Some((stream, _)) = self.listener.driven().and_then(|l| l.accept(ctx)) {
+            self.add_conn(ctx, stream);
         }
     }
 
     fn add_conn(&mut self, ctx: &mut Ctx<'_>, stream: TcpStream) {
-        if self.conns.len() >= self.config.max_connections {
+        if self.conns.len() >= self.config.max_connections && !self.close_longest_idle(ctx) {
             self.stats.connections_refused += 1;
             return;
         }
@@ -160,6 +169,21 @@ impl MetricsServer {
         entry.insert(conn);
         self.stats.connections += 1;
         self.pump(ctx, key);
+    }
+
+    /// Makes room at the cap: closes the connection idle the longest between requests, if
+    /// any. Otherwise one scraper's idle keep-alive connections could lock out the next.
+    fn close_longest_idle(&mut self, ctx: &mut Ctx<'_>) -> bool {
+        let idle = self
+            .conns
+            .iter()
+            .filter_map(|(key, c)| Some((c.core().idle_since()?, key)));
+        let Some((_, key)) = idle.min() else {
+            return false;
+        };
+        self.stats.idle_closed += 1;
+        self.remove(ctx, key, "idle, closed for a new connection");
+        true
     }
 
     /// Reads, answers and writes until the connection can make no more progress (or used its
@@ -204,7 +228,9 @@ impl MetricsServer {
         for source in &self.sources {
             source.write_metrics(&mut out);
         }
-        self.stats.write(&mut out, self.conns.len());
+        let mut stats = self.stats.clone();
+        stats.accept_failures = self.listener.failures();
+        stats.write(&mut out, self.conns.len());
         out.finish()
     }
 
@@ -252,15 +278,16 @@ impl MetricsServer {
 impl Component for MetricsServer {
     fn on_start(&mut self, ctx: &mut Ctx<'_>) -> io::Result<()> {
         let addr = self.local_addr()?;
-        if let Some((listener, registration)) = &mut self.listener {
-            *registration = Some(ctx.register(listener, Interest::READABLE, LISTENER)?);
-        }
+        self.listener.start(ctx, LISTENER, "metrics")?;
         log::info!("metrics listening on {addr} (http://{addr}/metrics)");
         Ok(())
     }
 
     fn on_ready(&mut self, ctx: &mut Ctx<'_>, key: u32, ready: Readiness) {
         let Some(slot) = key.checked_sub(1) else {
+            if let Some(listener) = self.listener.driven() {
+                listener.on_ready();
+            }
             return self.accept(ctx);
         };
         let key = slot as usize;
@@ -275,6 +302,9 @@ impl Component for MetricsServer {
 
     fn on_timer(&mut self, ctx: &mut Ctx<'_>, timer: TimerId, key: u32) {
         let Some(key) = key.checked_sub(1).map(|k| k as usize) else {
+            if self.listener.driven().is_some_and(|l| l.on_timer(timer)) {
+                self.accept(ctx);
+            }
             return;
         };
         let Some(conn) = self.conns.get_mut(key) else {
@@ -291,9 +321,7 @@ impl Component for MetricsServer {
 
     /// Stops accepting, then lets every connection finish the answers it owes and close.
     fn on_shutdown(&mut self, ctx: &mut Ctx<'_>) {
-        if let Some((mut listener, Some(registration))) = self.listener.take() {
-            ctx.deregister(&mut listener, registration);
-        }
+        self.listener.close(ctx);
         let keys: Vec<usize> = self.conns.iter().map(|(k, _)| k).collect();
         for key in keys {
             self.conns[key].core_mut().http.close_after_answers();

@@ -51,6 +51,7 @@
 )]
 
 pub mod datagram;
+pub mod listener;
 mod registration;
 mod signals;
 pub mod stream;

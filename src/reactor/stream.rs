@@ -18,6 +18,10 @@
 //! it) while every other connection waits. A stream that stops at its budget still holds a
 //! readable edge the kernel will not report again, so [`Stream::settle`] asks the loop to call
 //! it again on the next turn ([`Ctx::ready_again`]), after the other sources had theirs.
+//!
+//! Write progress: output that waits for the socket while the socket takes nothing for
+//! [`WRITE_STALL_TIMEOUT`] ends the connection ([`Stream::flush`] fails with `TimedOut`). A
+//! peer that never reads would otherwise pin its output buffer, and the connection, forever.
 
 // I/O module: The stream driver: owns a component's TCP socket, reads and writes it.
 #![allow(
@@ -28,6 +32,7 @@
 
 use std::io::{self, Read};
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use mio::net::TcpStream;
 
@@ -41,6 +46,10 @@ use crate::timer::TimerId;
 pub const READ_BUDGET: u32 = 16;
 /// The size of one read; a core bounds what it keeps of it.
 pub const READ_CHUNK: usize = 16 * 1024;
+/// How long output may wait with the socket taking none of it before the connection is
+/// given up. Long enough for a slow reader on a lossy link (TCP's own retransmissions back
+/// off to seconds), short enough that a peer that never reads frees its buffers soon.
+pub const WRITE_STALL_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A sans-IO protocol core behind a byte stream: bytes in, bytes out, one deadline.
 pub trait StreamCore: Outbox {
@@ -107,6 +116,8 @@ pub struct Stream<C> {
     eof: bool,
     /// Reads left in this readiness.
     budget: u32,
+    /// Since when output has waited with the socket taking none of it.
+    stalled_since: Option<Timestamp>,
 }
 
 impl<C: StreamCore> Stream<C> {
@@ -145,6 +156,7 @@ impl<C: StreamCore> Stream<C> {
             readable: !connecting,
             eof: false,
             budget: READ_BUDGET,
+            stalled_since: None,
         })
     }
 
@@ -199,11 +211,32 @@ impl<C: StreamCore> Stream<C> {
     }
 
     /// Writes as much of the core's output as the socket takes (nothing while connecting).
+    /// Fails with `TimedOut` once output has waited [`WRITE_STALL_TIMEOUT`] with the socket
+    /// taking none of it.
     pub fn flush(&mut self, now: Timestamp) -> io::Result<()> {
-        match self.connecting {
-            true => Ok(()),
-            false => flush(now, &mut self.socket, &mut self.core),
+        if self.connecting {
+            return Ok(());
         }
+        let before = self.core.pending_output().len();
+        flush(now, &mut self.socket, &mut self.core)?;
+        let after = self.core.pending_output().len();
+        self.stalled_since = match (after, self.stalled_since) {
+            (0, _) => None,
+            // Something went out: the clock restarts (new output may have been queued too).
+            _ if after < before => Some(now),
+            (_, since) => Some(since.unwrap_or(now)),
+        };
+        match self.write_deadline() {
+            Some(deadline) if now >= deadline => Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("peer read nothing for {} s", WRITE_STALL_TIMEOUT.as_secs()),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    fn write_deadline(&self) -> Option<Timestamp> {
+        self.stalled_since.map(|t| t + WRITE_STALL_TIMEOUT)
     }
 
     /// After the component's work: WRITABLE interest iff output waits (or the connect does),
@@ -213,7 +246,11 @@ impl<C: StreamCore> Stream<C> {
         let wants_write = self.connecting || !self.core.pending_output().is_empty();
         self.interest
             .update(ctx, &mut self.socket, &self.registration, wants_write);
-        self.timer.set(ctx, self.core.poll_timeout(), self.key);
+        let wanted = match (self.core.poll_timeout(), self.write_deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        self.timer.set(ctx, wanted, self.key);
         if self.readable && self.budget == 0 {
             ctx.ready_again(&self.registration);
         }

@@ -14,8 +14,9 @@
 use std::io;
 use std::net::SocketAddr;
 
-use mio::net::TcpListener;
-use mio::Interest;
+use std::time::Duration;
+
+use mio::net::{TcpListener, TcpStream};
 use prost::Message as _;
 use slab::Slab;
 
@@ -25,8 +26,9 @@ use crate::grpc::server::{Request, ServerConnection, ServerEvent};
 use crate::grpc::status::{Code, Status};
 use crate::metrics::{MetricsSource, MetricsWriter};
 use crate::net::{listen_dual_stack, unmap};
+use crate::reactor::listener::{Listener, Listening};
 use crate::reactor::stream::{Stream, READ_CHUNK};
-use crate::reactor::{Component, Ctx, Readiness, Registration};
+use crate::reactor::{Component, Ctx, Readiness};
 use crate::time::Timestamp;
 use crate::timer::TimerId;
 
@@ -48,6 +50,34 @@ pub struct ServerConfig {
     pub service: ServiceConfig,
     /// HTTP/2 settings of control-port connections.
     pub http2: crate::http2::Config,
+    /// Control-port connections open at once; more are closed as soon as they are accepted
+    /// (`--max_control_connections`). The interop client needs one.
+    pub max_connections: usize,
+}
+
+/// How long a control connection with no open stream is kept. A test's control channel is
+/// quiet between Start and Stop for the whole test (the reference's is 540 s), so this is
+/// longer than that; a parked Start is an open stream, never idle.
+pub const CONTROL_IDLE_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// The default [`ServerConfig::max_connections`].
+pub const MAX_CONTROL_CONNECTIONS: usize = 64;
+
+impl ServerConfig {
+    /// The server on these ports with the defaults: the reference's service behaviour,
+    /// HTTP/2 defaults plus [`CONTROL_IDLE_TIMEOUT`], [`MAX_CONTROL_CONNECTIONS`].
+    pub fn new(control_port: u16, retry_port: u16) -> Self {
+        ServerConfig {
+            control_port,
+            retry_port,
+            service: ServiceConfig::default(),
+            http2: crate::http2::Config {
+                idle_timeout: Some(CONTROL_IDLE_TIMEOUT),
+                ..crate::http2::Config::default()
+            },
+            max_connections: MAX_CONTROL_CONNECTIONS,
+        }
+    }
 }
 
 struct ControlConn {
@@ -58,10 +88,9 @@ struct ControlConn {
 /// The reconnect interop server. See the module docs.
 pub struct ReconnectServer {
     config: ServerConfig,
-    control: TcpListener,
-    control_registration: Option<Registration>,
+    control: Listening,
     /// Bound (and registered) at the first Start, like the reference, and kept.
-    retry: Option<(TcpListener, Registration)>,
+    retry: Option<Listener>,
     conns: Slab<ControlConn>,
     service: ReconnectService,
     buf: Vec<u8>,
@@ -73,6 +102,8 @@ pub struct ReconnectServer {
 #[derive(Default)]
 struct ServerStats {
     control_connections: u64,
+    /// Control connections closed at once: `max_connections` were open.
+    control_refused: u64,
     retry_accepts: u64,
     starts: u64,
     stops_passed: u64,
@@ -86,8 +117,7 @@ impl ReconnectServer {
         Ok(ReconnectServer {
             service: ReconnectService::new(config.service),
             config,
-            control,
-            control_registration: None,
+            control: Listening::Bound(control),
             retry: None,
             conns: Slab::new(),
             buf: vec![0; READ_CHUNK],
@@ -110,58 +140,45 @@ impl ReconnectServer {
     }
 
     fn accept_control(&mut self, ctx: &mut Ctx<'_>) {
-        loop {
-            match self.control.accept() {
-                Ok((stream, peer)) => {
-                    let _ = stream.set_nodelay(true);
-                    let grpc = ServerConnection::new(ctx.now(), self.config.http2.clone());
-                    let entry = self.conns.vacant_entry();
-                    let key = entry.key();
-                    let Ok(io) = Stream::accepted(ctx, stream, conn_key(key), grpc) else {
-                        continue;
-                    };
-                    entry.insert(ControlConn {
-                        io,
-                        peer: unmap(peer),
-                    });
-                    self.stats.control_connections += 1;
-                    log::debug!("control connection {key} from {}", unmap(peer));
-                    if self.shutting_down {
-                        self.conns[key].io.core_mut().go_away(ctx.now());
-                    }
-                    self.after_io(ctx, key);
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    log::warn!("control port accept: {e}");
-                    return;
-                }
+        while let Some((stream, peer)) = self.control.driven().and_then(|l| l.accept(ctx)) {
+            if self.conns.len() >= self.config.max_connections {
+                self.stats.control_refused += 1;
+                log::debug!(
+                    "control connection from {} refused: too many open",
+                    unmap(peer)
+                );
+                continue;
             }
+            self.add_control(ctx, stream, unmap(peer));
         }
     }
 
-    /// The retry port: timestamp first, then close, for every pending connection.
-    fn accept_retry(&mut self) {
-        let Some((listener, _)) = &self.retry else {
+    fn add_control(&mut self, ctx: &mut Ctx<'_>, stream: TcpStream, peer: SocketAddr) {
+        let _ = stream.set_nodelay(true);
+        let grpc = ServerConnection::new(ctx.now(), self.config.http2.clone());
+        let entry = self.conns.vacant_entry();
+        let key = entry.key();
+        let Ok(io) = Stream::accepted(ctx, stream, conn_key(key), grpc) else {
             return;
         };
-        loop {
-            match listener.accept() {
-                Ok((stream, peer)) => {
-                    let now = Timestamp::now();
-                    drop(stream);
-                    self.stats.retry_accepts += 1;
-                    for line in self.service.on_retry_connection(now, unmap(peer).ip()) {
-                        log::info!("{line}");
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    log::warn!("retry port accept: {e}");
-                    return;
-                }
+        entry.insert(ControlConn { io, peer });
+        self.stats.control_connections += 1;
+        log::debug!("control connection {key} from {peer}");
+        if self.shutting_down {
+            self.conns[key].io.core_mut().go_away(ctx.now());
+        }
+        self.after_io(ctx, key);
+    }
+
+    /// The retry port: timestamp first, then close, for every pending connection (up to the
+    /// listener's budget; the rest on the loop's next turn).
+    fn accept_retry(&mut self, ctx: &mut Ctx<'_>) {
+        while let Some((stream, peer)) = self.retry.as_mut().and_then(|l| l.accept(ctx)) {
+            let now = Timestamp::now();
+            drop(stream);
+            self.stats.retry_accepts += 1;
+            for line in self.service.on_retry_connection(now, unmap(peer).ip()) {
+                log::info!("{line}");
             }
         }
     }
@@ -291,13 +308,11 @@ impl ReconnectServer {
                 format!("cannot listen on retry port {port}: {e}"),
             )
         };
-        let mut listener = TcpListener::from_std(listen_dual_stack(port).map_err(unavailable)?);
-        let registration = ctx
-            .register(&mut listener, Interest::READABLE, RETRY)
-            .map_err(unavailable)?;
+        let socket = TcpListener::from_std(listen_dual_stack(port).map_err(unavailable)?);
+        let listener = Listener::register(ctx, socket, RETRY, "retry port").map_err(unavailable)?;
         let port = listener.local_addr().map(|a| a.port()).unwrap_or(port);
         log::info!("test tcp server listening on 0.0.0.0:{port}");
-        self.retry = Some((listener, registration));
+        self.retry = Some(listener);
         Ok(())
     }
 
@@ -331,8 +346,7 @@ impl ReconnectServer {
 
 impl Component for ReconnectServer {
     fn on_start(&mut self, ctx: &mut Ctx<'_>) -> io::Result<()> {
-        self.control_registration =
-            Some(ctx.register(&mut self.control, Interest::READABLE, CONTROL)?);
+        self.control.start(ctx, CONTROL, "control port")?;
         let port = self.control.local_addr()?.port();
         log::info!("Server listening on 0.0.0.0:{port}");
         Ok(())
@@ -342,9 +356,17 @@ impl Component for ReconnectServer {
         // Whatever woke us, connections waiting on the retry port are stamped first, so a
         // busy control port does not delay their timestamps (one non-blocking accept). That
         // also serves the retry port's own readiness.
-        self.accept_retry();
+        if let Some(retry) = &mut self.retry {
+            retry.on_ready();
+        }
+        self.accept_retry(ctx);
         match key {
-            CONTROL => self.accept_control(ctx),
+            CONTROL => {
+                if let Some(control) = self.control.driven() {
+                    control.on_ready();
+                }
+                self.accept_control(ctx);
+            }
             RETRY => {}
             _ => {
                 let key = slot_of(key);
@@ -360,6 +382,16 @@ impl Component for ReconnectServer {
     }
 
     fn on_timer(&mut self, ctx: &mut Ctx<'_>, timer: TimerId, key: u32) {
+        match key {
+            CONTROL if self.control.driven().is_some_and(|l| l.on_timer(timer)) => {
+                return self.accept_control(ctx)
+            }
+            RETRY if self.retry.as_mut().is_some_and(|l| l.on_timer(timer)) => {
+                return self.accept_retry(ctx)
+            }
+            CONTROL | RETRY => return,
+            _ => {}
+        }
         let key = slot_of(key);
         let Some(conn) = self.conns.get_mut(key) else {
             return;
@@ -395,6 +427,16 @@ impl MetricsSource for ReconnectServer {
             "backoffd_reconnect_control_connections_total",
             "Control-port connections accepted.",
             s.control_connections,
+        );
+        out.counter(
+            "backoffd_reconnect_control_refused_total",
+            "Control-port connections closed at once: too many open.",
+            s.control_refused,
+        );
+        out.counter(
+            "backoffd_reconnect_accept_failures_total",
+            "Accepts that failed on either port (e.g. out of descriptors) and paused accepting.",
+            self.control.failures() + self.retry.as_ref().map_or(0, Listener::failures),
         );
         out.counter(
             "backoffd_reconnect_retry_accepts_total",
@@ -464,13 +506,7 @@ mod tests {
 
     #[test]
     fn service_accessor_shows_the_live_sessions_timestamps() {
-        let mut server = ReconnectServer::bind(ServerConfig {
-            control_port: 0,
-            retry_port: 0,
-            service: ServiceConfig::default(),
-            http2: crate::http2::Config::default(),
-        })
-        .unwrap();
+        let mut server = ReconnectServer::bind(ServerConfig::new(0, 0)).unwrap();
         assert!(server.service().session().is_none());
         assert!(server.service().timestamps().is_empty());
         let params = ReconnectParams {

@@ -50,10 +50,26 @@ pub struct StopOutcome {
 }
 
 /// Server options beyond the reference's behaviour.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ServiceConfig {
     /// Fail a Stop that saw fewer intervals than this (0 = the reference: 0 or 1 accepts pass).
     pub min_intervals: usize,
+    /// Retry-port accepts recorded per session; more are counted, not kept, and fail the
+    /// verdict. The reference keeps every one, so a connect flood grows it without bound.
+    pub max_accepts: usize,
+}
+
+/// The default [`ServiceConfig::max_accepts`]: a real run makes a few dozen connections
+/// (540 s at the slowest backoff of 1 s is 540), so this is far above any honest client.
+pub const MAX_ACCEPTS: usize = 10_000;
+
+impl Default for ServiceConfig {
+    fn default() -> Self {
+        ServiceConfig {
+            min_intervals: 0,
+            max_accepts: MAX_ACCEPTS,
+        }
+    }
 }
 
 /// The active session: opened by a Start that was answered OK, ended by the next Stop.
@@ -77,8 +93,12 @@ pub struct ReconnectService {
     /// The limit the next Verify uses: the latest session's, kept after its Stop as in the
     /// reference, so a Stop without a session still has one (0 before any Start).
     verify_max_ms: i32,
-    /// Retry-port accepts since the last Start or Stop, in arrival order.
+    /// Retry-port accepts since the last Start or Stop, in arrival order, up to the cap.
     timestamps: Vec<Timestamp>,
+    /// The latest accept (recorded or not), for the next interval's log line.
+    last_accept: Option<Timestamp>,
+    /// Accepts past [`ServiceConfig::max_accepts`] since the last Start or Stop.
+    unrecorded: u64,
     /// `E_i` for the next interval's log line.
     log_expected: ExpectedBackoff,
     /// Host of the first retry-port peer since the last Start or Stop.
@@ -95,6 +115,8 @@ impl ReconnectService {
             waiters: VecDeque::new(),
             verify_max_ms: 0,
             timestamps: Vec::new(),
+            last_accept: None,
+            unrecorded: 0,
             log_expected: ExpectedBackoff::for_log(0),
             first_peer: None,
             shutting_down: false,
@@ -132,11 +154,16 @@ impl ReconnectService {
     /// active session still answers a verdict over whatever the retry port recorded since the
     /// last Start or Stop, with the latest session's limit.
     pub fn stop(&mut self) -> StopOutcome {
-        let verdict = verify(
+        let mut verdict = verify(
             &self.timestamps,
             self.verify_max_ms,
             self.config.min_intervals,
         );
+        if self.unrecorded > 0 {
+            let seen = self.timestamps.len() as u64 + self.unrecorded;
+            verdict.too_many_accepts = Some((seen, self.config.max_accepts));
+            verdict.passed = false;
+        }
         let info = ReconnectInfo {
             passed: verdict.passed,
             backoff_ms: verdict.backoff_ms.clone(),
@@ -174,8 +201,9 @@ impl ReconnectService {
     }
 
     /// A connection was accepted on the retry port at `now` (taken before anything else, then
-    /// closed by the driver). Records the timestamp and returns the reference's log lines: a
-    /// peer-host mismatch, `reconnect server: new connection`, and the new interval's line.
+    /// closed by the driver). Records the timestamp (up to [`ServiceConfig::max_accepts`]; past
+    /// it only counts it) and returns the reference's log lines: a peer-host mismatch,
+    /// `reconnect server: new connection`, and the new interval's line.
     pub fn on_retry_connection(&mut self, now: Timestamp, peer: IpAddr) -> Vec<String> {
         let mut lines = Vec::with_capacity(3);
         // A dual-stack socket shows IPv4 peers as ::ffff:a.b.c.d; compare them as IPv4.
@@ -188,8 +216,8 @@ impl ReconnectService {
             Some(_) => {}
         }
         lines.push("reconnect server: new connection".to_owned());
-        if let Some(&previous) = self.timestamps.last() {
-            let index = self.timestamps.len();
+        if let Some(previous) = self.last_accept {
+            let index = self.timestamps.len() + self.unrecorded as usize;
             let expected = self.log_expected.next().unwrap_or_default();
             lines.push(interval_log_line(
                 index,
@@ -197,7 +225,11 @@ impl ReconnectService {
                 expected,
             ));
         }
-        self.timestamps.push(now);
+        self.last_accept = Some(now);
+        match self.timestamps.len() < self.config.max_accepts {
+            true => self.timestamps.push(now),
+            false => self.unrecorded += 1,
+        }
         lines
     }
 
@@ -245,7 +277,8 @@ impl ReconnectService {
 
     /// Forgets the recorded accepts and the first peer, as the reference's clear_timestamps.
     fn clear(&mut self) {
-        self.timestamps.clear();
+        self.timestamps = Vec::new();
+        (self.last_accept, self.unrecorded) = (None, 0);
         self.first_peer = None;
         self.log_expected = ExpectedBackoff::for_log(self.verify_max_ms);
     }
@@ -280,6 +313,33 @@ mod tests {
         for &t in at_ms {
             s.on_retry_connection(ms(t), LOCALHOST);
         }
+    }
+
+    /// Issue 13 row 13: a connect flood on the retry port grew the timestamp list without
+    /// bound. Past the cap accepts are counted, not kept; the verdict fails and says why, and
+    /// the reference's per-accept lines (with their running index) go on.
+    #[test]
+    fn accepts_past_the_cap_are_counted_not_kept_and_fail_the_verdict() {
+        let mut s = ReconnectService::new(ServiceConfig {
+            max_accepts: 3,
+            ..ServiceConfig::default()
+        });
+        s.start(A, &params(0));
+        accept_at(&mut s, &[0, 1000, 2600]);
+        let lines = s.on_retry_connection(ms(5000), LOCALHOST);
+        assert_eq!(lines[0], "reconnect server: new connection");
+        assert!(lines[1].starts_with("retry  3:"), "{lines:?}");
+        accept_at(&mut s, &[9000]);
+        assert_eq!(s.timestamps().len(), 3, "only the cap is kept");
+        let stop = s.stop();
+        assert!(!stop.info.passed);
+        assert_eq!(stop.info.backoff_ms.len(), 2, "the recorded intervals");
+        assert_eq!(stop.verdict.too_many_accepts, Some((5, 3)));
+        assert!(stop.verdict.reasons()[0].contains("5 retry-port connections"));
+        // The next session starts from nothing.
+        s.start(B, &params(0));
+        accept_at(&mut s, &[0, 1000]);
+        assert!(s.stop().info.passed);
     }
 
     #[test]
@@ -339,7 +399,10 @@ mod tests {
 
     #[test]
     fn strict_minimum_is_applied_at_stop() {
-        let mut s = ReconnectService::new(ServiceConfig { min_intervals: 3 });
+        let mut s = ReconnectService::new(ServiceConfig {
+            min_intervals: 3,
+            ..ServiceConfig::default()
+        });
         s.start(A, &params(0));
         accept_at(&mut s, &[0, 1000]);
         let out = s.stop();

@@ -135,6 +135,9 @@ pub struct Verdict {
     pub out_of_range: Vec<OutOfRange>,
     /// Set when the strict minimum was not met: `(observed, required)` interval counts.
     pub too_few_intervals: Option<(usize, usize)>,
+    /// Set when the retry port saw more connections than the server records:
+    /// `(seen, recorded)`. Only the first `recorded` were verified.
+    pub too_many_accepts: Option<(u64, usize)>,
 }
 
 impl Verdict {
@@ -143,8 +146,12 @@ impl Verdict {
         let too_few = self.too_few_intervals.map(|(observed, required)| {
             format!("only {observed} intervals observed, at least {required} required")
         });
+        let too_many = self.too_many_accepts.map(|(seen, kept)| {
+            format!("{seen} retry-port connections, more than the {kept} recorded per session")
+        });
         too_few
             .into_iter()
+            .chain(too_many)
             .chain(self.out_of_range.iter().map(OutOfRange::describe))
             .collect()
     }
@@ -176,6 +183,7 @@ pub fn verify_intervals(
         backoff_ms: backoff_ms.to_vec(),
         out_of_range: Vec::new(),
         too_few_intervals: None,
+        too_many_accepts: None,
     };
     let expected = ExpectedBackoff::for_verify(max_reconnect_backoff_ms);
     for (index, (&b, e)) in backoff_ms.iter().zip(expected).enumerate() {

@@ -51,7 +51,34 @@ impl Daemon {
 
     /// Starts `backoffd <args>` logging at `log_level`, without waiting for anything.
     pub fn spawn(args: &[&str], log_level: &str) -> Daemon {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_backoffd"))
+        Self::spawn_command(
+            Command::new(env!("CARGO_BIN_EXE_backoffd")),
+            args,
+            log_level,
+        )
+    }
+
+    /// As [`spawn`](Self::spawn), with at most `limit` open descriptors (`RLIMIT_NOFILE`,
+    /// soft and hard), as `prlimit --nofile` would set.
+    pub fn spawn_with_fd_limit(args: &[&str], log_level: &str, limit: u64) -> Daemon {
+        use std::os::unix::process::CommandExt;
+        let mut command = Command::new(env!("CARGO_BIN_EXE_backoffd"));
+        let rlim = libc::rlimit {
+            rlim_cur: limit,
+            rlim_max: limit,
+        };
+        // SAFETY: setrlimit is async-signal-safe, and the closure touches nothing else.
+        unsafe {
+            command.pre_exec(move || match libc::setrlimit(libc::RLIMIT_NOFILE, &rlim) {
+                0 => Ok(()),
+                _ => Err(std::io::Error::last_os_error()),
+            });
+        }
+        Self::spawn_command(command, args, log_level)
+    }
+
+    fn spawn_command(mut command: Command, args: &[&str], log_level: &str) -> Daemon {
+        let mut child = command
             .args(args)
             .env("RUST_LOG", log_level)
             .stdout(Stdio::null())

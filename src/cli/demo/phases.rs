@@ -13,7 +13,6 @@ use backoffd::proxy::{Counters, ProxyComponent, ProxyConfig, RetryPolicy, Routin
 use backoffd::reactor::{self, Reactor};
 use backoffd::reconnect::client::{ClientConfig, ReconnectClient};
 use backoffd::reconnect::server::{ReconnectServer, ServerConfig};
-use backoffd::reconnect::ServiceConfig;
 
 /// What phase 1 measured.
 #[derive(Debug)]
@@ -132,12 +131,7 @@ pub fn run_backoff_phase(
     seed: u64,
 ) -> io::Result<BackoffReport> {
     let retry_port = free_port()?;
-    let server = ReconnectServer::bind(ServerConfig {
-        control_port: 0,
-        retry_port,
-        service: ServiceConfig::default(),
-        http2: backoffd::http2::Config::default(),
-    })?;
+    let server = ReconnectServer::bind(ServerConfig::new(0, retry_port))?;
     let control_port = server.control_addr()?.port();
     let (client, outcome) = ReconnectClient::new(ClientConfig {
         server_host: "127.0.0.1".into(),
