@@ -6,11 +6,13 @@ use std::net::UdpSocket as StdUdp;
 use std::rc::Rc;
 use std::time::Duration;
 
+use backoffd::net::Outbox;
 use backoffd::reactor::datagram::{Datagram, Received, RECV_BUDGET};
+use backoffd::reactor::stream::{Stream, StreamCore};
 use backoffd::reactor::{Component, Config, Ctx, Reactor, Readiness, Registration, WakeMode};
 use backoffd::time::Timestamp;
 use backoffd::timer::TimerId;
-use mio::net::UdpSocket;
+use mio::net::{TcpListener, UdpSocket};
 use mio::Interest;
 
 fn config(wake: WakeMode) -> Config {
@@ -310,4 +312,123 @@ fn a_flooded_socket_is_read_a_budget_per_turn_and_called_again_for_the_rest() {
     assert_eq!(per_call.iter().sum::<usize>(), flood, "{per_call:?}");
     assert!(per_call.iter().all(|&n| n <= RECV_BUDGET), "{per_call:?}");
     assert!(per_call.len() >= 4, "one edge, four turns: {per_call:?}");
+}
+
+/// A core with more output than any socket buffer holds, and nothing else to do.
+struct Unread {
+    out: Vec<u8>,
+    sent: usize,
+}
+
+impl Outbox for Unread {
+    fn pending_output(&self) -> &[u8] {
+        &self.out[self.sent..]
+    }
+    fn consume_output(&mut self, _: Timestamp, n: usize) {
+        self.sent += n;
+    }
+}
+
+impl StreamCore for Unread {
+    fn handle_input(&mut self, _: Timestamp, _: &[u8]) {}
+    fn poll_timeout(&self) -> Option<Timestamp> {
+        None
+    }
+    fn handle_timeout(&mut self, _: Timestamp) {}
+}
+
+/// How a stream ended, and how long after it started.
+type Ended = Rc<RefCell<Option<(io::ErrorKind, Duration)>>>;
+
+/// Accepts one connection and writes to it until the driver gives up on it.
+struct StalledWriter {
+    listener: TcpListener,
+    stream: Option<Stream<Unread>>,
+    ended: Ended,
+    started: std::time::Instant,
+}
+
+const STALL: Duration = Duration::from_millis(300);
+/// The key of the test's own deadline.
+const GIVE_UP: u32 = 99;
+
+impl StalledWriter {
+    fn pump(&mut self, ctx: &mut Ctx<'_>) {
+        let Some(stream) = &mut self.stream else {
+            return;
+        };
+        let mut buf = [0u8; 1024];
+        let now = ctx.now();
+        match stream.read(now, &mut buf).and_then(|()| stream.flush(now)) {
+            Ok(()) => stream.settle(ctx),
+            Err(e) => {
+                *self.ended.borrow_mut() = Some((e.kind(), self.started.elapsed()));
+                self.stream.take().unwrap().close(ctx);
+                ctx.shutdown();
+            }
+        }
+    }
+}
+
+impl Component for StalledWriter {
+    fn on_start(&mut self, ctx: &mut Ctx<'_>) -> io::Result<()> {
+        ctx.register(&mut self.listener, Interest::READABLE, 0)?;
+        // Without a stall timeout the stream would wait forever: end the test instead.
+        ctx.set_timer(ctx.now() + Duration::from_secs(10), GIVE_UP);
+        Ok(())
+    }
+    fn on_ready(&mut self, ctx: &mut Ctx<'_>, key: u32, ready: Readiness) {
+        if key == 0 {
+            let Ok((socket, _)) = self.listener.accept() else {
+                return;
+            };
+            let core = Unread {
+                out: vec![0; 64 << 20],
+                sent: 0,
+            };
+            let mut stream = Stream::accepted(ctx, socket, 1, core).unwrap();
+            stream.set_write_stall_timeout(STALL);
+            self.started = std::time::Instant::now();
+            self.stream = Some(stream);
+        } else if let Some(stream) = &mut self.stream {
+            stream.on_ready(ready).unwrap();
+        }
+        self.pump(ctx);
+    }
+    fn on_timer(&mut self, ctx: &mut Ctx<'_>, timer: TimerId, key: u32) {
+        if key == GIVE_UP {
+            return ctx.shutdown();
+        }
+        let now = ctx.now();
+        if self.stream.as_mut().is_some_and(|s| s.on_timer(now, timer)) {
+            self.pump(ctx);
+        }
+    }
+}
+
+/// Issue 13 row 11: a peer that never reads pinned its output, and the connection, forever.
+/// The stream driver now gives up once the socket has taken nothing for the stall timeout.
+#[test]
+fn a_peer_that_never_reads_is_given_up_after_the_write_stall_timeout() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let peer = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+    let ended: Ended = Rc::default();
+    let mut reactor = Reactor::new(config(WakeMode::Timerfd)).unwrap();
+    reactor
+        .add(Box::new(StalledWriter {
+            listener: TcpListener::from_std(listener),
+            stream: None,
+            ended: Rc::clone(&ended),
+            started: std::time::Instant::now(),
+        }))
+        .unwrap();
+    reactor.run().unwrap();
+    drop(peer);
+    let (kind, after) = ended.borrow().expect("the stream ended");
+    assert_eq!(kind, io::ErrorKind::TimedOut);
+    assert!(
+        after >= STALL,
+        "given up after {after:?}, before the timeout"
+    );
 }

@@ -118,6 +118,8 @@ pub struct Stream<C> {
     budget: u32,
     /// Since when output has waited with the socket taking none of it.
     stalled_since: Option<Timestamp>,
+    /// How long it may wait so ([`WRITE_STALL_TIMEOUT`] unless set).
+    stall_timeout: Duration,
 }
 
 impl<C: StreamCore> Stream<C> {
@@ -157,6 +159,7 @@ impl<C: StreamCore> Stream<C> {
             eof: false,
             budget: READ_BUDGET,
             stalled_since: None,
+            stall_timeout: WRITE_STALL_TIMEOUT,
         })
     }
 
@@ -211,8 +214,8 @@ impl<C: StreamCore> Stream<C> {
     }
 
     /// Writes as much of the core's output as the socket takes (nothing while connecting).
-    /// Fails with `TimedOut` once output has waited [`WRITE_STALL_TIMEOUT`] with the socket
-    /// taking none of it.
+    /// Fails with `TimedOut` once output has waited the write-stall timeout
+    /// ([`WRITE_STALL_TIMEOUT`] by default) with the socket taking none of it.
     pub fn flush(&mut self, now: Timestamp) -> io::Result<()> {
         if self.connecting {
             return Ok(());
@@ -229,14 +232,19 @@ impl<C: StreamCore> Stream<C> {
         match self.write_deadline() {
             Some(deadline) if now >= deadline => Err(io::Error::new(
                 io::ErrorKind::TimedOut,
-                format!("peer read nothing for {} s", WRITE_STALL_TIMEOUT.as_secs()),
+                format!("peer read nothing for {:?}", self.stall_timeout),
             )),
             _ => Ok(()),
         }
     }
 
     fn write_deadline(&self) -> Option<Timestamp> {
-        self.stalled_since.map(|t| t + WRITE_STALL_TIMEOUT)
+        self.stalled_since.map(|t| t + self.stall_timeout)
+    }
+
+    /// Sets how long output may wait with the socket taking none of it.
+    pub fn set_write_stall_timeout(&mut self, timeout: Duration) {
+        self.stall_timeout = timeout;
     }
 
     /// After the component's work: WRITABLE interest iff output waits (or the connect does),
