@@ -1,0 +1,667 @@
+//! The security audit's probes (issue 13), against the release binary on loopback, each
+//! printing the figures the issue measured, so that they can be measured again on any host.
+//!
+//! `cargo bench --bench attack` runs every probe; `PROBES=datagram,rapid_reset` picks some.
+//! Every probe is bounded in count and time and targets 127.0.0.1 only. What each measures:
+//!
+//! | probe | issue row | figure |
+//! |---|---|---|
+//! | `datagram` | 1 | the worst single datagram's cost, and a legit request's answer time behind it |
+//! | `grpc_memory` | 2 | RSS growth from 10 streams of unfinished 4 MiB gRPC messages |
+//! | `amplification` | 3 | answer bytes per request byte, piggybacked |
+//! | `inflight_bytes` | 5 | RSS growth from 400 large CONs to a silent upstream |
+//! | `descriptors` | 6 | a waiting client's answer time once exhausted descriptors are back |
+//! | `control_flood` | 7 | `serve`'s CoAP round trips while the control port is flooded |
+//! | `rapid_reset` | 8 | HEADERS+RST_STREAM pairs accepted before the cut-off, Starts dispatched |
+//! | `metrics_idle` | 12 | a scrape's time with every metrics slot held by an idle keep-alive |
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use backoffd::coap::option::{PROXY_URI, URI_PATH, URI_QUERY};
+use backoffd::coap::{Code, Message, MessageBuilder, MessageType};
+use backoffd::http2::error::ErrorCode;
+use backoffd::http2::frame::{
+    encode_data, encode_headers, encode_ping, encode_rst_stream, encode_settings, PREFACE,
+};
+use backoffd::http2::hpack::Encoder;
+use common::exposition::scrape;
+use common::http::{connect, read_answers};
+use common::{free_port, Daemon};
+
+type Probe = fn() -> Vec<(String, String)>;
+
+const PROBES: &[(&str, Probe)] = &[
+    ("datagram", datagram),
+    ("grpc_memory", grpc_memory),
+    ("amplification", amplification),
+    ("inflight_bytes", inflight_bytes),
+    ("descriptors", descriptors),
+    ("control_flood", control_flood),
+    ("rapid_reset", rapid_reset),
+    ("metrics_idle", metrics_idle),
+];
+
+fn main() {
+    let wanted = std::env::var("PROBES").unwrap_or_default();
+    let wanted: Vec<&str> = wanted.split(',').filter(|w| !w.is_empty()).collect();
+    if let Some(bad) = wanted.iter().find(|w| PROBES.iter().all(|(n, _)| n != *w)) {
+        eprintln!(
+            "PROBES: no probe {bad:?}; known: {:?}",
+            PROBES.iter().map(|(n, _)| *n).collect::<Vec<_>>()
+        );
+        std::process::exit(2);
+    }
+    println!("| probe | figure | value |\n|---|---|---|");
+    for (name, probe) in PROBES {
+        if wanted.is_empty() || wanted.contains(name) {
+            for (figure, value) in probe() {
+                println!("| {name} | {figure} | {value} |");
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// CoAP helpers
+
+/// An upstream that answers every CON with a piggybacked 2.05 of `payload` bytes, until
+/// `stop`; `silent` answers nothing.
+fn upstream(payload: usize, silent: bool, stop: Arc<AtomicBool>) -> SocketAddr {
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_millis(20)))
+        .unwrap();
+    let addr = socket.local_addr().unwrap();
+    thread::spawn(move || {
+        let (mut buf, mut out, body) = ([0u8; 65536], Vec::new(), vec![b'x'; payload]);
+        while !stop.load(Ordering::Relaxed) {
+            let Ok((n, from)) = socket.recv_from(&mut buf) else {
+                continue;
+            };
+            let Ok(m) = Message::parse(&buf[..n]) else {
+                continue;
+            };
+            if silent || m.msg_type() != MessageType::Con {
+                continue;
+            }
+            let mut b = MessageBuilder::new(
+                &mut out,
+                MessageType::Ack,
+                Code::CONTENT,
+                m.message_id(),
+                m.token(),
+            );
+            b.payload(&body);
+            if b.finish().is_ok() {
+                let _ = socket.send_to(&out, from);
+            }
+        }
+    });
+    addr
+}
+
+/// An option's number and value.
+type CoapOption<'a> = (u16, &'a [u8]);
+
+/// A CON GET with `options` (in order) and the given MID and token.
+fn request(mid: u16, token: &[u8], options: &[CoapOption]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut b = MessageBuilder::new(&mut out, MessageType::Con, Code::GET, mid, token);
+    for (number, value) in options {
+        b.option(*number, value);
+    }
+    b.finish().expect("a valid request");
+    out
+}
+
+/// Waits for the answer to `token`; its code and when it came.
+fn answer(socket: &UdpSocket, token: &[u8], timeout: Duration) -> Option<(Code, Instant)> {
+    let deadline = Instant::now() + timeout;
+    let mut buf = [0u8; 65536];
+    while Instant::now() < deadline {
+        socket
+            .set_read_timeout(Some(
+                deadline
+                    .saturating_duration_since(Instant::now())
+                    .max(Duration::from_millis(1)),
+            ))
+            .unwrap();
+        let Ok(n) = socket.recv(&mut buf) else {
+            continue;
+        };
+        if let Ok(m) = Message::parse(&buf[..n]) {
+            if m.token() == token && m.code() != Code::EMPTY {
+                return Some((m.code(), Instant::now()));
+            }
+        }
+    }
+    None
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.3} ms", d.as_secs_f64() * 1e3)
+}
+
+fn percentile(sorted: &[Duration], q: f64) -> Duration {
+    sorted[((sorted.len() - 1) as f64 * q) as usize]
+}
+
+// ---------------------------------------------------------------------------------------------
+// Row 1: the worst single datagram
+
+fn datagram() -> Vec<(String, String)> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let up = upstream(2, false, stop.clone());
+    let allow = up.to_string();
+    let (_daemon, proxy) = Daemon::start(
+        &[
+            "proxy",
+            "--listen",
+            "127.0.0.1:0",
+            "--forward",
+            "--allow",
+            &allow,
+        ],
+        "CoAP proxy listening on ",
+    );
+    let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let segments = format!("coap://{up}/{}", "/".repeat(65_000 - 30));
+    let named = format!("coap://{up}/{}", "a/".repeat(32_480));
+    let empty: &[u8] = b"";
+    let many_options: Vec<CoapOption> = (0..65_400).map(|_| (URI_QUERY, empty)).collect();
+    let shapes: [(&str, Vec<CoapOption>); 3] = [
+        (
+            "a Proxy-Uri of 65k empty segments",
+            vec![(PROXY_URI, segments.as_bytes())],
+        ),
+        (
+            "a Proxy-Uri of 32k one-letter segments",
+            vec![(PROXY_URI, named.as_bytes())],
+        ),
+        ("65k empty options", many_options),
+    ];
+    let legit_uri = format!("coap://{up}/x");
+    let mut figures = Vec::new();
+    for (shape, options) in shapes {
+        let size = request(0, b"bad", &options).len();
+        let (mut worst_own, mut worst_legit, mut code) = (Duration::ZERO, Duration::ZERO, None);
+        for round in 0..20u16 {
+            let hostile = request(2 * round, b"bad", &options);
+            let legit = request(2 * round + 1, b"good", &[(PROXY_URI, legit_uri.as_bytes())]);
+            let sent = Instant::now();
+            client.send_to(&hostile, proxy).unwrap();
+            client.send_to(&legit, proxy).unwrap();
+            // Both answers come back; read them in any order.
+            let mut got = HashMap::new();
+            let mut buf = [0u8; 65536];
+            client
+                .set_read_timeout(Some(Duration::from_secs(2)))
+                .unwrap();
+            while got.len() < 2 {
+                let Ok(n) = client.recv(&mut buf) else { break };
+                if let Ok(m) = Message::parse(&buf[..n]) {
+                    got.insert(m.token().to_vec(), (m.code(), sent.elapsed()));
+                }
+            }
+            if let Some((c, t)) = got.get(&b"bad"[..]) {
+                (worst_own, code) = (worst_own.max(*t), Some(*c));
+            }
+            let legit_time = got
+                .get(&b"good"[..])
+                .map_or(Duration::from_secs(2), |a| a.1);
+            worst_legit = worst_legit.max(legit_time);
+        }
+        figures.push((
+            format!("{shape} ({size} B): its answer"),
+            format!("{code:?}, worst of 20 {}", ms(worst_own)),
+        ));
+        figures.push((
+            format!("{shape}: a legit request sent right after, worst of 20"),
+            ms(worst_legit),
+        ));
+    }
+    stop.store(true, Ordering::Relaxed);
+    figures
+}
+
+// ---------------------------------------------------------------------------------------------
+// Row 3: amplification
+
+fn amplification() -> Vec<(String, String)> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let up = upstream(1024, false, stop.clone());
+    let upstream_flag = up.to_string();
+    let (_daemon, proxy) = Daemon::start(
+        &[
+            "proxy",
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream",
+            &upstream_flag,
+        ],
+        "CoAP proxy listening on ",
+    );
+    let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let get = request(1, b"a", &[]);
+    client.send_to(&get, proxy).unwrap();
+    let mut buf = [0u8; 65536];
+    client
+        .set_read_timeout(Some(Duration::from_secs(2)))
+        .unwrap();
+    let n = client.recv(&mut buf).unwrap_or(0);
+    stop.store(true, Ordering::Relaxed);
+    vec![(
+        "a GET's answer, piggybacked".into(),
+        format!(
+            "{} B request, {n} B answer: x{:.0}",
+            get.len(),
+            n as f64 / get.len() as f64
+        ),
+    )]
+}
+
+// ---------------------------------------------------------------------------------------------
+// Row 5: large requests in flight
+
+fn inflight_bytes() -> Vec<(String, String)> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let up = upstream(0, true, stop.clone());
+    let upstream_flag = up.to_string();
+    let (daemon, proxy) = Daemon::start(
+        &[
+            "proxy",
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream",
+            &upstream_flag,
+        ],
+        "CoAP proxy listening on ",
+    );
+    let before = daemon.status_kib("VmRSS:");
+    let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let big = vec![b'p'; 60_000];
+    let mut sent = 0;
+    for i in 0..400u16 {
+        let mut out = Vec::new();
+        let mut b =
+            MessageBuilder::new(&mut out, MessageType::Con, Code::POST, i, &i.to_be_bytes());
+        b.option(URI_PATH, b"silent");
+        b.payload(&big);
+        b.finish().unwrap();
+        sent += out.len();
+        client.send_to(&out, proxy).unwrap();
+    }
+    thread::sleep(Duration::from_millis(500));
+    let after = daemon.status_kib("VmRSS:");
+    stop.store(true, Ordering::Relaxed);
+    vec![(
+        format!(
+            "400 CONs of 60 kB ({} MB) to a silent upstream",
+            sent / 1_000_000
+        ),
+        format!(
+            "RSS +{:.1} MB",
+            (after.saturating_sub(before)) as f64 / 1024.0
+        ),
+    )]
+}
+
+// ---------------------------------------------------------------------------------------------
+// Row 6: descriptor exhaustion
+
+fn descriptors() -> Vec<(String, String)> {
+    let mut daemon =
+        Daemon::spawn_with_fd_limit(&["serve", "--metrics", "127.0.0.1:0"], "info", 64);
+    let metrics = daemon.wait_for_addr("metrics listening on ");
+    let attackers: Vec<TcpStream> = (0..128)
+        .filter_map(|_| TcpStream::connect(metrics).ok())
+        .collect();
+    thread::sleep(Duration::from_millis(200));
+    let mut legit = connect(metrics);
+    thread::sleep(Duration::from_millis(200));
+    drop(attackers);
+    let left = Instant::now();
+    legit
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let status = read_answers(&mut legit, &[false])[0].status;
+    let warnings = daemon
+        .stderr
+        .try_iter()
+        .filter(|l| l.contains("accept:"))
+        .count();
+    vec![
+        (
+            "a client waiting in the backlog, once 128 attackers left (limit 64 fds)".into(),
+            format!("{status} after {}", ms(left.elapsed())),
+        ),
+        ("accept warnings logged".into(), warnings.to_string()),
+    ]
+}
+
+// ---------------------------------------------------------------------------------------------
+// HTTP/2 helpers
+
+/// A control-port connection past the preface, with a thread counting what the server sends:
+/// GOAWAY (and its code), RST_STREAM, and the connection-level flow-control credit
+/// (WINDOW_UPDATE on stream 0 added to the initial 65,535).
+struct H2 {
+    socket: TcpStream,
+    goaway: Arc<AtomicU64>,
+    resets: Arc<AtomicU64>,
+    credit: Arc<AtomicU64>,
+}
+
+const NO_GOAWAY: u64 = u64::MAX;
+
+impl H2 {
+    fn open(addr: SocketAddr) -> H2 {
+        let mut socket = TcpStream::connect(addr).unwrap();
+        let mut hello = PREFACE.to_vec();
+        encode_settings(&mut hello, &[]);
+        socket.write_all(&hello).unwrap();
+        let (goaway, resets) = (
+            Arc::new(AtomicU64::new(NO_GOAWAY)),
+            Arc::new(AtomicU64::new(0)),
+        );
+        let credit = Arc::new(AtomicU64::new(65_535));
+        let mut reader = socket.try_clone().unwrap();
+        let (g, r, c) = (goaway.clone(), resets.clone(), credit.clone());
+        thread::spawn(move || {
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 65536];
+            while let Ok(n) = reader.read(&mut chunk) {
+                if n == 0 {
+                    break;
+                }
+                buf.extend_from_slice(&chunk[..n]);
+                while buf.len() >= 9 {
+                    let len = u32::from_be_bytes([0, buf[0], buf[1], buf[2]]) as usize;
+                    if buf.len() < 9 + len {
+                        break;
+                    }
+                    match buf[3] {
+                        0x3 => {
+                            r.fetch_add(1, Ordering::Relaxed);
+                        }
+                        0x8 if len == 4 && buf[5..9] == [0, 0, 0, 0] => {
+                            let add = u32::from_be_bytes([buf[9], buf[10], buf[11], buf[12]]);
+                            c.fetch_add(u64::from(add & 0x7fff_ffff), Ordering::Relaxed);
+                        }
+                        0x7 if len >= 8 => {
+                            let code = u32::from_be_bytes([buf[13], buf[14], buf[15], buf[16]]);
+                            g.store(u64::from(code), Ordering::Relaxed);
+                        }
+                        _ => {}
+                    }
+                    buf.drain(..9 + len);
+                }
+            }
+        });
+        H2 {
+            socket,
+            goaway,
+            resets,
+            credit,
+        }
+    }
+
+    fn goaway(&self) -> Option<u64> {
+        Some(self.goaway.load(Ordering::Relaxed)).filter(|&c| c != NO_GOAWAY)
+    }
+}
+
+/// A HEADERS block for a unary call to ReconnectService's `method`.
+fn call_headers(encoder: &mut Encoder, method: &str) -> Vec<u8> {
+    let path = format!("/grpc.testing.ReconnectService/{method}");
+    let fields: [(&[u8], &[u8]); 6] = [
+        (b":method", b"POST"),
+        (b":scheme", b"http"),
+        (b":path", path.as_bytes()),
+        (b":authority", b"localhost"),
+        (b"content-type", b"application/grpc"),
+        (b"te", b"trailers"),
+    ];
+    let mut block = Vec::new();
+    encoder.encode(fields, &mut block);
+    block
+}
+
+fn reconnect_server(extra: &[&str]) -> (Daemon, SocketAddr, u16) {
+    let (control, retry) = (free_port(), free_port());
+    let (c, r) = (control.to_string(), retry.to_string());
+    let mut args = vec!["reconnect-server", "--control_port", &c, "--retry_port", &r];
+    args.extend_from_slice(extra);
+    let mut daemon = Daemon::spawn(&args, "info");
+    daemon.wait_for("Server listening on", Duration::from_secs(10));
+    (daemon, SocketAddr::from(([127, 0, 0, 1], control)), retry)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Row 2: gRPC memory
+
+fn grpc_memory() -> Vec<(String, String)> {
+    const MESSAGE: usize = 4 << 20;
+    const CHUNK: usize = 16_384;
+    let (daemon, control, _) = reconnect_server(&[]);
+    let before = daemon.status_kib("VmRSS:");
+    let mut h2 = H2::open(control);
+    let mut encoder = Encoder::new();
+    let mut out = Vec::new();
+    for i in 0..10u32 {
+        let block = call_headers(&mut encoder, "Start");
+        encode_headers(&mut out, 2 * i + 1, &block, false, 16_384);
+    }
+    let _ = h2.socket.write_all(&out);
+    // Each stream announces a 4 MiB message and sends all but its last byte, within the
+    // connection's flow-control credit (streams start with 256 KiB each and get more as the
+    // server reads; the connection's credit is the tighter bound, so it is the one tracked).
+    let (mut sent, mut stalled) = (0usize, Instant::now());
+    let total = 10 * (MESSAGE - CHUNK);
+    while sent < total && h2.goaway().is_none() && stalled.elapsed() < Duration::from_secs(2) {
+        let credit = h2.credit.load(Ordering::Relaxed) as usize;
+        if credit < sent + CHUNK {
+            thread::sleep(Duration::from_millis(1));
+            continue;
+        }
+        let (stream, offset) = ((sent / CHUNK) % 10, (sent / CHUNK / 10) * CHUNK);
+        let mut body = vec![0u8; CHUNK];
+        if offset == 0 {
+            body[..5].copy_from_slice(&[0, 0, 0x40, 0, 0]);
+        }
+        out.clear();
+        encode_data(&mut out, 2 * stream as u32 + 1, &body, false, 16_384);
+        if h2.socket.write_all(&out).is_err() {
+            break;
+        }
+        sent += CHUNK;
+        stalled = Instant::now();
+    }
+    thread::sleep(Duration::from_millis(300));
+    let after = daemon.status_kib("VmRSS:");
+    vec![(
+        "10 streams of unfinished 4 MiB messages".into(),
+        format!(
+            "{:.1} MB sent before the server stopped taking; RSS +{:.1} MB; {} streams reset, \
+             GOAWAY {:?}",
+            sent as f64 / 1e6,
+            after.saturating_sub(before) as f64 / 1024.0,
+            h2.resets.load(Ordering::Relaxed),
+            h2.goaway()
+        ),
+    )]
+}
+
+// ---------------------------------------------------------------------------------------------
+// Row 8: Rapid Reset
+
+fn rapid_reset() -> Vec<(String, String)> {
+    let (_daemon, control, _) = {
+        let metrics = format!("127.0.0.1:{}", free_port());
+        let (d, c, r) = reconnect_server(&["--metrics", &metrics]);
+        (d, (c, metrics.parse::<SocketAddr>().unwrap()), r)
+    };
+    let (control, metrics) = control;
+    let mut h2 = H2::open(control);
+    let mut encoder = Encoder::new();
+    let started = Instant::now();
+    let (mut pairs, mut batch) = (0u32, Vec::new());
+    while pairs < 300_000 && h2.goaway().is_none() && started.elapsed() < Duration::from_secs(10) {
+        batch.clear();
+        for _ in 0..1000 {
+            let stream = 2 * pairs + 1;
+            encode_headers(
+                &mut batch,
+                stream,
+                &call_headers(&mut encoder, "Start"),
+                false,
+                16_384,
+            );
+            encode_rst_stream(&mut batch, stream, ErrorCode::CANCEL);
+            pairs += 1;
+        }
+        if h2.socket.write_all(&batch).is_err() {
+            break;
+        }
+    }
+    thread::sleep(Duration::from_millis(200));
+    let starts = scrape(metrics).get("backoffd_reconnect_starts_total");
+    vec![
+        (
+            "HEADERS+RST_STREAM pairs written before the cut-off".into(),
+            format!("{pairs} in {}", ms(started.elapsed())),
+        ),
+        ("GOAWAY code".into(), format!("{:?}", h2.goaway())),
+        ("Starts dispatched".into(), starts.to_string()),
+    ]
+}
+
+// ---------------------------------------------------------------------------------------------
+// Row 7: `serve` under a control-port flood
+
+fn control_flood() -> Vec<(String, String)> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let up = upstream(16, false, stop.clone());
+    let (control, retry) = (free_port().to_string(), free_port().to_string());
+    let upstream_flag = up.to_string();
+    let (_daemon, proxy) = Daemon::start(
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream",
+            &upstream_flag,
+            "--control_port",
+            &control,
+            "--retry_port",
+            &retry,
+        ],
+        "CoAP proxy listening on ",
+    );
+    let control: SocketAddr = format!("127.0.0.1:{control}").parse().unwrap();
+    let quiet = coap_round_trips(proxy, 1000);
+    let flooding = Arc::new(AtomicBool::new(true));
+    let flooders: Vec<_> = (0..4)
+        .map(|_| {
+            let flooding = flooding.clone();
+            thread::spawn(move || ping_flood(control, &flooding))
+        })
+        .collect();
+    let busy = coap_round_trips(proxy, 1000);
+    flooding.store(false, Ordering::Relaxed);
+    let flooded: u64 = flooders.into_iter().map(|f| f.join().unwrap()).sum();
+    stop.store(true, Ordering::Relaxed);
+    let row = |rtt: &[Duration]| {
+        format!(
+            "p50 {} p99 {} max {}",
+            ms(percentile(rtt, 0.5)),
+            ms(percentile(rtt, 0.99)),
+            ms(percentile(rtt, 1.0))
+        )
+    };
+    vec![
+        ("CoAP round trips, quiet".into(), row(&quiet)),
+        (
+            format!(
+                "CoAP round trips, 4 connections flooding PINGs ({} MB written)",
+                flooded >> 20
+            ),
+            row(&busy),
+        ),
+    ]
+}
+
+/// `n` CON GETs one after another; their round trips, sorted.
+fn coap_round_trips(proxy: SocketAddr, n: u16) -> Vec<Duration> {
+    let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut rtt: Vec<Duration> = (0..n)
+        .map(|i| {
+            let token = i.to_be_bytes();
+            let sent = Instant::now();
+            client
+                .send_to(&request(i, &token, &[(URI_PATH, b"x")]), proxy)
+                .unwrap();
+            let got = answer(&client, &token, Duration::from_secs(1));
+            thread::sleep(Duration::from_millis(1));
+            got.map_or(Duration::from_secs(1), |(_, at)| at - sent)
+        })
+        .collect();
+    rtt.sort();
+    rtt
+}
+
+/// PING frames as fast as the socket takes them, reconnecting when cut off; bytes written.
+fn ping_flood(control: SocketAddr, flooding: &AtomicBool) -> u64 {
+    let mut frames = Vec::new();
+    for i in 0..4096u64 {
+        encode_ping(&mut frames, false, i.to_be_bytes());
+    }
+    let mut written = 0;
+    while flooding.load(Ordering::Relaxed) {
+        let mut h2 = H2::open(control);
+        while flooding.load(Ordering::Relaxed) && h2.goaway().is_none() {
+            match h2.socket.write_all(&frames) {
+                Ok(()) => written += frames.len() as u64,
+                Err(_) => break,
+            }
+        }
+    }
+    written
+}
+
+// ---------------------------------------------------------------------------------------------
+// Row 12: the metrics endpoint's cap
+
+fn metrics_idle() -> Vec<(String, String)> {
+    let (_daemon, metrics) = Daemon::start(
+        &["serve", "--metrics", "127.0.0.1:0"],
+        "metrics listening on ",
+    );
+    let _idle: Vec<TcpStream> = (0..64)
+        .map(|_| {
+            let mut c = connect(metrics);
+            c.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+                .unwrap();
+            read_answers(&mut c, &[false]);
+            c
+        })
+        .collect();
+    let started = Instant::now();
+    let mut c = connect(metrics);
+    c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let status = read_answers(&mut c, &[false])[0].status;
+    vec![(
+        "a scrape with 64 idle keep-alive connections open".into(),
+        format!("{status} in {}", ms(started.elapsed())),
+    )]
+}
