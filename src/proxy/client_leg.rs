@@ -75,10 +75,15 @@ impl Proxy {
             return self.on_duplicate(from, seen, msg);
         }
         self.counters.requests += 1;
-        self.observation_request(now, from, token, msg);
         // The client's entry, looked up once: what follows takes a reference on it or not.
         let client = (from, self.clients.slot(from));
-        match self.admit(now, msg, client.1) {
+        // A request over the limits costs no more than its parse: it is refused before any
+        // other look at its options, and a (de)registration the proxy refuses changes nothing.
+        let admitted = self.check_request_limits(msg).and_then(|()| {
+            self.observation_request(now, from, token, msg);
+            self.admit(now, msg, client.1)
+        });
+        match admitted {
             Ok((route, at)) => self.start_exchange(now, client, token, msg, route, at),
             Err(answer) => self.answer_locally(now, client, token, msg, &answer),
         }
@@ -92,7 +97,6 @@ impl Proxy {
         msg: &Message,
         client: ClientSlot,
     ) -> Result<(Route, (EndpointId, u16)), LocalAnswer> {
-        self.check_request_limits(msg)?;
         let route = self.route(msg)?;
         let len = msg.as_bytes().len();
         if let Some(answer) = self.over_capacity(route.upstream, client, len) {
