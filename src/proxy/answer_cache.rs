@@ -199,29 +199,24 @@ impl<K: Copy> AnswerRing<K> {
         shares.of.get_mut(slot)
     }
 
-    /// Where entry `seq` is, dead or alive, if still in the ring.
+    /// How far entry `e` is from the front in sequence numbers (the ring spans fewer than
+    /// 2^32 of them, so its low 32 bits tell).
+    fn offset_of(&self, e: &Entry<K>) -> u32 {
+        e.seq.wrapping_sub(self.first_seq as u32)
+    }
+
+    /// Where entry `seq` is, dead or alive, if still in the ring: at its offset from the
+    /// front unless a compaction moved it closer, and then found by a binary search.
     fn find(&self, seq: u64) -> Option<usize> {
         if seq < self.first_seq || seq >= self.next_seq {
             return None;
         }
-        let offset = seq - self.first_seq;
-        let guess = usize::try_from(offset).unwrap_or(usize::MAX);
-        match self.entries.get(guess) {
-            // Where it is unless a compaction moved it.
-            Some(e) if e.seq == seq as u32 => Some(guess),
-            _ => {
-                let below = guess.min(self.entries.len());
-                let base = self.first_seq as u32;
-                let by_offset = |e: &Entry<K>| e.seq.wrapping_sub(base);
-                let (a, b) = self.entries.as_slices();
-                let target = offset as u32;
-                let search = |part: &[Entry<K>]| part.binary_search_by_key(&target, by_offset);
-                match (search(&a[..below.min(a.len())]), below > a.len()) {
-                    (Ok(i), _) => Some(i),
-                    (Err(_), true) => search(&b[..below - a.len()]).ok().map(|i| a.len() + i),
-                    (Err(_), false) => None,
-                }
-            }
+        let offset = (seq - self.first_seq) as u32;
+        match self.entries.get(offset as usize) {
+            Some(e) if e.seq == seq as u32 => Some(offset as usize),
+            _ => (self.entries)
+                .binary_search_by_key(&offset, |e| self.offset_of(e))
+                .ok(),
         }
     }
 
@@ -291,8 +286,7 @@ impl<K: Copy> AnswerRing<K> {
             let e = &self.entries[i];
             e.client == Some(client) && !matches!(e.stored, Stored::Dead { .. })
         })?;
-        let seq =
-            self.first_seq + u64::from(self.entries[i].seq.wrapping_sub(self.first_seq as u32));
+        let seq = self.first_seq + u64::from(self.offset_of(&self.entries[i]));
         if let Some(s) = self.share_mut(Some(client)) {
             s.from = seq + 1;
         }
@@ -321,15 +315,8 @@ impl<K: Copy> AnswerRing<K> {
 
     /// The index of the first entry with sequence number `seq` or later.
     fn lower_bound(&self, seq: u64) -> usize {
-        if seq <= self.first_seq {
-            return 0;
-        }
-        let (base, target) = (
-            self.first_seq as u32,
-            (seq - self.first_seq).min(u64::from(u32::MAX)) as u32,
-        );
-        self.entries
-            .partition_point(|e| e.seq.wrapping_sub(base) < target)
+        let offset = seq.saturating_sub(self.first_seq).min(u64::from(u32::MAX)) as u32;
+        (self.entries).partition_point(|e| self.offset_of(e) < offset)
     }
 
     fn uncount(&mut self, client: Option<ClientSlot>) {

@@ -377,7 +377,6 @@ impl Proxy {
             Code::PROXYING_NOT_SUPPORTED => c.proxying_not_supported_5_05 += 1,
             Code::HOP_LIMIT_REACHED => c.hop_limit_5_08 += 1,
             Code::REQUEST_ENTITY_TOO_LARGE => c.request_too_large_4_13 += 1,
-
             _ => c.bad_request_4_00 += 1,
         }
     }

@@ -149,7 +149,9 @@ pub struct ProxyConfig {
     pub max_upstream_endpoints: usize,
     /// Exchanges' request copies (kept for retransmission while the upstream has not
     /// answered) may take this many bytes in all; a request that would exceed it gets 5.03.
-    /// With `max_request_size` this bounds the memory requests in flight can take.
+    /// (It is checked with the request's size as it came, so the last one admitted may pass it
+    /// by the few bytes its copy gains: the proxy's 8-byte token, Hop-Limit, the Proxy-Uri's
+    /// parts as options.) With `max_request_size` this bounds what requests in flight take.
     pub max_inflight_bytes: usize,
     /// The largest request datagram the proxy takes, in bytes; a longer one gets 4.13 Request
     /// Entity Too Large with Size1 (RFC 7252 §5.9.2.9, §5.10.9). 1152 is RFC 7252 §4.6's

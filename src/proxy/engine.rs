@@ -583,7 +583,9 @@ impl Proxy {
         };
         // The kept answer takes over the exchange's reference on its client: it counts in the
         // client's share, and an answer with a MID of ours keeps its numbering (`clients.rs`).
-        let seq = (self.answers).push(now, client_key, replay, Some(x.client_slot));
+        let seq = self
+            .answers
+            .push(now, client_key, replay, Some(x.client_slot));
         self.index_seen(client_key, Seen::Answered(seq));
         if let Some(gone) = self.answers.pop_over_share(now, x.client_slot) {
             self.counters.share_evictions += 1;

@@ -54,7 +54,7 @@ impl Proxy {
     }
 
     /// Whether a request of `len` bytes would take the copies of the requests in flight past
-    /// `max_inflight_bytes`.
+    /// `max_inflight_bytes` (its copy, made only once it is admitted, may be a little longer).
     pub(super) fn over_inflight_bytes(&self, len: usize) -> bool {
         self.inflight_bytes + len > self.config.max_inflight_bytes
     }
