@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use backoffd::coap::option::{decode_uint, MAX_AGE, PROXY_URI, SIZE1, URI_PATH};
 use backoffd::coap::{Code, Message, MessageBuilder, MessageType};
-use backoffd::proxy::{AllowedTarget, Proxy, ProxyConfig, Routing, Seeds};
+use backoffd::proxy::{AllowedTarget, Destination, Proxy, ProxyConfig, Routing, Seeds};
 use backoffd::time::Timestamp;
 use common::exposition::scrape;
 use common::proxy_with_metrics;
@@ -463,4 +463,81 @@ fn the_new_limits_are_flags_that_refuse_nonsense() {
         assert_eq!(stderr.lines().count(), 1, "{stderr}");
         assert!(stderr.contains(flag), "{stderr}");
     }
+}
+
+/// Forwards `req` from `from` through `p` and answers it piggybacked at once; returns the
+/// time the upstream's answer took the engine (where the answer is kept, and the cache makes
+/// room: evictions, a compaction).
+fn round_trip(p: &mut Proxy, from: SocketAddr, req: &[u8]) -> Duration {
+    p.handle_client_datagram(Timestamp::ZERO, from, req);
+    let sent = p.poll_transmit().expect("forwarded");
+    let Destination::Upstream(endpoint) = sent.to else {
+        panic!("answered locally: {sent:?}");
+    };
+    let up = Message::parse(&sent.payload).unwrap();
+    let mut answer = Vec::new();
+    let b = MessageBuilder::new(
+        &mut answer,
+        MessageType::Ack,
+        Code::CONTENT,
+        up.message_id(),
+        up.token(),
+    );
+    b.finish().unwrap();
+    let start = Instant::now();
+    p.handle_upstream_datagram(Timestamp::ZERO, endpoint, &answer);
+    let took = start.elapsed();
+    while p.poll_transmit().is_some() {}
+    p.accept_endpoint_events(Timestamp::ZERO);
+    took
+}
+
+#[test]
+#[ignore = "a measurement: cargo test --release --test proxy_limits -- --ignored --nocapture"]
+fn cost_of_a_flood_against_a_full_answer_cache() {
+    // The default cache (100,000 answers, 10,000 a client) full of 90,000 clients' answers,
+    // then one client's 80,000: each past its share marks its own oldest dead, and once the
+    // dead are a third of the ring one answer pays for a compaction of all of it.
+    let mut p = Proxy::new(
+        forward_config(|_| {}),
+        Seeds {
+            rng: 1,
+            hash: [1, 2],
+        },
+    );
+    p.accept_endpoint_events(Timestamp::ZERO);
+    let req = |mid: u16| {
+        message(
+            MessageType::Con,
+            mid,
+            &mid.to_be_bytes(),
+            &[(URI_PATH, b"r")],
+            &[],
+        )
+    };
+    for i in 0..90_000u32 {
+        let from = SocketAddr::from(([127, 1 + (i >> 16) as u8, (i >> 8) as u8, i as u8], 40_000));
+        round_trip(&mut p, from, &req(i as u16));
+    }
+    let flooder = SocketAddr::from(([127, 0, 0, 9], 40_000));
+    let mut times: Vec<Duration> = (0..80_000u32)
+        .map(|i| round_trip(&mut p, flooder, &req(i as u16)))
+        .collect();
+    let c = p.counters();
+    assert_eq!((c.early_evictions, c.share_evictions), (0, 70_000));
+    let slow: Vec<(usize, Duration)> = (times.iter().copied().enumerate())
+        .filter(|&(_, t)| t > Duration::from_micros(500))
+        .collect();
+    // Expected: one compaction (at flood answer 10,000 + 50,065, when the dead pass half the
+    // live), and one growth of the duplicate index's hash map (at 114,688 entries: a rehash,
+    // once per doubling in the life of the process, not a cost the flood can repeat).
+    eprintln!("answers that took over 0.5 ms (index, time): {slow:?}");
+    times.sort();
+    let at = |q: f64| times[((times.len() - 1) as f64 * q) as usize];
+    eprintln!(
+        "the flooder's answers kept: median {:?}, p99.9 {:?}, max {:?}",
+        at(0.5),
+        at(0.999),
+        at(1.0)
+    );
 }
