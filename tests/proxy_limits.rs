@@ -310,7 +310,8 @@ fn time_datagrams(config: ProxyConfig, make: &dyn Fn(u16) -> Vec<u8>, want: Code
     format!("median {:?}, p99 {:?}, max {:?}", at(50), at(99), at(100))
 }
 
-fn forward_config(edit: impl FnOnce(&mut ProxyConfig)) -> ProxyConfig {
+/// A proxy configuration both reverse (to :5683) and forward (to :5690), adjusted by `edit`.
+fn both_ways(edit: impl FnOnce(&mut ProxyConfig)) -> ProxyConfig {
     let mut c = ProxyConfig {
         routing: Routing {
             upstream: Some("127.0.0.1:5683".parse().unwrap()),
@@ -339,13 +340,13 @@ fn cost_of_the_worst_datagrams() {
     let cases: Vec<Case> = vec![
         (
             "65,507 bytes, 65,495 empty options (refused, 4.13)",
-            forward_config(|_| {}),
+            both_ways(|_| {}),
             Box::new(worst_datagram),
             Code::REQUEST_ENTITY_TOO_LARGE,
         ),
         (
             "65,507 bytes, a Proxy-Uri of 65,4xx segments (refused, 4.13)",
-            forward_config(|_| {}),
+            both_ways(|_| {}),
             Box::new(move |i| {
                 let u = uri(65_470);
                 message(
@@ -360,7 +361,7 @@ fn cost_of_the_worst_datagrams() {
         ),
         (
             "1,152 bytes, 1,144 empty options (refused, 4.02)",
-            forward_config(|_| {}),
+            both_ways(|_| {}),
             Box::new(move |i| {
                 let mut m = message(MessageType::Con, i, &token(i), &[(URI_PATH, b"")], &[]);
                 m.resize(1152, 0);
@@ -370,7 +371,7 @@ fn cost_of_the_worst_datagrams() {
         ),
         (
             "1,152 bytes, a Proxy-Uri of 1,119 segments (refused, 4.02)",
-            forward_config(|_| {}),
+            both_ways(|_| {}),
             Box::new(move |i| {
                 let u = uri(1119);
                 message(
@@ -385,7 +386,7 @@ fn cost_of_the_worst_datagrams() {
         ),
         (
             "1,152 bytes, 64 Uri-Path options and a payload (reverse, forwarded)",
-            forward_config(|_| {}),
+            both_ways(|_| {}),
             Box::new(move |i| {
                 let paths = vec![(URI_PATH, &b"seg"[..]); 64];
                 let mut m = message(MessageType::Con, i, &token(i), &paths, &[1]);
@@ -396,7 +397,7 @@ fn cost_of_the_worst_datagrams() {
         ),
         (
             "1,152 bytes, a Proxy-Uri of 64 segments and a payload (forward, forwarded)",
-            forward_config(|_| {}),
+            both_ways(|_| {}),
             Box::new(move |i| {
                 let u = format!("coap://127.0.0.1:5690{}", "/seg".repeat(64));
                 let mut m = message(
@@ -413,7 +414,7 @@ fn cost_of_the_worst_datagrams() {
         ),
         (
             "limits raised to the maximum: the audit's 60,000-segment Proxy-Uri (forwarded)",
-            forward_config(|c| {
+            both_ways(|c| {
                 (c.max_request_size, c.max_options) = (65_527, 65_535);
                 c.max_inflight_bytes = 64 << 20;
             }),
@@ -510,7 +511,7 @@ fn cost_of_a_flood_against_a_full_answer_cache() {
     // then one client's 80,000: each past its share marks its own oldest dead, and once the
     // dead are a third of the ring one answer pays for a compaction of all of it.
     let mut p = Proxy::new(
-        forward_config(|_| {}),
+        both_ways(|_| {}),
         Seeds {
             rng: 1,
             hash: [1, 2],

@@ -1,7 +1,7 @@
 //! What one request may cost the proxy: its size, its options, and the bytes of the requests in
-//! flight. Each is checked before anything else is done for the request, so that the cost of any
-//! one datagram is bounded by the limits (its parse, which is linear, comes first: a malformed
-//! CON must still get its RST).
+//! flight. Size and options are checked before anything else is done for the request, so that
+//! the cost of any one datagram is bounded by them (its parse, which is linear, comes first: a
+//! malformed CON must still get its RST); the bytes in flight with the other in-flight limits.
 
 use crate::coap::option::PROXY_URI;
 use crate::coap::{Code, Message};
