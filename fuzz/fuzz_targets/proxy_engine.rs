@@ -5,7 +5,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use backoffd::proxy::{EndpointEvent, Proxy, ProxyConfig, Routing, Seeds};
+use backoffd::proxy::{AllowedTarget, EndpointEvent, Proxy, ProxyConfig, Routing, Seeds};
 use backoffd::time::Timestamp;
 use libfuzzer_sys::fuzz_target;
 
@@ -16,13 +16,24 @@ fuzz_target!(|data: &[u8]| {
     };
     let mut proxy = Proxy::new(
         ProxyConfig {
+        // Reverse to the upstream, and forward (Proxy-Uri decomposed) to the same address.
         routing: Routing {
             upstream: Some("127.0.0.1:5684".parse().unwrap()),
-            allow: Vec::new(),
-            forward: false,
+            allow: vec![AllowedTarget {
+                host: "127.0.0.1".into(),
+                port: 5684,
+                addr: "127.0.0.1:5684".parse().unwrap(),
+            }],
+            forward: true,
         },
         max_inflight: 64,
         max_cached: 64,
+        // Small limits, so that the fuzzer reaches every refusal (4.13, 4.02, 5.03 for bytes)
+        // and the shares' evictions out of order and compactions.
+        max_request_size: 128,
+        max_options: 8,
+        max_inflight_bytes: 1024,
+        max_cached_per_client: 8,
         ..ProxyConfig::default()
         },
         seeds,
@@ -62,5 +73,11 @@ fuzz_target!(|data: &[u8]| {
         while proxy.poll_transmit().is_some() {}
         upstream = follow(&mut proxy, now).unwrap_or(upstream);
         assert!(proxy.live_exchanges() <= 64 + 64 + 1000);
+        let c = proxy.counters();
+        // The last request admitted may pass the budget by what its copy gains: up to 8
+        // bytes of token, Hop-Limit, longer option headers (the Proxy-Uri's parts as options,
+        // deltas across removed options), a few dozen bytes with 8 options at most.
+        assert!(c.in_flight_bytes <= 1024 + 64, "{c:?}");
+        assert!(c.cached_answers <= 2 * 64, "{c:?}");
     }
 });

@@ -44,7 +44,15 @@ Limits and timing:
                                  requests/s at 247s), so 1024 sustain ~271,000 requests/s per
                                  upstream; each is a file descriptor and, to the upstream, a
                                  peer of its own (default 1024; past it: 5.03)
+  --max-inflight-bytes N         bytes the copies of the requests in flight may take; past
+                                 it: 5.03 (default 4194304, 4 MiB)
+  --max-request-size N           longest request datagram taken, bytes; longer: 4.13 with
+                                 Size1 (default 1152, RFC 7252 §4.6; at most 65527)
+  --max-options N                options per request, a Proxy-Uri counting as its Uri-Path and
+                                 Uri-Query parts; more: 4.02 (default 64)
   --max-cached N                 finished answers kept for duplicates (default 100000)
+  --max-cached-per-client N      of those, one client's at most: past it its own oldest go
+                                 first (default 10000)
   --max-observations N           live observations (default 1000)
   --ack-delay D                  hold a CON's ACK this long hoping to piggyback (default 100ms)
   --upstream-exchange-lifetime D how long an upstream Message ID stays reserved per endpoint
@@ -81,7 +89,11 @@ pub(super) const SPEC: &[Spec] = &[
     value("max-inflight-per-upstream"),
     value("max-inflight-per-client"),
     value("max-upstream-endpoints"),
+    value("max-inflight-bytes"),
+    value("max-request-size"),
+    value("max-options"),
     value("max-cached"),
+    value("max-cached-per-client"),
     value("max-observations"),
     value("ack-delay"),
     value("upstream-exchange-lifetime"),
@@ -216,7 +228,12 @@ pub fn config_from_flags(flags: &Flags) -> Result<ProxyConfig, UsageError> {
             .get_or("max-inflight-per-client", defaults.max_inflight_per_client)?,
         max_upstream_endpoints: flags
             .get_or("max-upstream-endpoints", defaults.max_upstream_endpoints)?,
+        max_inflight_bytes: flags.get_or("max-inflight-bytes", defaults.max_inflight_bytes)?,
+        max_request_size: flags.get_or("max-request-size", defaults.max_request_size)?,
+        max_options: flags.get_or("max-options", defaults.max_options)?,
         max_cached: flags.get_or("max-cached", defaults.max_cached)?,
+        max_cached_per_client: flags
+            .get_or("max-cached-per-client", defaults.max_cached_per_client)?,
         max_observations: flags.get_or("max-observations", defaults.max_observations)?,
         ack_delay: flags
             .get_or("ack-delay", DurationArg(defaults.ack_delay))?

@@ -75,10 +75,15 @@ impl Proxy {
             return self.on_duplicate(from, seen, msg);
         }
         self.counters.requests += 1;
-        self.observation_request(now, from, token, msg);
         // The client's entry, looked up once: what follows takes a reference on it or not.
         let client = (from, self.clients.slot(from));
-        match self.admit(now, msg, client.1) {
+        // A request over the limits costs no more than its parse: it is refused before any
+        // other look at its options, and a (de)registration the proxy refuses changes nothing.
+        let admitted = self.check_request_limits(msg).and_then(|()| {
+            self.observation_request(now, from, token, msg);
+            self.admit(now, msg, client.1)
+        });
+        match admitted {
             Ok((route, at)) => self.start_exchange(now, client, token, msg, route, at),
             Err(answer) => self.answer_locally(now, client, token, msg, &answer),
         }
@@ -93,7 +98,8 @@ impl Proxy {
         client: ClientSlot,
     ) -> Result<(Route, (EndpointId, u16)), LocalAnswer> {
         let route = self.route(msg)?;
-        if let Some(answer) = self.over_capacity(route.upstream, client) {
+        let len = msg.as_bytes().len();
+        if let Some(answer) = self.over_capacity(route.upstream, client, len) {
             return Err(answer);
         }
         match self.endpoints.allocate(now, route.upstream) {
@@ -280,10 +286,16 @@ impl Proxy {
     }
 
     /// 5.03 with Max-Age when too many exchanges are in flight (RFC 7252 §4.7, §5.9.3.4): in
-    /// all, to this upstream, or from this client (so that one source cannot take what the
-    /// others need).
-    fn over_capacity(&mut self, upstream: UpstreamId, client: ClientSlot) -> Option<LocalAnswer> {
+    /// all, too many bytes of them, to this upstream, or from this client (so that one source
+    /// cannot take what the others need). `len`: the request's size.
+    fn over_capacity(
+        &mut self,
+        upstream: UpstreamId,
+        client: ClientSlot,
+        len: usize,
+    ) -> Option<LocalAnswer> {
         let client_inflight = self.clients.inflight(client);
+        let over_bytes = self.over_inflight_bytes(len);
         let c = &mut self.counters;
         let why = if self.draining {
             c.refused_draining += 1;
@@ -291,6 +303,9 @@ impl Proxy {
         } else if self.inflight >= self.config.max_inflight {
             c.refused_inflight += 1;
             "too many requests in flight"
+        } else if over_bytes {
+            c.refused_inflight_bytes += 1;
+            "too many request bytes in flight"
         } else if self.upstreams[usize::from(upstream)].inflight
             >= self.config.max_inflight_per_upstream
         {
@@ -314,6 +329,7 @@ impl Proxy {
                     .as_secs()
                     .clamp(1, u64::from(u32::MAX)) as u32,
             ),
+            size1: None,
             diagnostic: why,
         }
     }
@@ -332,13 +348,12 @@ impl Proxy {
     ) {
         self.count_local(a.code);
         let con = msg.msg_type() == MessageType::Con;
-        let (ty, mid, holds) = match con {
-            true => (MessageType::Ack, msg.message_id(), None),
-            false => {
-                // A NON answer carries a MID of ours: the kept answer holds the client's numbering.
-                self.clients.take_ref(slot);
-                (MessageType::Non, self.clients.fresh_mid(slot), Some(slot))
-            }
+        // The kept answer holds the client's entry: its share, and for a NON answer (a MID of
+        // ours) its numbering.
+        self.clients.take_ref(slot);
+        let (ty, mid) = match con {
+            true => (MessageType::Ack, msg.message_id()),
+            false => (MessageType::Non, self.clients.fresh_mid(slot)),
         };
         let mut buf = std::mem::take(&mut self.scratch);
         encode_local(&mut buf, ty, mid, token.as_bytes(), a);
@@ -346,7 +361,7 @@ impl Proxy {
             true => Replay::Answer(&buf[..]),
             false => Replay::Nothing,
         };
-        self.keep_local_answer(now, (from, token, msg.message_id()), replay, holds);
+        self.keep_local_answer(now, (from, token, msg.message_id()), replay, slot);
         self.out.push(Destination::Client(from), &buf);
         self.scratch = buf;
     }
@@ -361,6 +376,7 @@ impl Proxy {
             Code::NOT_FOUND => c.not_found_4_04 += 1,
             Code::PROXYING_NOT_SUPPORTED => c.proxying_not_supported_5_05 += 1,
             Code::HOP_LIMIT_REACHED => c.hop_limit_5_08 += 1,
+            Code::REQUEST_ENTITY_TOO_LARGE => c.request_too_large_4_13 += 1,
             _ => c.bad_request_4_00 += 1,
         }
     }
@@ -385,12 +401,13 @@ impl Proxy {
         token_bytes[4..].copy_from_slice(&rand::Rng::random::<u32>(&mut self.rng).to_be_bytes());
         let upstream_token = CoapToken::new(&token_bytes).expect("8 bytes");
         let mut request = std::mem::take(&mut self.scratch);
-        encode_upstream_request(&mut request, msg, mid, &upstream_token, &route);
+        // The input parsed and Uri-* values come from a bounded URI, so this cannot fail.
+        let _ = upstream_request(&mut request, msg, mid, &upstream_token, &route).finish();
         let x = self.get_mut(key).expect("just inserted");
         x.upstream_mid = Some(mid);
         x.upstream_token = upstream_token;
-        x.request = Some(Box::from(&request[..]));
         x.wants_observe = msg.option(OBSERVE).and_then(|v| decode_uint(v).ok()) == Some(0);
+        self.keep_request(key, &request);
         self.scratch = request;
         self.by_upstream_mid.insert((endpoint, mid), key);
         self.upstreams[usize::from(route.upstream)].inflight += 1;
@@ -411,15 +428,15 @@ impl Proxy {
 
 /// The upstream copy of a client request: our MID and token, Proxy-Uri/Proxy-Scheme replaced
 /// by Uri-* options, Hop-Limit decremented (RFC 7252 §5.7.2, RFC 8768 §3). The options the
-/// proxy adds are merged in number order with the client's, so each one is appended: the cost
-/// is linear in the request's size.
-fn encode_upstream_request(
-    out: &mut Vec<u8>,
+/// proxy adds (in number order) are merged with the client's (in wire order), so each one is
+/// appended, none deferred: the cost is linear in the request's size. Returned unfinished.
+fn upstream_request<'o>(
+    out: &'o mut Vec<u8>,
     msg: &Message,
     mid: u16,
     token: &CoapToken,
     route: &Route,
-) {
+) -> MessageBuilder<'o> {
     let target = route.target.as_ref();
     let (hop, port) = (
         encode_uint(u32::from(route.hop_limit)),
@@ -462,8 +479,7 @@ fn encode_upstream_request(
         b.option(m, w);
     }
     b.payload(msg.payload());
-    // The input parsed and Uri-* values come from a bounded URI, so this cannot fail.
-    let _ = b.finish();
+    b
 }
 
 /// RFC 7252 §5.4.1: an unrecognised critical option gets 4.02; §5.7.1: an unrecognised
@@ -492,6 +508,55 @@ fn answer(code: Code, diagnostic: &'static str) -> LocalAnswer {
     LocalAnswer {
         code,
         max_age: None,
+        size1: None,
         diagnostic,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::coap::option::{ACCEPT, BLOCK2, CONTENT_FORMAT, ETAG, SIZE2, URI_PATH, URI_QUERY};
+
+    #[test]
+    fn the_upstream_request_is_built_on_the_append_path_with_options_in_order() {
+        // The largest forward request the default limits let through: 64 options, most of
+        // them the Proxy-Uri's parts, the client's own on either side of the Uri-* the proxy
+        // adds. Every option is appended where it belongs (none deferred): the cost is linear
+        // (the audit's request put Hop-Limit first, and each Uri-Path was then spliced in).
+        let uri = format!("coap://h.example:5690{}?a&b", "/s".repeat(56));
+        let client: [(u16, &[u8]); 7] = [
+            (ETAG, b"e"),
+            (OBSERVE, &[]),
+            (CONTENT_FORMAT, &[0]),
+            (ACCEPT, &[0]),
+            (BLOCK2, &[2]),
+            (SIZE2, &[]),
+            (PROXY_URI, uri.as_bytes()),
+        ];
+        let mut req = Vec::new();
+        let mut b = MessageBuilder::new(&mut req, MessageType::Con, Code::GET, 1, b"t");
+        client.iter().for_each(|&(n, v)| _ = b.option(n, v));
+        b.finish().unwrap();
+        let msg = Message::parse(&req).unwrap();
+        let route = Route {
+            upstream: 0,
+            target: Some(route::parse_proxy_uri(uri.as_bytes()).unwrap()),
+            hop_limit: 15,
+        };
+        let token = CoapToken::new(&[9; 8]).unwrap();
+        let mut out = Vec::new();
+        let b = upstream_request(&mut out, &msg, 7, &token, &route);
+        assert_eq!(b.deferred_options(), 0);
+        assert_eq!(b.finish(), Ok(()));
+        let numbers: Vec<u16> = Message::parse(&out)
+            .unwrap()
+            .options()
+            .map(|(n, _)| n)
+            .collect();
+        let mut want = vec![option::URI_HOST, ETAG, OBSERVE, option::URI_PORT];
+        want.extend([URI_PATH; 56].into_iter().chain([CONTENT_FORMAT]));
+        want.extend([URI_QUERY, URI_QUERY, HOP_LIMIT, ACCEPT, BLOCK2, SIZE2]);
+        assert_eq!(numbers, want);
     }
 }

@@ -5,8 +5,9 @@
 //! EXCHANGE_LIFETIME. A single counter for all clients wraps after 65536 answers in total, well
 //! within that at a few hundred answers per second; counting per client, a MID repeats only
 //! after 65536 messages to that client. An entry lives while anything may still carry one of
-//! its MIDs: every live exchange of the client and every kept answer with a MID of ours holds
-//! a reference on it, so a returning client starts afresh.
+//! its MIDs, and while the answer caches count answers under its slot (a client's share of
+//! them, `answer_cache.rs`): every live exchange of the client and every answer kept for it
+//! holds a reference on it, so a client that returns after all of them are gone starts afresh.
 //!
 //! Entries sit in a slab and are named by [`ClientSlot`]: an exchange looks its client up by
 //! address once, when its request arrives, and by slot from then on.
@@ -22,6 +23,13 @@ use super::keyed_hash::{KeyedMap, KeyedState};
 /// Names a client's entry while references on it are held.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct ClientSlot(u32);
+
+impl ClientSlot {
+    /// Its index: slots are small and dense, so per-client tables are vectors by slot.
+    pub(super) fn index(self) -> usize {
+        self.0 as usize
+    }
+}
 
 #[derive(Debug)]
 struct ClientState {
@@ -124,6 +132,11 @@ pub(super) mod tests {
     /// A slot for tests of what holds one (never dereferenced).
     pub(in crate::proxy) fn some_slot() -> ClientSlot {
         ClientSlot(7)
+    }
+
+    /// Slot `n`, for tests of what counts by slot (never dereferenced).
+    pub(in crate::proxy) fn slot(n: u32) -> ClientSlot {
+        ClientSlot(n)
     }
 
     #[test]

@@ -147,8 +147,26 @@ pub struct ProxyConfig {
     /// IDs per `upstream_exchange_lifetime`, so N of them sustain about
     /// `(N - 1) * 65536 / lifetime` requests/s (one is the spare).
     pub max_upstream_endpoints: usize,
+    /// Exchanges' request copies (kept for retransmission while the upstream has not
+    /// answered) may take this many bytes in all; a request that would exceed it gets 5.03.
+    /// (It is checked with the request's size as it came, so the last one admitted may pass it
+    /// by the few bytes its copy gains: the proxy's 8-byte token, Hop-Limit, the Proxy-Uri's
+    /// parts as options.) With `max_request_size` this bounds what requests in flight take.
+    pub max_inflight_bytes: usize,
+    /// The largest request datagram the proxy takes, in bytes; a longer one gets 4.13 Request
+    /// Entity Too Large with Size1 (RFC 7252 §5.9.2.9, §5.10.9). 1152 is RFC 7252 §4.6's
+    /// upper bound for a message when nothing is known of the path (and libcoap's default
+    /// MTU); a request that follows §4.6 always fits, block-wise bodies included (RFC 7959).
+    pub max_request_size: usize,
+    /// Options a request may carry, a Proxy-Uri counting as the Uri-Path and Uri-Query
+    /// options it decomposes into (RFC 7252 §6.4); more get 4.02 Bad Option.
+    pub max_options: usize,
     /// Completed answers kept for client retransmissions (bounded; oldest evicted first).
     pub max_cached: usize,
+    /// Of those, answers kept for one client (source address and port) at most: past it the
+    /// client's own oldest answer goes, so that one source cannot push the others' out. The
+    /// proxy's own answers have a share of the same size in their store.
+    pub max_cached_per_client: usize,
     /// Live observations (RFC 7641) relayed at once.
     pub max_observations: usize,
     /// How long to hold a CON request's ACK hoping to piggyback the response (RFC 7252 §5.2.2).
@@ -182,7 +200,11 @@ impl Default for ProxyConfig {
             max_inflight_per_upstream: 10_000,
             max_inflight_per_client: 256,
             max_upstream_endpoints: 1024,
+            max_inflight_bytes: 4 << 20,
+            max_request_size: 1152,
+            max_options: 64,
             max_cached: 100_000,
+            max_cached_per_client: 10_000,
             max_observations: 1_000,
             ack_delay: Duration::from_millis(100),
             upstream_exchange_lifetime: params::EXCHANGE_LIFETIME,
@@ -235,11 +257,14 @@ impl ProxyConfig {
             ("max-inflight", self.max_inflight),
             ("max-inflight-per-client", self.max_inflight_per_client),
             ("max-cached", self.max_cached),
+            ("max-cached-per-client", self.max_cached_per_client),
+            ("max-options", self.max_options),
         ] {
             if v == 0 {
                 return Err(ConfigError(format!("--{name}: must be at least 1")));
             }
         }
+        self.validate_sizes()?;
         if !(1..=MAX_UPSTREAM_ENDPOINTS).contains(&self.max_upstream_endpoints) {
             return Err(ConfigError(format!(
                 "--max-upstream-endpoints: must be 1..={MAX_UPSTREAM_ENDPOINTS}"
@@ -259,7 +284,28 @@ impl ProxyConfig {
         }
         Ok(warnings)
     }
+
+    /// A request the size limit lets in must fit the in-flight budget on its own.
+    fn validate_sizes(&self) -> Result<(), ConfigError> {
+        if !(MIN_REQUEST_SIZE..=MAX_DATAGRAM).contains(&self.max_request_size) {
+            return Err(ConfigError(format!(
+                "--max-request-size: must be {MIN_REQUEST_SIZE}..={MAX_DATAGRAM}"
+            )));
+        }
+        if self.max_inflight_bytes < self.max_request_size {
+            return Err(ConfigError(
+                "--max-inflight-bytes: must be at least --max-request-size".into(),
+            ));
+        }
+        Ok(())
+    }
 }
+
+/// The longest UDP payload there is (RFC 768's 16-bit length, less its header: 65,527 over
+/// IPv6, 65,507 over IPv4).
+pub const MAX_DATAGRAM: usize = 65_527;
+/// Below this even a request with a full token and a short path would not fit.
+pub const MIN_REQUEST_SIZE: usize = 64;
 
 /// A configuration mistake: names the flag and the rule it breaks.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -343,6 +389,30 @@ mod tests {
             ..RetryPolicy::DEFAULT
         };
         assert_eq!(p.validate("").unwrap().len(), 1);
+    }
+
+    #[test]
+    fn request_size_limits_are_checked_naming_the_flag() {
+        let mut c = ProxyConfig::default();
+        c.routing.upstream = Some("127.0.0.1:5683".parse().unwrap());
+        assert!(c.validate().is_ok());
+        for (edit, flag) in [
+            (
+                (|c: &mut ProxyConfig| c.max_request_size = 63) as fn(&mut ProxyConfig),
+                "--max-request-size",
+            ),
+            (
+                |c| c.max_request_size = MAX_DATAGRAM + 1,
+                "--max-request-size",
+            ),
+            (|c| c.max_inflight_bytes = 1000, "--max-inflight-bytes"),
+            (|c| c.max_options = 0, "--max-options"),
+            (|c| c.max_cached_per_client = 0, "--max-cached-per-client"),
+        ] {
+            let mut bad = c.clone();
+            edit(&mut bad);
+            assert!(bad.validate().unwrap_err().0.starts_with(flag), "{flag}");
+        }
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! What the proxy counts: every forward, duplicate, retry, give-up and drop.
 
-/// Monotonic counters (and four gauges) of one proxy engine.
+/// Monotonic counters (and five gauges) of one proxy engine.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Counters {
     /// Client requests accepted (not duplicates), whatever their outcome.
@@ -38,12 +38,20 @@ pub struct Counters {
     pub refused_inflight: u64,
     /// 5.03s because `max_inflight_per_upstream` requests were in flight to the upstream.
     pub refused_upstream_inflight: u64,
+    /// 5.03s because the copies of the requests in flight held `max_inflight_bytes` bytes.
+    pub refused_inflight_bytes: u64,
     /// 5.03s because the proxy was shutting down.
     pub refused_draining: u64,
     /// 5.04 Gateway Timeout: the retry policy gave up waiting for the upstream.
     pub gateway_timeout_5_04: u64,
-    /// 4.02 Bad Option: an unrecognised critical option (RFC 7252 §5.4.1).
+    /// 4.02 Bad Option: an unrecognised critical option (RFC 7252 §5.4.1), or too many options.
     pub bad_option_4_02: u64,
+    /// Of the 4.02s: requests with more than `max_options` options, a Proxy-Uri counting as
+    /// the options it decomposes into.
+    pub too_many_options: u64,
+    /// 4.13 Request Entity Too Large: a request longer than `max_request_size` bytes
+    /// (RFC 7252 §5.9.2.9), answered with Size1.
+    pub request_too_large_4_13: u64,
     /// 4.03 Forbidden: a forward-proxy target not in the allow list.
     pub forbidden_4_03: u64,
     /// 4.04 Not Found: a request for the proxy itself with no reverse upstream configured.
@@ -74,6 +82,9 @@ pub struct Counters {
     pub early_evictions: u64,
     /// The proxy's own answers (never forwarded) evicted from their full store.
     pub local_answer_evictions: u64,
+    /// Kept answers (the proxy's own included) of a client over `max_cached_per_client`,
+    /// evicted to make room for its newer ones: its own oldest first.
+    pub share_evictions: u64,
     /// Diagnostic events dropped because the driver did not take them (the queue is bounded).
     pub events_dropped: u64,
     /// Gauge: exchanges being worked on (waiting, observing, or delivering an answer).
@@ -85,4 +96,6 @@ pub struct Counters {
     pub in_flight: u64,
     /// Gauge: Observe relays alive (RFC 7641).
     pub observations: u64,
+    /// Gauge: bytes of the request copies kept for retransmission upstream.
+    pub in_flight_bytes: u64,
 }

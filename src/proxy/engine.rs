@@ -16,7 +16,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use slab::Slab;
 
-use crate::coap::option::{encode_uint, MAX_AGE};
+use crate::coap::option::{encode_uint, MAX_AGE, SIZE1};
 use crate::coap::{params, Code, Message, MessageBuilder, MessageType};
 use crate::time::Timestamp;
 use crate::timer::TimerWheel;
@@ -62,6 +62,18 @@ pub(super) struct Upstream {
 /// one per answer at high request rates.
 const EXPIRY_BATCH: Duration = Duration::from_millis(100);
 
+/// How long the proxy keeps an answer it made itself (4.xx, 5.03, ...), for the request's
+/// retransmissions: MAX_TRANSMIT_WAIT, not EXCHANGE_LIFETIME. RFC 7252 §4.5 asks that a
+/// duplicate CON be acknowledged with the same answer and its request processed once, and
+/// relaxes the second half for a request "handled in an idempotent fashion". A request the
+/// proxy answered itself went nowhere: handling a late copy again runs nothing twice (it
+/// is refused again, or forwarded for the first time). So the answer need only outlast the
+/// client's interest in it, MAX_TRANSMIT_WAIT after its first transmission, when the client
+/// gives up (§4.8.2), and not the network's longest delay on top (2 x MAX_LATENCY in
+/// EXCHANGE_LIFETIME), which is there so that a forwarded request never runs twice. Every
+/// retransmission the client makes still gets the same answer.
+pub(super) const LOCAL_ANSWER_LIFETIME: Duration = params::MAX_TRANSMIT_WAIT;
+
 /// One upstream's endpoints as the metrics see them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UpstreamStats {
@@ -90,6 +102,8 @@ pub struct Seeds {
 pub(super) struct LocalAnswer {
     pub(super) code: Code,
     pub(super) max_age: Option<u32>,
+    /// Size1 of a 4.13: the largest request entity the proxy would take (RFC 7252 §5.10.9).
+    pub(super) size1: Option<u32>,
     /// Diagnostic payload (RFC 7252 §5.5.2): a short human-readable reason.
     pub(super) diagnostic: &'static str,
 }
@@ -118,11 +132,12 @@ pub struct Proxy {
     pub(super) rng: SmallRng,
     pub(super) counters: Counters,
     /// Answers to requests that went upstream, for the clients' retransmissions: kept
-    /// EXCHANGE_LIFETIME (NON answers too, so all expire in the order they came), bounded.
+    /// EXCHANGE_LIFETIME (NON answers too, so all expire in the order they came), bounded in
+    /// all and per client.
     pub(super) answers: AnswerRing<ClientKey>,
     /// Answers the proxy made without asking an upstream (4.xx, 5.03, 5.05, 5.08): cheap to
-    /// make again, so kept only MAX_TRANSMIT_WAIT, and apart, so that a flood of them never
-    /// pushes a real answer out of `answers`.
+    /// make again, so kept only [`LOCAL_ANSWER_LIFETIME`], and apart, so that a flood of them
+    /// never pushes a real answer out of `answers`.
     pub(super) local_answers: AnswerRing<ClientKey>,
     /// Separate responses and notifications the upstreams sent as CON and we acknowledged: a
     /// retransmission (our ACK was lost) is acknowledged again and not taken twice (§4.5).
@@ -133,6 +148,9 @@ pub struct Proxy {
     pub(super) delivering: VecDeque<ExchangeKey>,
     pub(super) delivering_count: usize,
     pub(super) inflight: usize,
+    /// Bytes of the request copies exchanges keep (`Exchange::request`), within
+    /// `max_inflight_bytes`.
+    pub(super) inflight_bytes: usize,
     pub(super) observations: usize,
     pub(super) clients: Clients,
     /// Diagnostics for the driver to log.
@@ -157,7 +175,7 @@ impl Proxy {
             config.max_upstream_endpoints,
             rng.random(),
         );
-        let max_cached = config.max_cached;
+        let (max_cached, share) = (config.max_cached, config.max_cached_per_client);
         let clients = Clients::new(rng.random(), &hash);
         Proxy {
             config,
@@ -175,13 +193,14 @@ impl Proxy {
             out: Outbox::default(),
             rng,
             counters: Counters::default(),
-            answers: AnswerRing::new(params::EXCHANGE_LIFETIME, max_cached),
-            local_answers: AnswerRing::new(params::MAX_TRANSMIT_WAIT, max_cached),
+            answers: AnswerRing::with_shares(params::EXCHANGE_LIFETIME, max_cached, share),
+            local_answers: AnswerRing::with_shares(LOCAL_ANSWER_LIFETIME, max_cached, share),
             upstream_cons: AnswerRing::new(params::MAX_TRANSMIT_WAIT, max_cached),
             by_upstream_con: hash.map(),
             delivering: VecDeque::new(),
             delivering_count: 0,
             inflight: 0,
+            inflight_bytes: 0,
             observations: 0,
             clients,
             events: Events::default(),
@@ -285,6 +304,7 @@ impl Proxy {
             cached_answers: (self.answers.len() + self.local_answers.len()) as u64,
             in_flight: self.inflight as u64,
             observations: self.observations as u64,
+            in_flight_bytes: self.inflight_bytes as u64,
             events_dropped: self.events.dropped(),
             ..self.counters.clone()
         }
@@ -449,6 +469,7 @@ impl Proxy {
         let answer = LocalAnswer {
             code,
             max_age: None,
+            size1: None,
             diagnostic: why,
         };
         let mut buf = std::mem::take(&mut self.scratch);
@@ -470,10 +491,10 @@ impl Proxy {
         }
         x.deadlines.set(TimerKind::UpstreamRetransmit, None);
         x.deadlines.set(TimerKind::TotalTimeout, None);
-        x.request = None;
         let (up, endpoint, mapped) = (x.upstream, x.endpoint, x.upstream_mid.take());
         let client = x.client_slot;
         x.state = State::Answered;
+        self.drop_request(key);
         self.rearm(key);
         if let Some(mid) = mapped {
             self.by_upstream_mid.remove(&(endpoint, mid));
@@ -560,19 +581,16 @@ impl Proxy {
             (Reply::Piggyback | Reply::Separate, _) => Replay::EmptyAck,
             (Reply::Non, _) => Replay::Nothing,
         };
-        // A piggybacked answer carries the client's MID; any other message to the client
-        // carried one of ours, whose numbering must outlive it (see `clients.rs`): the kept
-        // answer takes over the exchange's reference.
-        let piggybacked_only = x.reply == Reply::Piggyback && x.last_notification.is_none();
-        let holds = match piggybacked_only {
-            true => {
-                self.clients.release(x.client_slot);
-                None
-            }
-            false => Some(x.client_slot),
-        };
-        let seq = self.answers.push(now, client_key, replay, holds);
+        // The kept answer takes over the exchange's reference on its client: it counts in the
+        // client's share, and an answer with a MID of ours keeps its numbering (`clients.rs`).
+        let seq = self
+            .answers
+            .push(now, client_key, replay, Some(x.client_slot));
         self.index_seen(client_key, Seen::Answered(seq));
+        if let Some(gone) = self.answers.pop_over_share(now, x.client_slot) {
+            self.counters.share_evictions += 1;
+            self.forget_answer(gone);
+        }
         while let Some(gone) = self.answers.pop_over_bound(now) {
             self.counters.cache_evictions += 1;
             if gone.early {
@@ -587,17 +605,23 @@ impl Proxy {
         }
     }
 
-    /// Keeps the proxy's own answer to a request that never went upstream (`client`: the
-    /// reference it holds, if it carried a MID of ours).
+    /// Keeps the proxy's own answer to a request that never went upstream, with a reference
+    /// on its client taken for it.
     pub(super) fn keep_local_answer(
         &mut self,
         now: Timestamp,
         client_key: ClientKey,
         replay: Replay<&[u8]>,
-        client: Option<ClientSlot>,
+        client: ClientSlot,
     ) {
-        let seq = self.local_answers.push(now, client_key, replay, client);
+        let seq = self
+            .local_answers
+            .push(now, client_key, replay, Some(client));
         self.index_seen(client_key, Seen::AnsweredLocally(seq));
+        if let Some(gone) = self.local_answers.pop_over_share(now, client) {
+            self.counters.share_evictions += 1;
+            self.forget_answer(gone);
+        }
         while let Some(gone) = self.local_answers.pop_over_bound(now) {
             self.counters.local_answer_evictions += 1;
             self.forget_answer(gone);
@@ -722,6 +746,9 @@ pub(super) fn encode_local(
     let mut b = MessageBuilder::new(out, ty, a.code, mid, token);
     if let Some(age) = a.max_age {
         b.option(MAX_AGE, &encode_uint(age));
+    }
+    if let Some(size) = a.size1 {
+        b.option(SIZE1, &encode_uint(size));
     }
     b.payload(a.diagnostic.as_bytes());
     // Tokens come from parsed messages (<= 8 bytes), so encoding cannot fail.

@@ -63,6 +63,16 @@ const COUNTERS: &[(&str, &str, fn(&Counters) -> u64)] = &[
         |c| c.local_answer_evictions,
     ),
     (
+        "share_evictions_total",
+        "Kept answers of a client over --max-cached-per-client, its oldest evicted first.",
+        |c| c.share_evictions,
+    ),
+    (
+        "too_many_options_total",
+        "Requests answered 4.02 for more than --max-options options (Proxy-Uri decomposed).",
+        |c| c.too_many_options,
+    ),
+    (
         "events_dropped_total",
         "Diagnostic events the engine dropped because its bounded queue was full.",
         |c| c.events_dropped,
@@ -121,6 +131,7 @@ pub(super) fn write_proxy_metrics(c: &Counters, send_drops: u64, out: &mut Metri
             ("4.02", c.bad_option_4_02),
             ("4.03", c.forbidden_4_03),
             ("4.04", c.not_found_4_04),
+            ("4.13", c.request_too_large_4_13),
             ("5.02", c.bad_gateway_5_02),
             ("5.03", c.service_unavailable_5_03),
             ("5.04", c.gateway_timeout_5_04),
@@ -137,6 +148,7 @@ pub(super) fn write_proxy_metrics(c: &Counters, send_drops: u64, out: &mut Metri
             ("client", c.refused_client),
             ("inflight", c.refused_inflight),
             ("upstream_inflight", c.refused_upstream_inflight),
+            ("inflight_bytes", c.refused_inflight_bytes),
             ("draining", c.refused_draining),
         ],
     );
@@ -163,6 +175,11 @@ pub(super) fn write_proxy_metrics(c: &Counters, send_drops: u64, out: &mut Metri
         "backoffd_coap_in_flight",
         "Requests still waiting on an upstream.",
         c.in_flight as f64,
+    );
+    out.gauge(
+        "backoffd_coap_in_flight_bytes",
+        "Bytes of the request copies kept for retransmission upstream.",
+        c.in_flight_bytes as f64,
     );
     out.gauge(
         "backoffd_coap_observations",

@@ -45,6 +45,7 @@ mod engine;
 mod events;
 mod exchange;
 mod keyed_hash;
+mod limits;
 mod metrics;
 mod observe;
 mod outbox;

@@ -38,6 +38,31 @@ pub enum RouteError {
 
 /// Decomposes an absolute `coap://host[:port]/path?query` URI.
 pub fn parse_proxy_uri(uri: &[u8]) -> Result<Target, RouteError> {
+    let (authority, path, query) = split_uri(uri)?;
+    let (host, port) = split_authority(authority)?;
+    let path = segments(path)
+        .map(percent_decode)
+        .collect::<Result<_, _>>()?;
+    let query = parameters(query)
+        .map(percent_decode)
+        .collect::<Result<_, _>>()?;
+    Ok(Target {
+        host,
+        port,
+        path,
+        query,
+    })
+}
+
+/// How many Uri-Path and Uri-Query options `uri` decomposes into (RFC 7252 §6.4), counted
+/// without decoding or allocating anything; `None` if it is no URI [`parse_proxy_uri`] takes.
+pub fn decomposed_options(uri: &[u8]) -> Option<usize> {
+    let (_, path, query) = split_uri(uri).ok()?;
+    Some(segments(path).count() + parameters(query).count())
+}
+
+/// Authority, path and query of an absolute `coap` URI without fragment (RFC 3986 §3).
+fn split_uri(uri: &[u8]) -> Result<(&str, &str, Option<&str>), RouteError> {
     let uri = std::str::from_utf8(uri).map_err(|_| RouteError::Malformed)?;
     let (scheme, rest) = uri.split_once("://").ok_or(RouteError::Malformed)?;
     check_scheme(scheme.as_bytes())?;
@@ -48,27 +73,21 @@ pub fn parse_proxy_uri(uri: &[u8]) -> Result<Target, RouteError> {
         Some(i) => rest.split_at(i),
         None => (rest, ""),
     };
-    let (host, port) = split_authority(authority)?;
-    let (path, query) = match path_query.split_once('?') {
-        Some((p, q)) => (p, Some(q)),
-        None => (path_query, None),
-    };
-    let path = path
-        .strip_prefix('/')
-        .filter(|p| !p.is_empty())
-        .map(|p| p.split('/').map(percent_decode).collect())
-        .transpose()?
-        .unwrap_or_default();
-    let query = query
-        .map(|q| q.split('&').map(percent_decode).collect())
-        .transpose()?
-        .unwrap_or_default();
-    Ok(Target {
-        host,
-        port,
-        path,
-        query,
+    Ok(match path_query.split_once('?') {
+        Some((p, q)) => (authority, p, Some(q)),
+        None => (authority, path_query, None),
     })
+}
+
+/// The path's segments, one Uri-Path each; `/` and the empty path have none (RFC 7252 §6.4).
+fn segments(path: &str) -> impl Iterator<Item = &str> {
+    let path = path.strip_prefix('/').filter(|p| !p.is_empty());
+    path.into_iter().flat_map(|p| p.split('/'))
+}
+
+/// The query's `&`-separated parameters, one Uri-Query each (RFC 7252 §6.4).
+fn parameters(query: Option<&str>) -> impl Iterator<Item = &str> {
+    query.into_iter().flat_map(|q| q.split('&'))
 }
 
 /// Only `coap` is proxied; `coaps`, `http` and the rest get 5.05 (RFC 7252 §5.7.2).
@@ -150,6 +169,23 @@ mod tests {
         assert_eq!(t.path, vec![b"a".to_vec(), b"b c".to_vec()]);
         assert_eq!(t.query, vec![b"x=1".to_vec(), b"y".to_vec()]);
         assert!(!t.host_is_ip());
+    }
+
+    #[test]
+    fn the_decomposed_option_count_is_what_parsing_gives() {
+        for uri in [
+            &b"coap://h"[..],
+            b"coap://h/",
+            b"coap://h?",
+            b"coap://h//a/?x&&y",
+            b"coap://[::1]:7/a/b%20c?x=1&y",
+        ] {
+            let t = parse_proxy_uri(uri).unwrap();
+            assert_eq!(decomposed_options(uri), Some(t.path.len() + t.query.len()));
+        }
+        let many = format!("coap://h{}", "/".repeat(60_000));
+        assert_eq!(decomposed_options(many.as_bytes()), Some(60_000));
+        assert_eq!(decomposed_options(b"http://h/a"), None);
     }
 
     #[test]

@@ -148,7 +148,7 @@ impl Proxy {
         // §5.2.2: the upstream will answer separately; stop retransmitting.
         if x.state == State::Waiting {
             x.state = State::AwaitingSeparate;
-            x.request = None;
+            self.drop_request(key);
             self.set_deadline(key, TimerKind::UpstreamRetransmit, None);
         }
     }

@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use crate::coap::option::{PROXY_URI, URI_PATH};
+use crate::coap::option::{decode_uint, PROXY_URI, URI_PATH};
 use crate::coap::{Code, Message, MessageBuilder, MessageType};
 use crate::time::Timestamp;
 
@@ -230,4 +230,229 @@ fn no_trace_is_left_after_every_deadline() {
     run_until(&mut p, secs(1000.0));
     let left: Vec<_> = traces(&p).into_iter().filter(|&(_, n)| n > 0).collect();
     assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+// Issue 13: what one datagram, one request and one source may cost.
+
+/// A forward proxy allowed to reach 127.0.0.1:5690, adjusted by `edit`.
+fn forward_proxy(edit: impl FnOnce(&mut ProxyConfig)) -> Proxy {
+    proxy(|c| {
+        c.routing = Routing {
+            upstream: None,
+            allow: vec![crate::proxy::AllowedTarget {
+                host: "127.0.0.1".into(),
+                port: 5690,
+                addr: "127.0.0.1:5690".parse().unwrap(),
+            }],
+            forward: true,
+        };
+        edit(c);
+    })
+}
+
+/// A CON GET with the given options and payload.
+fn con(mid: u16, options: &[(u16, &[u8])], payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut b = MessageBuilder::new(&mut out, MessageType::Con, Code::GET, mid, b"tk");
+    options.iter().for_each(|&(n, v)| _ = b.option(n, v));
+    b.payload(payload);
+    b.finish().unwrap();
+    out
+}
+
+/// The one answer to client 1, parsed.
+fn only_answer(out: &[Transmit]) -> Message<'_> {
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert_eq!(out[0].to, Destination::Client(client(1)));
+    Message::parse(&out[0].payload).unwrap()
+}
+
+#[test]
+fn a_60k_segment_proxy_uri_gets_4_13_with_size1_and_nothing_goes_upstream() {
+    // The audit's datagram: 60,000 empty path segments, 8 s of work when it was forwarded.
+    let mut p = forward_proxy(|_| {});
+    let uri = format!("coap://127.0.0.1:5690{}", "/".repeat(60_000));
+    let req = con(1, &[(PROXY_URI, uri.as_bytes())], &[]);
+    p.handle_client_datagram(secs(0.0), client(1), &req);
+    let out = drain(&mut p);
+    let answer = only_answer(&out);
+    assert_eq!(answer.code(), Code::REQUEST_ENTITY_TOO_LARGE);
+    // No entity fits next to a 60 kB option: Size1 says so (RFC 7252 §5.10.9).
+    let size1 = answer.option(crate::coap::option::SIZE1).map(decode_uint);
+    assert_eq!(size1, Some(Ok(0)));
+    let c = p.counters();
+    assert_eq!((c.forwarded, c.request_too_large_4_13), (0, 1));
+    // Its retransmission gets the same answer from the kept ones.
+    p.handle_client_datagram(secs(2.0), client(1), &req);
+    assert_eq!(drain(&mut p), out);
+}
+
+#[test]
+fn size1_is_the_largest_entity_the_request_could_have_carried() {
+    let mut p = proxy(|c| c.max_request_size = 100);
+    let req = con(1, &[(URI_PATH, b"r")], &[7; 200]);
+    p.handle_client_datagram(secs(0.0), client(1), &req);
+    let out = drain(&mut p);
+    let answer = only_answer(&out);
+    // Header 4, token 2, Uri-Path 2, marker 1: 91 bytes of entity fit in 100.
+    let size1 = answer.option(crate::coap::option::SIZE1).map(decode_uint);
+    assert_eq!(
+        (answer.code(), size1),
+        (Code::REQUEST_ENTITY_TOO_LARGE, Some(Ok(91)))
+    );
+    let fits = con(2, &[(URI_PATH, b"r")], &[7; 91]);
+    p.handle_client_datagram(secs(0.0), client(1), &fits);
+    assert_eq!(to_upstream(&drain(&mut p)).len(), 1);
+}
+
+#[test]
+fn more_options_than_max_options_get_4_02_a_proxy_uri_counting_as_its_parts() {
+    let mut p = forward_proxy(|c| c.max_options = 8);
+    let uri = |segments: usize| format!("coap://127.0.0.1:5690{}?q", "/s".repeat(segments));
+    let codes: Vec<Code> = [7, 8]
+        .into_iter()
+        .enumerate()
+        .map(|(i, parts)| {
+            let uri = uri(parts - 1);
+            let req = con(i as u16, &[(PROXY_URI, uri.as_bytes())], &[]);
+            p.handle_client_datagram(secs(0.0), client(1), &req);
+            let out = drain(&mut p);
+            match to_upstream(&out).len() {
+                1 => Code::GET,
+                _ => only_answer(&out).code(),
+            }
+        })
+        .collect();
+    // 7 and 8 parts are within 8 options; 8 parts and an Accept are 9.
+    assert_eq!(codes, [Code::GET, Code::GET]);
+    let uri = uri(7);
+    let req = con(9, &[(PROXY_URI, uri.as_bytes()), (17, &[0])], &[]);
+    p.handle_client_datagram(secs(0.0), client(1), &req);
+    assert_eq!(only_answer(&drain(&mut p)).code(), Code::BAD_OPTION);
+    let paths = vec![(URI_PATH, &b"p"[..]); 9];
+    let mut r = proxy(|c| c.max_options = 8);
+    r.handle_client_datagram(secs(0.0), client(1), &con(1, &paths, &[]));
+    assert_eq!(only_answer(&drain(&mut r)).code(), Code::BAD_OPTION);
+    assert_eq!(
+        (p.counters().too_many_options, r.counters().too_many_options),
+        (1, 1)
+    );
+    assert_eq!(p.counters().bad_option_4_02, 1);
+}
+
+#[test]
+fn past_the_inflight_byte_budget_requests_get_5_03_until_an_answer_frees_room() {
+    // 400 x 60 kB CONs to a silent upstream once held 15.5 MB; now the size limit refuses
+    // them (above), and what the limit lets through is bounded in bytes as well.
+    let mut p = proxy(|c| (c.max_request_size, c.max_inflight_bytes) = (1152, 3000));
+    let req = |mid| con(mid, &[(URI_PATH, b"r")], &[mid as u8; 1000]);
+    let mut forwarded = Vec::new();
+    let mut codes = Vec::new();
+    for mid in 0..5 {
+        p.handle_client_datagram(secs(0.0), client(1), &req(mid));
+        let out = drain(&mut p);
+        match to_upstream(&out).first() {
+            Some(up) => forwarded.push(up.to_vec()),
+            None => codes.push(only_answer(&out).code()),
+        }
+    }
+    assert_eq!(
+        forwarded.len(),
+        2,
+        "two copies of about 1 kB fit 3000 bytes, not three"
+    );
+    assert_eq!(codes, [Code::SERVICE_UNAVAILABLE; 3]);
+    let c = p.counters();
+    let sizes: u64 = forwarded.iter().map(|f| f.len() as u64).sum();
+    assert_eq!((c.refused_inflight_bytes, c.in_flight_bytes), (3, sizes));
+    // The upstream answers one: its copy is dropped and the next request fits.
+    p.handle_upstream_datagram(secs(0.1), EP0, &piggybacked(&forwarded[0], Code::CONTENT));
+    drain(&mut p);
+    p.handle_client_datagram(secs(0.2), client(1), &req(9));
+    assert_eq!(to_upstream(&drain(&mut p)).len(), 1);
+    run_until(&mut p, secs(100.0));
+    assert_eq!(p.counters().in_flight_bytes, 0, "every copy released");
+}
+
+/// Answers `n` CON GETs of `from` (MIDs `first..`) piggybacked; returns their requests.
+fn answered(p: &mut Proxy, from: SocketAddr, first: u16, n: u16) -> Vec<Vec<u8>> {
+    (first..first + n)
+        .map(|mid| {
+            let req = request(MessageType::Con, Code::GET, mid, b"c");
+            p.handle_client_datagram(secs(1.0), from, &req);
+            let up = drain(p).remove(0).payload;
+            p.handle_upstream_datagram(secs(1.0), EP0, &piggybacked(&up, Code::CONTENT));
+            drain(p);
+            req
+        })
+        .collect()
+}
+
+#[test]
+fn a_flooding_client_evicts_only_its_own_oldest_answers() {
+    // 110k spoofed requests once evicted 41,578 legitimate answers, whose retransmissions
+    // would have run twice. Now one source keeps its share and no more.
+    let mut p = proxy(|c| (c.max_cached, c.max_cached_per_client) = (200, 50));
+    let (legit, flooder) = (client(1), client(2));
+    let kept = answered(&mut p, legit, 0, 10);
+    let flood = answered(&mut p, flooder, 0, 1000);
+    let forwarded = p.counters().forwarded;
+    // The legitimate client's retransmissions get their answers from the cache...
+    for req in &kept {
+        p.handle_client_datagram(secs(3.0), legit, req);
+        assert_eq!(codes_to(&drain(&mut p), legit), [Code::CONTENT]);
+    }
+    // ...and so do the flooder's latest, while its oldest went first.
+    p.handle_client_datagram(secs(3.0), flooder, &flood[999]);
+    assert_eq!(codes_to(&drain(&mut p), flooder), [Code::CONTENT]);
+    assert_eq!(p.counters().forwarded, forwarded, "nothing forwarded twice");
+    p.handle_client_datagram(secs(3.0), flooder, &flood[0]);
+    assert_eq!(
+        to_upstream(&drain(&mut p)).len(),
+        1,
+        "its oldest answer was evicted"
+    );
+    let c = p.counters();
+    assert_eq!(
+        (c.early_evictions, c.cache_evictions, c.share_evictions),
+        (0, 0, 950)
+    );
+    assert_eq!(p.answers.len(), 10 + 50);
+}
+
+#[test]
+fn a_flood_of_refused_requests_leaves_the_other_clients_refusals_alone() {
+    // The proxy's own answers have their shares too: a source flooding with requests the
+    // proxy refuses cannot make it forget another client's refusal (which would then be
+    // answered afresh, perhaps differently, RFC 7252 §4.5).
+    let mut p = proxy(|c| (c.max_cached, c.max_cached_per_client) = (100, 20));
+    let refused = con(1, &[(PROXY_URI, b"coap://example.org/r")], &[]);
+    p.handle_client_datagram(secs(0.0), client(1), &refused);
+    let first = drain(&mut p);
+    assert_eq!(only_answer(&first).code(), Code::PROXYING_NOT_SUPPORTED);
+    for mid in 0..500 {
+        p.handle_client_datagram(secs(0.5), client(2), &forward_request(mid));
+    }
+    drain(&mut p);
+    p.handle_client_datagram(secs(2.0), client(1), &refused);
+    assert_eq!(drain(&mut p), first);
+    let c = p.counters();
+    assert_eq!((c.client_duplicates, c.local_answer_evictions), (1, 0));
+    assert_eq!(c.share_evictions, 480);
+}
+
+#[test]
+fn the_proxys_own_answers_are_kept_max_transmit_wait_real_ones_exchange_lifetime() {
+    // RFC 7252 §4.5 (see `LOCAL_ANSWER_LIFETIME`): a request the proxy refused went nowhere,
+    // so its answer need only outlast the client's retransmissions.
+    let mut p = proxy(|_| {});
+    answered(&mut p, client(1), 0, 1);
+    p.handle_client_datagram(secs(1.0), client(2), &forward_request(1));
+    drain(&mut p);
+    let kept = |p: &Proxy| (p.answers.len(), p.local_answers.len());
+    assert_eq!(kept(&p), (1, 1));
+    run_until(&mut p, secs(1.0 + 93.2));
+    assert_eq!(kept(&p), (1, 0));
+    run_until(&mut p, secs(1.0 + 247.2));
+    assert_eq!(kept(&p), (0, 0));
 }
