@@ -222,7 +222,11 @@ fn datagram() -> Vec<(String, String)> {
         }
         figures.push((
             format!("{shape} ({size} B): its answer"),
-            format!("{code:?}, worst of 20 {}", ms(worst_own)),
+            format!(
+                "{}, worst of 20 {}",
+                code.map_or("none".into(), |c| c.to_string()),
+                ms(worst_own)
+            ),
         ));
         figures.push((
             format!("{shape}: a legit request sent right after, worst of 20"),
