@@ -577,6 +577,17 @@ fn handshake_timeout_closes_a_client_sending_a_byte_a_minute() {
 #[test]
 fn handshake_deadline_is_cleared_once_settings_are_exchanged() {
     let p = Pair::new();
+    // What is left is the idle deadline, not the handshake's 20 s.
+    let idle = Some(T0 + Config::default().idle_timeout.unwrap());
+    assert_eq!(
+        (p.client.poll_timeout(), p.server.poll_timeout()),
+        (idle, idle)
+    );
+    let no_idle = Config {
+        idle_timeout: None,
+        ..Config::default()
+    };
+    let p = Pair::with(no_idle.clone(), no_idle, false);
     assert_eq!(
         (p.client.poll_timeout(), p.server.poll_timeout()),
         (None, None)
@@ -677,7 +688,9 @@ fn decreasing_stream_id_is_protocol_error() {
 #[test]
 fn data_on_a_half_closed_remote_stream_is_stream_closed() {
     let mut server = server();
-    let mut input = request_frame(1, REQUEST, true);
+    server.handle_input(T0, &request_frame(1, REQUEST, true));
+    assert_eq!(events(&mut server), [headers(1, REQUEST, true)]);
+    let mut input = Vec::new();
     frame::encode_data(&mut input, 1, b"late", false, 16_384);
     server.handle_input(T0, &input);
     assert_eq!(resets(&drain(&mut server)), [(1, ErrorCode::STREAM_CLOSED)]);
@@ -685,8 +698,20 @@ fn data_on_a_half_closed_remote_stream_is_stream_closed() {
         stream: 1,
         code: ErrorCode::STREAM_CLOSED,
     };
-    assert_eq!(events(&mut server)[1..], [reset]);
+    assert_eq!(events(&mut server), [reset]);
     assert!(!server.is_closed());
+}
+
+#[test]
+fn a_stream_error_on_a_request_not_yet_taken_drops_it_unseen() {
+    let mut server = server();
+    let mut input = request_frame(1, REQUEST, true);
+    frame::encode_data(&mut input, 1, b"late", false, 16_384);
+    server.handle_input(T0, &input);
+    assert_eq!(resets(&drain(&mut server)), [(1, ErrorCode::STREAM_CLOSED)]);
+    assert_eq!(events(&mut server), []);
+    assert_eq!(server.abuse().reset_before_accept, 1);
+    assert_eq!(server.abuse().local_error_resets, 1);
 }
 
 #[test]
@@ -707,15 +732,30 @@ fn data_after_our_reset_is_ignored() {
 #[test]
 fn peer_reset_is_reported() {
     let mut server = server();
-    let mut input = request_frame(1, REQUEST, false);
+    server.handle_input(T0, &request_frame(1, REQUEST, false));
+    assert_eq!(events(&mut server), [headers(1, REQUEST, false)]);
+    let mut input = Vec::new();
     frame::encode_rst_stream(&mut input, 1, ErrorCode::CANCEL);
     server.handle_input(T0, &input);
     let reset = Event::StreamReset {
         stream: 1,
         code: ErrorCode::CANCEL,
     };
-    assert_eq!(events(&mut server)[1..], [reset]);
+    assert_eq!(events(&mut server), [reset]);
     assert_eq!(server.open_streams(), 0);
+}
+
+#[test]
+fn a_stream_reset_before_the_application_took_it_is_never_seen() {
+    let mut server = server();
+    let mut input = request_frame(1, REQUEST, false);
+    frame::encode_data(&mut input, 1, &[1; 1000], false, 16_384);
+    frame::encode_rst_stream(&mut input, 1, ErrorCode::CANCEL);
+    server.handle_input(T0, &input);
+    assert_eq!(events(&mut server), []);
+    assert_eq!(server.open_streams(), 0);
+    assert_eq!(server.abuse().reset_before_accept, 1);
+    assert!(server.buffered_bytes() < 100, "{}", server.buffered_bytes());
 }
 
 #[test]
@@ -1091,3 +1131,6 @@ fn random_and_mutated_input_never_panics_and_memory_stays_bounded() {
         rounds / runs as usize
     );
 }
+
+#[path = "http2_conn/abuse.rs"]
+mod abuse;
