@@ -458,11 +458,20 @@ fn output_the_driver_could_not_write_is_judged_at_the_next_input() {
 }
 
 #[test]
+fn output_made_at_an_earlier_instant_was_offered_to_the_driver() {
+    let mut server = server_of_a_peer_not_reading();
+    server.handle_input(T0, &pings(300));
+    // The driver flushed (the socket took nothing) before its clock moved on.
+    server.handle_input(at(1), &pings(1));
+    assert_cut_off(&mut server, Cutoff::UnreadOutput, 0);
+}
+
+#[test]
 fn a_peer_that_reads_is_never_judged_unread() {
     let mut server = server_of_a_peer_not_reading();
-    for _ in 0..100 {
-        server.handle_input(T0, &pings(400));
-        drain(&mut server);
+    for ms in 0..100 {
+        server.handle_input(at(ms), &pings(400));
+        drain_at(&mut server, at(ms));
     }
     assert_alive(&server);
 }

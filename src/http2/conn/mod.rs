@@ -107,12 +107,13 @@ pub struct Config {
     /// nothing else may be sent meanwhile, so an open block stalls the
     /// connection; VU#421644); else GOAWAY(ENHANCE_YOUR_CALM).
     pub header_block_timeout: Duration,
-    /// Output the driver was offered (pending at its last `consume_output`)
-    /// and could not write, beyond this, means the peer is not reading what
-    /// it provokes (ACKs, RST_STREAMs): ENHANCE_YOUR_CALM. Output made since
-    /// is not judged until the driver has tried to write it, but twice this
-    /// in all is the memory bound. Queued stream data does not count; it
-    /// waits in the stream.
+    /// Output the driver was offered and could not write, beyond this, means
+    /// the peer is not reading what it provokes (ACKs, RST_STREAMs):
+    /// ENHANCE_YOUR_CALM. Offered: pending at its last `consume_output` (0
+    /// octets taken counts), or made at an earlier `now` (a driver flushes
+    /// before its clock moves on). Output of the current input batch is not
+    /// judged, but twice this in all is the memory bound. Queued stream data
+    /// does not count; it waits in the stream.
     pub max_buffered_output: usize,
     /// Unpolled events beyond this (headers, resets; DATA is bounded by the
     /// window) are ENHANCE_YOUR_CALM: the HPACK-bomb bound.
@@ -205,7 +206,8 @@ pub struct Connection {
     output: Vec<u8>,
     output_start: usize,
     /// `output[output_start..offered_end]` was pending at the driver's last
-    /// `consume_output`: it had its chance to write that and could not.
+    /// `consume_output`, or made at an earlier instant than now: it had its
+    /// chance to write that and could not.
     offered_end: usize,
     events: VecDeque<Event>,
     event_bytes: usize,
@@ -466,9 +468,14 @@ impl Connection {
     }
 
     /// Every state-changing call brings the time, so the idle clock starts
-    /// exactly when the last stream ends; it never runs backwards.
+    /// exactly when the last stream ends; it never runs backwards. A driver
+    /// flushes before its clock moves on, so output made at an earlier
+    /// instant has been offered to the socket.
     fn advance(&mut self, now: Timestamp) {
-        self.now = self.now.max(now);
+        if now > self.now {
+            self.offered_end = self.output.len();
+            self.now = now;
+        }
     }
 
     fn emit(&mut self, event: Event) {
