@@ -365,6 +365,29 @@ fn control_frame_floods_are_cut_off_although_the_peer_reads() {
 }
 
 #[test]
+fn window_updates_and_pings_answering_our_data_are_fine_at_any_call_rate() {
+    // grpcio on one connection: per call, a WINDOW_UPDATE for the (by then closed) stream
+    // and one for the connection after our response, and a PING now and then.
+    let mut server = server();
+    for (i, id) in (1..20_000).step_by(2).enumerate() {
+        let now = T0 + Duration::from_micros(100 * i as u64); // 10,000 calls a second
+        server.handle_input(now, &request_frame(id, REQUEST, true));
+        events(&mut server);
+        server.send_headers(now, id, RESPONSE, false).unwrap();
+        server.send_data(now, id, b"12345", false).unwrap();
+        server.send_headers(now, id, TRAILERS, true).unwrap();
+        drain_at(&mut server, now);
+        let mut input = Vec::new();
+        frame::encode_window_update(&mut input, id, 5);
+        frame::encode_window_update(&mut input, 0, 5);
+        frame::encode_ping(&mut input, false, [3; 8]);
+        server.handle_input(now, &input);
+        drain_at(&mut server, now);
+        assert_alive(&server);
+    }
+}
+
+#[test]
 fn a_ping_a_second_is_fine() {
     let mut server = server();
     for s in 0..1_000 {

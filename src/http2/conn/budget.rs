@@ -11,6 +11,12 @@ use crate::time::Timestamp;
 
 const NANOS_PER_SECOND: u128 = 1_000_000_000;
 
+/// Control frames a peer earns for each HEADERS or DATA frame we send, on top of the time
+/// budget: real clients answer data with WINDOW_UPDATEs (grpcio: one for the stream, one for
+/// the connection, per response) and BDP PINGs, at any call rate. Envoy allows 10
+/// WINDOW_UPDATEs per DATA frame sent; 4 covers what we saw with room to spare.
+const CONTROL_EARNED_PER_FRAME_SENT: u32 = 4;
+
 /// A token bucket's shape: `burst` events at once, then `per_second` sustained.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Rate {
@@ -138,16 +144,26 @@ impl TokenBucket {
 
     /// Takes one token; `false` when the budget is spent (the token is not taken).
     pub(super) fn take(&mut self, now: Timestamp) -> bool {
-        let elapsed = now.saturating_since(self.refilled).as_nanos();
-        let capacity = u128::from(self.rate.burst) * NANOS_PER_SECOND;
-        let refill = elapsed.saturating_mul(u128::from(self.rate.per_second));
-        self.level = self.level.saturating_add(refill).min(capacity);
-        self.refilled = self.refilled.max(now);
+        self.refill(now, 0);
         if self.level < NANOS_PER_SECOND {
             return false;
         }
         self.level -= NANOS_PER_SECOND;
         true
+    }
+
+    /// Adds `tokens` earned otherwise than by time, up to the burst.
+    pub(super) fn give(&mut self, tokens: u32, now: Timestamp) {
+        self.refill(now, tokens);
+    }
+
+    fn refill(&mut self, now: Timestamp, tokens: u32) {
+        let elapsed = now.saturating_since(self.refilled).as_nanos();
+        let capacity = u128::from(self.rate.burst) * NANOS_PER_SECOND;
+        let refill = elapsed.saturating_mul(u128::from(self.rate.per_second))
+            + u128::from(tokens) * NANOS_PER_SECOND;
+        self.level = self.level.saturating_add(refill).min(capacity);
+        self.refilled = self.refilled.max(now);
     }
 }
 
@@ -215,6 +231,11 @@ impl Budgets {
         }
     }
 
+    /// We sent a HEADERS or DATA frame: the peer may answer it with control frames.
+    pub(super) fn earn(&mut self, now: Timestamp) {
+        self.control.give(CONTROL_EARNED_PER_FRAME_SENT, now);
+    }
+
     /// Draws on the budget of `charge`; its cut-off when that is spent.
     pub(super) fn charge(&mut self, charge: Charge, now: Timestamp) -> Result<(), Cutoff> {
         let (bucket, cutoff) = match charge {
@@ -255,6 +276,20 @@ mod tests {
         // A long pause refills to the burst, no more.
         let later = T0 + Duration::from_secs(3600);
         assert_eq!((0..10).filter(|_| b.take(later)).count(), 3);
+    }
+
+    #[test]
+    fn tokens_given_count_up_to_the_burst() {
+        let rate = Rate {
+            burst: 5,
+            per_second: 0,
+        };
+        let mut b = TokenBucket::full(rate, T0);
+        assert_eq!((0..10).filter(|_| b.take(T0)).count(), 5);
+        b.give(2, T0);
+        assert_eq!((0..10).filter(|_| b.take(T0)).count(), 2);
+        b.give(100, T0);
+        assert_eq!((0..10).filter(|_| b.take(T0)).count(), 5);
     }
 
     #[test]

@@ -138,7 +138,9 @@ pub struct Config {
     /// Frames that change nothing we keep, each costing a frame of work and
     /// some an answer: PING, PRIORITY, WINDOW_UPDATE that unblocks no queued
     /// data, RST_STREAM on a closed stream, GOAWAY, unsolicited ACKs, unknown
-    /// frame types (§10.5).
+    /// frame types (§10.5). Each HEADERS or DATA frame we send earns the
+    /// peer 4 more (its WINDOW_UPDATEs and BDP PINGs follow our data), so
+    /// this is what a peer gets for nothing: keepalive PINGs, mostly.
     pub control_frame_rate: Rate,
     /// Empty frames that end nothing: DATA without END_STREAM, HEADERS and
     /// CONTINUATION fragments without END_HEADERS (CVE-2019-9518).
