@@ -321,7 +321,11 @@ fn a_connection_cut_off_dispatches_nothing_more() {
 
 #[test]
 fn a_parked_call_keeps_its_connection_open_past_the_idle_timeout() {
-    let mut c = Client::new();
+    // The reconnect server's idle timeout.
+    let mut c = Client::with(Config {
+        idle_timeout: Some(Duration::from_secs(600)),
+        ..Config::default()
+    });
     let mut input = Vec::new();
     c.call(&mut input, 1, b"");
     c.send(T0, &input);

@@ -577,17 +577,6 @@ fn handshake_timeout_closes_a_client_sending_a_byte_a_minute() {
 #[test]
 fn handshake_deadline_is_cleared_once_settings_are_exchanged() {
     let p = Pair::new();
-    // What is left is the idle deadline, not the handshake's 20 s.
-    let idle = Some(T0 + Config::default().idle_timeout.unwrap());
-    assert_eq!(
-        (p.client.poll_timeout(), p.server.poll_timeout()),
-        (idle, idle)
-    );
-    let no_idle = Config {
-        idle_timeout: None,
-        ..Config::default()
-    };
-    let p = Pair::with(no_idle.clone(), no_idle, false);
     assert_eq!(
         (p.client.poll_timeout(), p.server.poll_timeout()),
         (None, None)

@@ -422,10 +422,7 @@ fn a_header_block_must_end_within_its_deadline() {
 
 #[test]
 fn a_header_block_finished_in_time_clears_its_deadline() {
-    let mut server = server_with(Config {
-        idle_timeout: None,
-        ..Config::default()
-    });
+    let mut server = server();
     let block = block(&mut Encoder::new(), REQUEST);
     server.handle_input(T0, &raw(frame::TYPE_HEADERS, 0, 1, &block[..4]));
     let end = raw(
@@ -507,11 +504,18 @@ fn twice_max_buffered_output_is_the_memory_bound_whatever_was_offered() {
     assert_cut_off(&mut server, Cutoff::UnreadOutput, 0);
 }
 
-// Row 2: idle connections.
+// Row 2: idle connections, with the reconnect server's idle timeout.
+
+fn server_with_idle_timeout() -> Connection {
+    server_with(Config {
+        idle_timeout: Some(Duration::from_secs(600)),
+        ..Config::default()
+    })
+}
 
 #[test]
-fn an_idle_connection_is_closed_after_the_default_idle_timeout() {
-    let mut server = server();
+fn an_idle_connection_is_closed_after_the_idle_timeout() {
+    let mut server = server_with_idle_timeout();
     let deadline = server.poll_timeout().unwrap();
     assert_eq!(deadline, T0 + Duration::from_secs(600));
     server.handle_timeout(deadline);
@@ -522,7 +526,7 @@ fn an_idle_connection_is_closed_after_the_default_idle_timeout() {
 
 #[test]
 fn a_stream_waiting_for_its_answer_is_not_idle() {
-    let mut server = server();
+    let mut server = server_with_idle_timeout();
     server.handle_input(T0, &request_frame(1, REQUEST, true));
     events(&mut server);
     // No idle deadline while the stream is open, however long.

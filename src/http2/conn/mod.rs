@@ -99,9 +99,7 @@ pub struct Config {
     pub handshake_timeout: Duration,
     /// With no open stream for this long: GOAWAY(NO_ERROR) and close. A
     /// stream waiting for its answer (a parked Start) is open, so not idle.
-    /// The default, 10 minutes, outlasts the interop test's 540 s between a
-    /// Start and its Stop on an otherwise idle control connection; a gRPC
-    /// client reconnects after it anyway.
+    /// `None` by default: the reconnect server sets its own (600 s).
     pub idle_timeout: Option<Duration>,
     /// A header block must get its last CONTINUATION within this (§6.10:
     /// nothing else may be sent meanwhile, so an open block stalls the
@@ -157,7 +155,7 @@ impl Default for Config {
             max_header_list_size: 16 * 1024,
             header_table_size: DEFAULT_TABLE_SIZE,
             handshake_timeout: Duration::from_secs(20),
-            idle_timeout: Some(Duration::from_secs(600)),
+            idle_timeout: None,
             header_block_timeout: Duration::from_secs(10),
             max_buffered_output: 1024 * 1024,
             max_queued_event_bytes: 2 * 1024 * 1024,
