@@ -103,7 +103,8 @@ pub struct Config {
     pub idle_timeout: Option<Duration>,
     /// A header block must get its last CONTINUATION within this (§6.10:
     /// nothing else may be sent meanwhile, so an open block stalls the
-    /// connection; VU#421644); else GOAWAY(ENHANCE_YOUR_CALM).
+    /// connection; VU#421644); else GOAWAY(ENHANCE_YOUR_CALM). Default 10 s:
+    /// an encoder writes a block's frames back to back.
     pub header_block_timeout: Duration,
     /// Output the driver was offered and could not write, beyond this, means
     /// the peer is not reading what it provokes (ACKs, RST_STREAMs):
@@ -111,7 +112,7 @@ pub struct Config {
     /// octets taken counts), or made at an earlier `now` (a driver flushes
     /// before its clock moves on). Output of the current input batch is not
     /// judged, but twice this in all is the memory bound. Queued stream data
-    /// does not count; it waits in the stream.
+    /// does not count; it waits in the stream. Default 1 MiB.
     pub max_buffered_output: usize,
     /// Unpolled events beyond this (headers, resets; DATA is bounded by the
     /// window) are ENHANCE_YOUR_CALM: the HPACK-bomb bound.
@@ -123,7 +124,8 @@ pub struct Config {
     /// `max_pending_accept_reset_streams`, with its default of 20.
     pub max_pending_accept_reset_streams: usize,
     /// RST_STREAM from the peer on open streams, sustained (a client
-    /// cancelling calls); beyond it, ENHANCE_YOUR_CALM.
+    /// cancelling calls); beyond it, ENHANCE_YOUR_CALM. Default 200 at once,
+    /// 100 a second.
     pub peer_reset_rate: Rate,
     /// Streams we may reset for the peer's stream errors (malformed or
     /// refused streams) over the connection's life before
@@ -131,7 +133,8 @@ pub struct Config {
     pub max_local_error_resets: usize,
     /// SETTINGS frames (not ACKs): each costs an ACK and, with an
     /// INITIAL_WINDOW_SIZE, a pass over the streams (§6.9.2). Clients send
-    /// one, grpc-go a few more as its BDP estimate grows the window.
+    /// one, grpc-go a few more as its BDP estimate grows the window. Default
+    /// 32 at once, 8 a second.
     pub settings_rate: Rate,
     /// Frames that change nothing we keep, each costing a frame of work and
     /// some an answer: PING, PRIORITY, WINDOW_UPDATE that unblocks no queued
@@ -139,9 +142,11 @@ pub struct Config {
     /// frame types (§10.5). Each HEADERS or DATA frame we send earns the
     /// peer 4 more (its WINDOW_UPDATEs and BDP PINGs follow our data), so
     /// this is what a peer gets for nothing: keepalive PINGs, mostly.
+    /// Default 200 at once, 50 a second.
     pub control_frame_rate: Rate,
     /// Empty frames that end nothing: DATA without END_STREAM, HEADERS and
-    /// CONTINUATION fragments without END_HEADERS (CVE-2019-9518).
+    /// CONTINUATION fragments without END_HEADERS (CVE-2019-9518). Default
+    /// 100 at once, 20 a second; real clients send none.
     pub empty_frame_rate: Rate,
 }
 
