@@ -677,7 +677,9 @@ fn decreasing_stream_id_is_protocol_error() {
 #[test]
 fn data_on_a_half_closed_remote_stream_is_stream_closed() {
     let mut server = server();
-    let mut input = request_frame(1, REQUEST, true);
+    server.handle_input(T0, &request_frame(1, REQUEST, true));
+    assert_eq!(events(&mut server), [headers(1, REQUEST, true)]);
+    let mut input = Vec::new();
     frame::encode_data(&mut input, 1, b"late", false, 16_384);
     server.handle_input(T0, &input);
     assert_eq!(resets(&drain(&mut server)), [(1, ErrorCode::STREAM_CLOSED)]);
@@ -685,8 +687,20 @@ fn data_on_a_half_closed_remote_stream_is_stream_closed() {
         stream: 1,
         code: ErrorCode::STREAM_CLOSED,
     };
-    assert_eq!(events(&mut server)[1..], [reset]);
+    assert_eq!(events(&mut server), [reset]);
     assert!(!server.is_closed());
+}
+
+#[test]
+fn a_stream_error_on_a_request_not_yet_taken_drops_it_unseen() {
+    let mut server = server();
+    let mut input = request_frame(1, REQUEST, true);
+    frame::encode_data(&mut input, 1, b"late", false, 16_384);
+    server.handle_input(T0, &input);
+    assert_eq!(resets(&drain(&mut server)), [(1, ErrorCode::STREAM_CLOSED)]);
+    assert_eq!(events(&mut server), []);
+    assert_eq!(server.abuse().reset_before_accept, 1);
+    assert_eq!(server.abuse().local_error_resets, 1);
 }
 
 #[test]
@@ -707,15 +721,30 @@ fn data_after_our_reset_is_ignored() {
 #[test]
 fn peer_reset_is_reported() {
     let mut server = server();
-    let mut input = request_frame(1, REQUEST, false);
+    server.handle_input(T0, &request_frame(1, REQUEST, false));
+    assert_eq!(events(&mut server), [headers(1, REQUEST, false)]);
+    let mut input = Vec::new();
     frame::encode_rst_stream(&mut input, 1, ErrorCode::CANCEL);
     server.handle_input(T0, &input);
     let reset = Event::StreamReset {
         stream: 1,
         code: ErrorCode::CANCEL,
     };
-    assert_eq!(events(&mut server)[1..], [reset]);
+    assert_eq!(events(&mut server), [reset]);
     assert_eq!(server.open_streams(), 0);
+}
+
+#[test]
+fn a_stream_reset_before_the_application_took_it_is_never_seen() {
+    let mut server = server();
+    let mut input = request_frame(1, REQUEST, false);
+    frame::encode_data(&mut input, 1, &[1; 1000], false, 16_384);
+    frame::encode_rst_stream(&mut input, 1, ErrorCode::CANCEL);
+    server.handle_input(T0, &input);
+    assert_eq!(events(&mut server), []);
+    assert_eq!(server.open_streams(), 0);
+    assert_eq!(server.abuse().reset_before_accept, 1);
+    assert!(server.buffered_bytes() < 100, "{}", server.buffered_bytes());
 }
 
 #[test]
@@ -826,12 +855,19 @@ fn peer_that_never_reads_is_cut_off() {
         max_buffered_output: 4096,
         ..Config::default()
     });
-    let mut input = Vec::new();
-    for _ in 0..1000 {
+    // 50 PINGs a second, within the control budget; the driver's writes take nothing.
+    for i in 0..1000 {
+        let now = T0 + Duration::from_millis(20 * i);
+        let mut input = Vec::new();
         frame::encode_ping(&mut input, false, [1; 8]);
+        server.handle_input(now, &input);
+        server.consume_output(now, 0);
     }
-    server.handle_input(T0, &input);
     assert!(server.is_closed());
+    assert_eq!(
+        server.abuse().cutoff,
+        Some(backoffd::http2::Cutoff::UnreadOutput)
+    );
     assert_eq!(
         server.error().map(|e| e.code()),
         Some(ErrorCode::ENHANCE_YOUR_CALM)
@@ -850,12 +886,15 @@ fn application_that_never_polls_events_is_bounded() {
         let mut input = Vec::new();
         let block = block(&mut encoder, REQUEST);
         frame::encode_headers(&mut input, id, &block, false, 16_384);
-        frame::encode_rst_stream(&mut input, id, ErrorCode::CANCEL);
         server.handle_input(T0, &input);
     }
     assert_eq!(
         goaway_code(&drain(&mut server)),
         Some(ErrorCode::ENHANCE_YOUR_CALM)
+    );
+    assert_eq!(
+        server.abuse().cutoff,
+        Some(backoffd::http2::Cutoff::UnpolledEvents)
     );
 }
 
@@ -1091,3 +1130,6 @@ fn random_and_mutated_input_never_panics_and_memory_stays_bounded() {
         rounds / runs as usize
     );
 }
+
+#[path = "http2_conn/abuse.rs"]
+mod abuse;

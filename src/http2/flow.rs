@@ -17,6 +17,11 @@ impl SendWindow {
         SendWindow(i64::from(size))
     }
 
+    /// The window itself; negative after a smaller INITIAL_WINDOW_SIZE.
+    pub fn get(self) -> i64 {
+        self.0
+    }
+
     pub fn available(self) -> usize {
         usize::try_from(self.0).unwrap_or(0)
     }

@@ -8,4 +8,4 @@ mod headers;
 pub mod hpack;
 mod stream;
 
-pub use conn::{Config, Connection, Event, Role, SendError};
+pub use conn::{AbuseStats, Config, Connection, Cutoff, Event, Rate, Role, SendError};

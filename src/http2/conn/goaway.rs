@@ -4,7 +4,8 @@ use crate::http2::error::{ErrorCode, H2Error};
 use crate::http2::frame;
 use crate::time::Timestamp;
 
-use super::{Connection, Event, Lookup};
+use super::budget::Cutoff;
+use super::{event_cost, event_stream, Connection, Event, Lookup};
 
 impl Connection {
     /// Graceful shutdown (§6.8): GOAWAY naming the last peer stream we
@@ -62,6 +63,16 @@ impl Connection {
         self.close();
     }
 
+    /// A budget is spent (§10.5): GOAWAY(ENHANCE_YOUR_CALM) naming the last
+    /// peer stream we processed, close, and remember why.
+    pub(super) fn cut_off(&mut self, cutoff: Cutoff) {
+        if self.closed {
+            return;
+        }
+        self.abuse.cutoff = Some(cutoff);
+        self.fail(ErrorCode::ENHANCE_YOUR_CALM, cutoff.reason());
+    }
+
     /// After a GOAWAY either way, the connection ends with its last stream (§6.8).
     pub(super) fn maybe_close(&mut self) {
         if (self.goaway_sent || self.goaway_received) && self.streams.is_empty() {
@@ -69,10 +80,18 @@ impl Connection {
         }
     }
 
+    /// Every stream ends; requests the application has not taken are
+    /// dropped with them, so a failed connection starts no work.
     fn close(&mut self) {
         self.closed = true;
         self.streams.clear();
         self.send_queue.clear();
         self.partial_block = None;
+        let unaccepted = std::mem::take(&mut self.pending_accept);
+        if !unaccepted.is_empty() {
+            let untaken = |e: &Event| event_stream(e).is_some_and(|s| unaccepted.contains(&s));
+            self.events.retain(|e| !untaken(e));
+            self.event_bytes = self.events.iter().map(event_cost).sum();
+        }
     }
 }

@@ -10,17 +10,22 @@
 //! depends on.
 //!
 //! What an untrusted peer can make us hold is bounded: unparsed input by our
-//! MAX_FRAME_SIZE, a header block by 4 x MAX_HEADER_LIST_SIZE, streams by
-//! MAX_CONCURRENT_STREAMS, received DATA by the connection window (credit goes
-//! back only as the application polls it), other events by
-//! `max_queued_event_bytes`, and the output it provokes by `max_buffered_output`.
+//! MAX_FRAME_SIZE, a header block by 4 x MAX_HEADER_LIST_SIZE and
+//! `header_block_timeout`, streams by MAX_CONCURRENT_STREAMS, received DATA by
+//! the connection window (credit goes back only as the application polls it),
+//! other events by `max_queued_event_bytes`, and the output it provokes by
+//! `max_buffered_output`. What it can make us *do* is budgeted per second
+//! (SETTINGS, control frames, empty frames, resets; `budget.rs`), and streams
+//! it resets before the application took them are dropped unseen (Rapid
+//! Reset). Each cut-off is reported by [`Connection::abuse`].
 //!
 //! One concern per file: this one holds the state and the application's
 //! calls; `recv.rs` reads frames, `send.rs` writes them within flow control,
 //! `settings.rs` handles SETTINGS and the handshake, `streams.rs` the stream
-//! table and resets, and `goaway.rs` errors, GOAWAY and closing.
+//! table and resets, `goaway.rs` errors, GOAWAY and closing, and `budget.rs`
+//! the budgets.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
 use super::error::{ErrorCode, H2Error};
@@ -31,6 +36,7 @@ use super::hpack::{Decoder, Encoder};
 use super::stream::Stream;
 use crate::time::Timestamp;
 
+mod budget;
 mod event;
 mod goaway;
 mod recv;
@@ -38,6 +44,8 @@ mod send;
 mod settings;
 mod streams;
 
+use budget::Budgets;
+pub use budget::{AbuseStats, Cutoff, Rate};
 pub use event::{Event, SendError};
 use recv::PartialBlock;
 use settings::PeerSettings;
@@ -89,15 +97,57 @@ pub struct Config {
     /// The peer's preface and first SETTINGS must arrive, and our SETTINGS be
     /// acknowledged, by then (slowloris); else GOAWAY and close.
     pub handshake_timeout: Duration,
-    /// With no open stream for this long: GOAWAY(NO_ERROR) and close.
+    /// With no open stream for this long: GOAWAY(NO_ERROR) and close. A
+    /// stream waiting for its answer (a parked Start) is open, so not idle.
+    /// `None` by default: the reconnect server sets its own (600 s).
     pub idle_timeout: Option<Duration>,
-    /// More pending output than this when input arrives means the peer is
-    /// not reading what it provokes (ACKs, RST_STREAMs): ENHANCE_YOUR_CALM.
-    /// Queued stream data does not count; it waits in the stream.
+    /// A header block must get its last CONTINUATION within this (§6.10:
+    /// nothing else may be sent meanwhile, so an open block stalls the
+    /// connection; VU#421644); else GOAWAY(ENHANCE_YOUR_CALM). Default 10 s:
+    /// an encoder writes a block's frames back to back.
+    pub header_block_timeout: Duration,
+    /// Output the driver was offered and could not write, beyond this, means
+    /// the peer is not reading what it provokes (ACKs, RST_STREAMs):
+    /// ENHANCE_YOUR_CALM. Offered: pending at its last `consume_output` (0
+    /// octets taken counts), or made at an earlier `now` (a driver flushes
+    /// before its clock moves on). Output of the current input batch is not
+    /// judged, but twice this in all is the memory bound. Queued stream data
+    /// does not count; it waits in the stream. Default 1 MiB.
     pub max_buffered_output: usize,
     /// Unpolled events beyond this (headers, resets; DATA is bounded by the
-    /// window) are ENHANCE_YOUR_CALM: the HPACK-bomb and rapid-reset bound.
+    /// window) are ENHANCE_YOUR_CALM: the HPACK-bomb bound.
     pub max_queued_event_bytes: usize,
+    /// Streams the peer may reset before the application has taken their
+    /// requests (it polls every event after each input, so: within one input
+    /// batch) before GOAWAY(ENHANCE_YOUR_CALM): Rapid Reset, CVE-2023-44487.
+    /// Such streams are dropped unseen. hyperium/h2's
+    /// `max_pending_accept_reset_streams`, with its default of 20.
+    pub max_pending_accept_reset_streams: usize,
+    /// RST_STREAM from the peer on open streams, sustained (a client
+    /// cancelling calls); beyond it, ENHANCE_YOUR_CALM. Default 200 at once,
+    /// 100 a second.
+    pub peer_reset_rate: Rate,
+    /// Streams we may reset for the peer's stream errors (malformed or
+    /// refused streams) over the connection's life before
+    /// ENHANCE_YOUR_CALM; hyperium/h2's `max_local_error_reset_streams`, 1024.
+    pub max_local_error_resets: usize,
+    /// SETTINGS frames (not ACKs): each costs an ACK and, with an
+    /// INITIAL_WINDOW_SIZE, a pass over the streams (§6.9.2). Clients send
+    /// one, grpc-go a few more as its BDP estimate grows the window. Default
+    /// 32 at once, 8 a second.
+    pub settings_rate: Rate,
+    /// Frames that change nothing we keep, each costing a frame of work and
+    /// some an answer: PING, PRIORITY, WINDOW_UPDATE that unblocks no queued
+    /// data, RST_STREAM on a closed stream, GOAWAY, unsolicited ACKs, unknown
+    /// frame types (§10.5). Each HEADERS or DATA frame we send earns the
+    /// peer 4 more (its WINDOW_UPDATEs and BDP PINGs follow our data), so
+    /// this is what a peer gets for nothing: keepalive PINGs, mostly.
+    /// Default 200 at once, 50 a second.
+    pub control_frame_rate: Rate,
+    /// Empty frames that end nothing: DATA without END_STREAM, HEADERS and
+    /// CONTINUATION fragments without END_HEADERS (CVE-2019-9518). Default
+    /// 100 at once, 20 a second; real clients send none.
+    pub empty_frame_rate: Rate,
 }
 
 impl Default for Config {
@@ -111,8 +161,27 @@ impl Default for Config {
             header_table_size: DEFAULT_TABLE_SIZE,
             handshake_timeout: Duration::from_secs(20),
             idle_timeout: None,
+            header_block_timeout: Duration::from_secs(10),
             max_buffered_output: 1024 * 1024,
             max_queued_event_bytes: 2 * 1024 * 1024,
+            max_pending_accept_reset_streams: 20,
+            peer_reset_rate: Rate {
+                burst: 200,
+                per_second: 100,
+            },
+            max_local_error_resets: 1024,
+            settings_rate: Rate {
+                burst: 32,
+                per_second: 8,
+            },
+            control_frame_rate: Rate {
+                burst: 200,
+                per_second: 50,
+            },
+            empty_frame_rate: Rate {
+                burst: 100,
+                per_second: 20,
+            },
         }
     }
 }
@@ -141,8 +210,16 @@ pub struct Connection {
     encoder_table_size: u32,
     output: Vec<u8>,
     output_start: usize,
+    /// `output[output_start..offered_end]` was pending at the driver's last
+    /// `consume_output`, or made at an earlier instant than now: it had its
+    /// chance to write that and could not.
+    offered_end: usize,
     events: VecDeque<Event>,
     event_bytes: usize,
+    /// Peer streams whose opening HEADERS event the application has not polled.
+    pending_accept: BTreeSet<u32>,
+    budgets: Budgets,
+    abuse: AbuseStats,
     peer: PeerSettings,
     settings_acked: bool,
     handshake_deadline: Option<Timestamp>,
@@ -169,6 +246,16 @@ fn proto(reason: &'static str) -> H2Error {
 
 fn flow_error(reason: &'static str) -> H2Error {
     H2Error::connection(ErrorCode::FLOW_CONTROL_ERROR, reason)
+}
+
+/// The stream an event belongs to, if any.
+fn event_stream(event: &Event) -> Option<u32> {
+    match *event {
+        Event::Headers { stream, .. }
+        | Event::Data { stream, .. }
+        | Event::StreamReset { stream, .. } => Some(stream),
+        _ => None,
+    }
 }
 
 fn event_cost(event: &Event) -> usize {
@@ -206,8 +293,12 @@ impl Connection {
             encoder_table_size: DEFAULT_TABLE_SIZE,
             output: Vec::new(),
             output_start: 0,
+            offered_end: 0,
             events: VecDeque::new(),
             event_bytes: 0,
+            pending_accept: BTreeSet::new(),
+            budgets: Budgets::new(&config, now),
+            abuse: AbuseStats::default(),
             peer: PeerSettings {
                 max_concurrent_streams: u32::MAX,
                 initial_window_size: DEFAULT_WINDOW,
@@ -264,12 +355,24 @@ impl Connection {
         }
     }
 
-    /// The next event. Taking DATA hands its flow-control credit back.
+    /// The next event. Taking DATA hands its flow-control credit back; taking
+    /// a request's HEADERS accepts its stream, and once every event is taken
+    /// the streams reset before acceptance no longer count (see
+    /// `max_pending_accept_reset_streams`).
     pub fn poll_event(&mut self) -> Option<Event> {
-        let event = self.events.pop_front()?;
+        let Some(event) = self.events.pop_front() else {
+            self.budgets.pending_accept_resets.clear();
+            return None;
+        };
         self.event_bytes -= event_cost(&event);
-        if let Event::Data { stream, data, .. } = &event {
-            self.release(*stream, u32::try_from(data.len()).unwrap_or(u32::MAX));
+        match &event {
+            Event::Data { stream, data, .. } => {
+                self.release(*stream, u32::try_from(data.len()).unwrap_or(u32::MAX));
+            }
+            Event::Headers { stream, .. } => {
+                self.pending_accept.remove(stream);
+            }
+            _ => {}
         }
         Some(event)
     }
@@ -291,15 +394,20 @@ impl Connection {
             self.output.drain(..self.output_start);
             self.output_start = 0;
         }
+        // Whatever is still pending was offered and not taken; what
+        // `flush_streams` adds now has not been offered yet.
+        self.offered_end = self.output.len();
         self.flush_streams();
     }
 
-    /// When to call `handle_timeout` next (handshake or idle deadline); `None`: nothing is due.
+    /// When to call `handle_timeout` next (handshake, header block or idle
+    /// deadline); `None`: nothing is due.
     pub fn poll_timeout(&self) -> Option<Timestamp> {
         if self.closed {
             return None;
         }
-        [self.handshake_deadline, self.idle_deadline()]
+        let block = self.partial_block.as_ref().map(|b| b.deadline);
+        [self.handshake_deadline, block, self.idle_deadline()]
             .into_iter()
             .flatten()
             .min()
@@ -311,14 +419,19 @@ impl Connection {
         if self.closed {
             return;
         }
-        if self.handshake_deadline.is_some_and(|t| now >= t) {
+        let due = |t: Option<Timestamp>| t.is_some_and(|t| now >= t);
+        if due(self.handshake_deadline) {
+            self.abuse.cutoff = Some(Cutoff::HandshakeTimeout);
             // §6.5.3 names the case where only our SETTINGS ACK is missing;
             // a preface that never completes is as bad as an invalid one (§3.4).
             match self.read_state {
                 ReadState::Frames => self.fail(ErrorCode::SETTINGS_TIMEOUT, "no SETTINGS ACK"),
                 _ => self.fail(ErrorCode::PROTOCOL_ERROR, "handshake timeout"),
             }
-        } else if self.idle_deadline().is_some_and(|t| now >= t) {
+        } else if due(self.partial_block.as_ref().map(|b| b.deadline)) {
+            self.cut_off(Cutoff::HeaderBlockTimeout);
+        } else if due(self.idle_deadline()) {
+            self.abuse.cutoff = Some(Cutoff::IdleTimeout);
             self.go_away(now, ErrorCode::NO_ERROR, b"idle timeout");
         }
     }
@@ -338,6 +451,12 @@ impl Connection {
         self.error
     }
 
+    /// What this connection refused its peer: the limit that ended it, if
+    /// one did, and the streams it dropped or reset (for the driver's metrics).
+    pub fn abuse(&self) -> AbuseStats {
+        self.abuse
+    }
+
     /// Octets held in buffers: unparsed input, a partial header block,
     /// output, queued events and queued stream data.
     pub fn buffered_bytes(&self) -> usize {
@@ -354,9 +473,14 @@ impl Connection {
     }
 
     /// Every state-changing call brings the time, so the idle clock starts
-    /// exactly when the last stream ends; it never runs backwards.
+    /// exactly when the last stream ends; it never runs backwards. A driver
+    /// flushes before its clock moves on, so output made at an earlier
+    /// instant has been offered to the socket.
     fn advance(&mut self, now: Timestamp) {
-        self.now = self.now.max(now);
+        if now > self.now {
+            self.offered_end = self.output.len();
+            self.now = now;
+        }
     }
 
     fn emit(&mut self, event: Event) {

@@ -6,7 +6,9 @@ use crate::http2::frame::{self, Frame, FrameHeader};
 use crate::http2::headers::{self, BlockKind};
 use crate::http2::hpack::Header;
 use crate::http2::stream::{Remote, Stream};
+use crate::time::Timestamp;
 
+use super::budget::{Charge, Cutoff};
 use super::{flow_error, proto, Connection, Event, Lookup, ReadState, Role};
 
 /// A header block waiting for its CONTINUATION frames (§6.10).
@@ -14,6 +16,8 @@ pub(super) struct PartialBlock {
     pub(super) stream_id: u32,
     pub(super) end_stream: bool,
     pub(super) block: Vec<u8>,
+    /// When the last CONTINUATION must have arrived (`header_block_timeout`).
+    pub(super) deadline: Timestamp,
 }
 
 impl Connection {
@@ -39,7 +43,9 @@ impl Connection {
                 Ok(None) => break,
                 Ok(Some((frame, n))) => {
                     used += n;
-                    if let Err(e) = self.on_frame(frame) {
+                    if let Err(cutoff) = self.charge(&frame) {
+                        self.cut_off(cutoff);
+                    } else if let Err(e) = self.on_frame(frame) {
                         self.on_error(e);
                     }
                 }
@@ -90,13 +96,71 @@ impl Connection {
         }
     }
 
-    /// Caps what a peer can make us hold: output it never reads, and events
-    /// faster than the application takes them.
+    /// Caps what a peer can make us hold: output it does not read, and
+    /// events faster than the application takes them. Output is judged only
+    /// once the driver has been offered it (see `max_buffered_output`).
     fn check_limits(&mut self) {
-        if self.pending_output().len() > self.config.max_buffered_output {
-            self.fail(ErrorCode::ENHANCE_YOUR_CALM, "peer is not reading");
+        let max = self.config.max_buffered_output;
+        let unread = self.offered_end.saturating_sub(self.output_start);
+        if unread > max || self.pending_output().len() > max.saturating_mul(2) {
+            self.cut_off(Cutoff::UnreadOutput);
         } else if self.event_bytes > self.config.max_queued_event_bytes {
-            self.fail(ErrorCode::ENHANCE_YOUR_CALM, "too many unread events");
+            self.cut_off(Cutoff::UnpolledEvents);
+        }
+    }
+
+    /// Draws on the budget a frame costs (`budget.rs`), if any.
+    fn charge(&mut self, frame: &Frame<'_>) -> Result<(), Cutoff> {
+        match self.charge_of(frame) {
+            Some(charge) => self.budgets.charge(charge, self.now),
+            None => Ok(()),
+        }
+    }
+
+    /// Which budget a frame draws on: frames that carry requests, data or
+    /// the end of something are free; frames that change nothing we keep,
+    /// SETTINGS, resets and empty fragments are not (§10.5).
+    fn charge_of(&self, frame: &Frame<'_>) -> Option<Charge> {
+        let empty = |fragment: &[u8], ends: bool| fragment.is_empty() && !ends;
+        match *frame {
+            Frame::Data {
+                data, end_stream, ..
+            } => empty(data, end_stream).then_some(Charge::Empty),
+            Frame::Headers {
+                fragment,
+                end_headers,
+                ..
+            }
+            | Frame::Continuation {
+                fragment,
+                end_headers,
+                ..
+            } => empty(fragment, end_headers).then_some(Charge::Empty),
+            Frame::Settings { ack: false, .. } => Some(Charge::Settings),
+            // We send one SETTINGS: its ACK is due, later ones are not.
+            Frame::Settings { ack: true, .. } => self.settings_acked.then_some(Charge::Control),
+            Frame::Ping { ack, .. } => {
+                (!ack || self.pings_in_flight == 0).then_some(Charge::Control)
+            }
+            Frame::RstStream { stream_id, .. } => match self.lookup(stream_id) {
+                Lookup::Open => Some(Charge::PeerReset),
+                _ => Some(Charge::Control),
+            },
+            Frame::WindowUpdate { stream_id, .. } => {
+                (!self.unblocks(stream_id)).then_some(Charge::Control)
+            }
+            Frame::Priority { .. } | Frame::GoAway { .. } | Frame::Unknown { .. } => {
+                Some(Charge::Control)
+            }
+            Frame::PushPromise { .. } => None,
+        }
+    }
+
+    /// Whether a WINDOW_UPDATE on `id` (0: the connection) can let queued data move.
+    fn unblocks(&self, id: u32) -> bool {
+        match id {
+            0 => !self.send_queue.is_empty(),
+            id => self.streams.get(&id).is_some_and(Stream::has_pending),
         }
     }
 
@@ -119,6 +183,7 @@ impl Connection {
                     stream_id,
                     end_stream,
                     block: Vec::new(),
+                    deadline: self.now + self.config.header_block_timeout,
                 });
                 self.on_continuation(end_headers, fragment)
             }
@@ -167,8 +232,8 @@ impl Connection {
             return Err(proto("CONTINUATION without HEADERS"));
         };
         if partial.block.len() + fragment.len() > cap {
-            let reason = "header block too large";
-            return Err(H2Error::connection(ErrorCode::ENHANCE_YOUR_CALM, reason));
+            self.cut_off(Cutoff::HeaderBlockTooLarge);
+            return Ok(());
         }
         if !end_headers {
             partial.block.extend_from_slice(fragment);
@@ -231,6 +296,7 @@ impl Connection {
             false => Remote::Open,
         };
         self.insert_stream(id, stream);
+        self.pending_accept.insert(id);
         self.emit(Event::Headers {
             stream: id,
             headers,
@@ -373,13 +439,19 @@ impl Connection {
     }
 
     /// RST_STREAM (§6.4): the stream is gone; on an idle stream, an error.
+    /// A stream the application never took is dropped unseen, and too many
+    /// of those at once is Rapid Reset (CVE-2023-44487).
     fn on_rst_stream(&mut self, id: u32, code: ErrorCode) -> Result<(), H2Error> {
         match self.lookup(id) {
             Lookup::Idle => Err(proto("RST_STREAM on an idle stream")),
             Lookup::Closed { .. } => Ok(()),
             Lookup::Open => {
                 self.remove_stream(id);
-                self.emit(Event::StreamReset { stream: id, code });
+                if !self.drop_unaccepted(id) {
+                    self.emit(Event::StreamReset { stream: id, code });
+                } else if !self.budgets.pending_accept_resets.take() {
+                    self.cut_off(Cutoff::PendingAcceptResets);
+                }
                 Ok(())
             }
         }

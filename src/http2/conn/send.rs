@@ -126,6 +126,7 @@ impl Connection {
         self.encoder.encode(headers, &mut block);
         let max = self.peer.max_frame_size;
         frame::encode_headers(&mut self.output, id, &block, end_stream, max);
+        self.budgets.earn(self.now);
     }
 
     fn schedule(&mut self, id: u32) {
@@ -179,6 +180,7 @@ impl Connection {
             s.outbox.drain(..n);
             s.send_window.consume(n);
             self.send_window.consume(n);
+            self.budgets.earn(self.now);
         }
         if data_done && s.local == Local::Ending {
             s.local = Local::Closed;

@@ -8,6 +8,43 @@ use super::{
     flow_error, proto, Connection, Event, ReadState, Role, DEFAULT_WINDOW, MAX_ENCODER_TABLE,
 };
 
+/// The INITIAL_WINDOW_SIZE values of one SETTINGS frame (§6.5.3: in order).
+/// Each shifts every stream window by its difference from the value before
+/// the frame; a window past 2^31-1 at any step is a FLOW_CONTROL_ERROR
+/// (§6.9.2), which happens iff the largest window plus that difference
+/// overflows. So one pass finds the largest window, each value is an O(1)
+/// check, and only the last value is applied: O(streams + entries), not
+/// O(streams x entries).
+struct WindowChange {
+    before: u32,
+    largest: Option<i64>,
+    last: u32,
+}
+
+impl WindowChange {
+    fn new(conn: &Connection) -> Self {
+        let before = conn.peer.initial_window_size;
+        WindowChange {
+            before,
+            largest: None,
+            last: before,
+        }
+    }
+
+    fn check(&mut self, conn: &Connection, value: u32) -> Result<(), H2Error> {
+        let delta = i64::from(value) - i64::from(self.before);
+        let largest = *self.largest.get_or_insert_with(|| {
+            let windows = conn.streams.values().map(|s| s.send_window.get());
+            windows.max().unwrap_or(i64::MIN)
+        });
+        if largest.saturating_add(delta) > i64::from(frame::MAX_WINDOW_SIZE) {
+            return Err(flow_error("INITIAL_WINDOW_SIZE overflows a stream window"));
+        }
+        self.last = value;
+        Ok(())
+    }
+}
+
 /// The peer's SETTINGS (§6.5.2) that shape what we send.
 pub(super) struct PeerSettings {
     pub(super) max_concurrent_streams: u32,
@@ -36,11 +73,18 @@ impl Connection {
         settings
     }
 
-    /// SETTINGS (§6.5): applied in order, then acknowledged (§6.5.3).
+    /// SETTINGS (§6.5): applied in order, then acknowledged (§6.5.3). Of
+    /// its INITIAL_WINDOW_SIZE values only the last moves the windows, once
+    /// per frame; each is still checked for overflow in turn (§6.9.2).
     pub(super) fn on_settings(&mut self, params: SettingsIter<'_>) -> Result<(), H2Error> {
+        let mut window = WindowChange::new(self);
         for (id, value) in params {
-            self.apply_setting(id, value)?;
+            match id {
+                frame::SETTINGS_INITIAL_WINDOW_SIZE => window.check(self, value)?,
+                _ => self.apply_setting(id, value)?,
+            }
         }
+        self.set_peer_initial_window(window.last);
         frame::encode_settings_ack(&mut self.output);
         if self.read_state == ReadState::FirstSettings {
             self.read_state = ReadState::Frames;
@@ -51,8 +95,9 @@ impl Connection {
         Ok(())
     }
 
-    /// One setting (§6.5.2); values were range-checked by the codec, and
-    /// unknown ids and the advisory MAX_HEADER_LIST_SIZE are ignored.
+    /// One setting (§6.5.2) other than INITIAL_WINDOW_SIZE; values were
+    /// range-checked by the codec, and unknown ids and the advisory
+    /// MAX_HEADER_LIST_SIZE are ignored.
     fn apply_setting(&mut self, id: u16, value: u32) -> Result<(), H2Error> {
         match id {
             frame::SETTINGS_HEADER_TABLE_SIZE => {
@@ -67,7 +112,6 @@ impl Connection {
                 return Err(proto("server sent ENABLE_PUSH=1"));
             }
             frame::SETTINGS_MAX_CONCURRENT_STREAMS => self.peer.max_concurrent_streams = value,
-            frame::SETTINGS_INITIAL_WINDOW_SIZE => self.set_peer_initial_window(value)?,
             frame::SETTINGS_MAX_FRAME_SIZE => self.peer.max_frame_size = value,
             _ => {}
         }
@@ -75,20 +119,21 @@ impl Connection {
     }
 
     /// §6.9.2: a new INITIAL_WINDOW_SIZE shifts every stream's send window by
-    /// the difference; past 2^31-1 is a FLOW_CONTROL_ERROR.
-    fn set_peer_initial_window(&mut self, value: u32) -> Result<(), H2Error> {
+    /// the difference (checked by [`WindowChange`]), once for the whole frame.
+    fn set_peer_initial_window(&mut self, value: u32) {
         let delta = i64::from(value) - i64::from(self.peer.initial_window_size);
+        if delta == 0 {
+            return;
+        }
         self.peer.initial_window_size = value;
         for (&id, s) in self.streams.iter_mut() {
-            s.send_window
-                .adjust(delta)
-                .map_err(|_| flow_error("INITIAL_WINDOW_SIZE overflows a stream window"))?;
+            // Cannot fail: the largest window plus the largest delta was checked.
+            let _ = s.send_window.adjust(delta);
             if !s.scheduled && s.has_pending() {
                 s.scheduled = true;
                 self.send_queue.push_back(id);
             }
         }
-        Ok(())
     }
 
     /// Our SETTINGS took effect (§6.5.3): the peer may use our HPACK table size

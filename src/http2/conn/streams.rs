@@ -5,7 +5,8 @@ use crate::http2::frame;
 use crate::http2::stream::Stream;
 use crate::time::Timestamp;
 
-use super::{Connection, Event, Role, SendError, RECENT_RESETS};
+use super::budget::Cutoff;
+use super::{event_cost, event_stream, Connection, Event, Role, SendError, RECENT_RESETS};
 
 /// A stream id as the peer's frames see it (§5.1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,14 +32,44 @@ impl Connection {
         self.remove_stream(stream);
     }
 
-    /// RST_STREAM for a stream error; the application hears of it if it knew
-    /// the stream.
+    /// RST_STREAM for a stream error; the application hears of it if it had
+    /// taken the stream, and never sees it otherwise. Past
+    /// `max_local_error_resets` such errors, the peer is cut off.
     pub(super) fn reset(&mut self, id: u32, code: ErrorCode) {
         frame::encode_rst_stream(&mut self.output, id, code);
         self.remember_reset(id);
-        if self.remove_stream(id).is_some() {
+        self.abuse.local_error_resets += 1;
+        if self.remove_stream(id).is_some() && !self.drop_unaccepted(id) {
             self.emit(Event::StreamReset { stream: id, code });
         }
+        if !self.budgets.local_error_resets.take() {
+            self.cut_off(Cutoff::LocalErrorResets);
+        }
+    }
+
+    /// Drops every queued event of a stream whose request the application
+    /// has not taken (its HEADERS event unpolled), handing back the
+    /// connection credit of its DATA: a stream that is already reset must
+    /// not reach the application. Whether it was such a stream.
+    pub(super) fn drop_unaccepted(&mut self, id: u32) -> bool {
+        if !self.pending_accept.remove(&id) {
+            return false;
+        }
+        let (mut cost, mut credit) = (0, 0);
+        self.events.retain(|e| {
+            let theirs = event_stream(e) == Some(id);
+            if theirs {
+                cost += event_cost(e);
+                if let Event::Data { data, .. } = e {
+                    credit += data.len();
+                }
+            }
+            !theirs
+        });
+        self.event_bytes -= cost;
+        self.abuse.reset_before_accept += 1;
+        self.release_connection(u32::try_from(credit).unwrap_or(u32::MAX));
+        true
     }
 
     /// Whether `id` is initiated by us: odd for clients, even for servers (§5.1.1).
