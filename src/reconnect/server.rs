@@ -22,8 +22,9 @@ use slab::Slab;
 
 use super::service::{CallId, ReconnectService, ServiceConfig, StartOutcome};
 use crate::grpc::proto::testing::{Empty, ReconnectParams};
-use crate::grpc::server::{Request, ServerConnection, ServerEvent};
+use crate::grpc::server::{Request, ServerAbuse, ServerConnection, ServerEvent};
 use crate::grpc::status::{Code, Status};
+use crate::http2::Cutoff;
 use crate::metrics::{MetricsSource, MetricsWriter};
 use crate::net::{listen_dual_stack, unmap};
 use crate::reactor::listener::{Listener, Listening};
@@ -108,6 +109,71 @@ struct ServerStats {
     starts: u64,
     stops_passed: u64,
     stops_failed: u64,
+    /// What closed control connections' peers were cut off or refused for.
+    abuse: AbuseTotals,
+}
+
+/// The abuse counters of closed control connections, summed (see [`ServerAbuse`]).
+#[derive(Default)]
+struct AbuseTotals {
+    /// Connections ended by each limit, indexed like [`Cutoff::ALL`].
+    cutoffs: [u64; Cutoff::ALL.len()],
+    /// Streams reset by the peer before their call was dispatched: dropped unseen.
+    streams_dropped: u64,
+    /// Streams we reset for the peer's stream errors.
+    stream_errors: u64,
+    /// Calls refused with RESOURCE_EXHAUSTED: message too large, buffer budget spent.
+    message_too_large: u64,
+    buffer_budget: u64,
+}
+
+impl AbuseTotals {
+    fn add(&mut self, a: &ServerAbuse) {
+        if let Some(i) = a
+            .http2
+            .cutoff
+            .and_then(|c| Cutoff::ALL.iter().position(|&k| k == c))
+        {
+            self.cutoffs[i] += 1;
+        }
+        self.streams_dropped += a.http2.reset_before_accept + a.reset_before_dispatch;
+        self.stream_errors += a.http2.local_error_resets;
+        self.message_too_large += a.oversized_messages;
+        self.buffer_budget += a.over_budget;
+    }
+
+    fn write(&self, out: &mut MetricsWriter) {
+        let by_reason: Vec<(&str, u64)> = Cutoff::ALL
+            .iter()
+            .zip(self.cutoffs)
+            .map(|(c, n)| (c.name(), n))
+            .collect();
+        out.labelled_counter(
+            "backoffd_reconnect_http2_cutoffs_total",
+            "Control connections ended by a limit (GOAWAY), by limit; counted at close.",
+            "reason",
+            &by_reason,
+        );
+        out.counter(
+            "backoffd_reconnect_streams_dropped_total",
+            "Streams the peer reset before their call was dispatched (Rapid Reset bound).",
+            self.streams_dropped,
+        );
+        out.counter(
+            "backoffd_reconnect_http2_stream_errors_total",
+            "Streams reset for the peer's stream errors.",
+            self.stream_errors,
+        );
+        out.labelled_counter(
+            "backoffd_reconnect_grpc_refused_calls_total",
+            "Calls answered RESOURCE_EXHAUSTED: a message over 4 KiB, or the connection's 64 KiB of buffered requests spent.",
+            "reason",
+            &[
+                ("message_too_large", self.message_too_large),
+                ("buffer_budget", self.buffer_budget),
+            ],
+        );
+    }
 }
 
 impl ReconnectServer {
@@ -335,8 +401,17 @@ impl ReconnectServer {
         let Some(conn) = self.conns.try_remove(key) else {
             return;
         };
-        log::debug!("control connection {key} from {} closed: {why}", conn.peer);
         let grpc = conn.io.close(ctx);
+        let abuse = grpc.abuse();
+        match abuse.http2.cutoff {
+            Some(limit) => log::debug!(
+                "control connection {key} from {} cut off: {}",
+                conn.peer,
+                limit.name()
+            ),
+            None => log::debug!("control connection {key} from {} closed: {why}", conn.peer),
+        }
+        self.stats.abuse.add(&abuse);
         let calls: Vec<u32> = grpc.dispatched().collect();
         for stream in calls {
             self.cancel_call(ctx, call_id(key, stream));
@@ -438,6 +513,7 @@ impl MetricsSource for ReconnectServer {
             "Accepts that failed on either port (e.g. out of descriptors) and paused accepting.",
             self.control.failures() + self.retry.as_ref().map_or(0, Listener::failures),
         );
+        s.abuse.write(out);
         out.counter(
             "backoffd_reconnect_retry_accepts_total",
             "Retry-port connections accepted, timestamped and closed.",
