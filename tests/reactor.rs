@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use backoffd::net::Outbox;
 use backoffd::reactor::datagram::{Datagram, Received, RECV_BUDGET};
-use backoffd::reactor::stream::{Stream, StreamCore};
+use backoffd::reactor::stream::{Stream, StreamCore, READ_BUDGET, READ_CHUNK};
 use backoffd::reactor::{Component, Config, Ctx, Reactor, Readiness, Registration, WakeMode};
 use backoffd::time::Timestamp;
 use backoffd::timer::TimerId;
@@ -430,5 +430,111 @@ fn a_peer_that_never_reads_is_given_up_after_the_write_stall_timeout() {
     assert!(
         after >= STALL,
         "given up after {after:?}, before the timeout"
+    );
+}
+
+/// Counts what each readiness delivers.
+struct Counting {
+    got: Vec<usize>,
+    now: usize,
+}
+
+impl Outbox for Counting {
+    fn pending_output(&self) -> &[u8] {
+        &[]
+    }
+    fn consume_output(&mut self, _: Timestamp, _: usize) {}
+}
+
+impl StreamCore for Counting {
+    fn handle_input(&mut self, _: Timestamp, data: &[u8]) {
+        self.now += data.len();
+    }
+    fn poll_timeout(&self) -> Option<Timestamp> {
+        None
+    }
+    fn handle_timeout(&mut self, _: Timestamp) {}
+}
+
+/// Reads one connection until `expected` bytes came, noting the bytes of each readiness.
+struct FloodedStream {
+    listener: TcpListener,
+    stream: Option<Stream<Counting>>,
+    expected: usize,
+    per_call: Rc<RefCell<Vec<usize>>>,
+}
+
+impl Component for FloodedStream {
+    fn on_start(&mut self, ctx: &mut Ctx<'_>) -> io::Result<()> {
+        ctx.register(&mut self.listener, Interest::READABLE, 0)?;
+        ctx.set_timer(ctx.now() + Duration::from_secs(10), GIVE_UP);
+        Ok(())
+    }
+    fn on_ready(&mut self, ctx: &mut Ctx<'_>, key: u32, ready: Readiness) {
+        if key == 0 {
+            if let Ok((socket, _)) = self.listener.accept() {
+                let core = Counting {
+                    got: Vec::new(),
+                    now: 0,
+                };
+                self.stream = Some(Stream::accepted(ctx, socket, 1, core).unwrap());
+            }
+        }
+        let Some(stream) = &mut self.stream else {
+            return;
+        };
+        if key == 1 {
+            stream.on_ready(ready).unwrap();
+        }
+        let mut buf = vec![0u8; READ_CHUNK];
+        stream.read(ctx.now(), &mut buf).unwrap();
+        let core = stream.core_mut();
+        let n = std::mem::take(&mut core.now);
+        core.got.push(n);
+        let total: usize = core.got.iter().sum();
+        stream.settle(ctx);
+        if total >= self.expected {
+            *self.per_call.borrow_mut() = stream.core().got.clone();
+            ctx.shutdown();
+        }
+    }
+    fn on_timer(&mut self, ctx: &mut Ctx<'_>, _: TimerId, _: u32) {
+        ctx.shutdown();
+    }
+}
+
+/// Issue 13 row 7: a TCP peer that floods is read at most READ_BUDGET x READ_CHUNK per turn of
+/// the loop, and called again for the rest, so the loop's other sources get their turn.
+#[test]
+fn a_flooded_connection_is_read_a_budget_per_turn_and_called_again_for_the_rest() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let mut peer = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+    // More than one budget, all in the socket buffers before the loop reads any of it.
+    let flood = 2 * READ_BUDGET as usize * READ_CHUNK + 1000;
+    let writer = std::thread::spawn(move || {
+        use std::io::Write;
+        peer.write_all(&vec![7u8; flood]).unwrap();
+        peer
+    });
+    let per_call = Rc::new(RefCell::new(Vec::new()));
+    let mut reactor = Reactor::new(config(WakeMode::Timerfd)).unwrap();
+    reactor
+        .add(Box::new(FloodedStream {
+            listener: TcpListener::from_std(listener),
+            stream: None,
+            expected: flood,
+            per_call: Rc::clone(&per_call),
+        }))
+        .unwrap();
+    reactor.run().unwrap();
+    drop(writer.join().unwrap());
+    let per_call = per_call.borrow();
+    let budget = READ_BUDGET as usize * READ_CHUNK;
+    assert_eq!(per_call.iter().sum::<usize>(), flood, "{per_call:?}");
+    assert!(per_call.iter().all(|&n| n <= budget), "{per_call:?}");
+    assert!(
+        per_call.len() >= 3,
+        "more than two budgets, three turns at least: {per_call:?}"
     );
 }
