@@ -54,6 +54,9 @@ Limits and timing:
   --max-cached-per-client N      of those, one client's at most: past it its own oldest go
                                  first (default 10000)
   --max-observations N           live observations (default 1000)
+  --observe-con-every N          at least every Nth notification to a client is a CON; one
+                                 never acknowledged ends the observation (default 20,
+                                 RFC 7641 §4.5; and at least one every 24 h)
   --ack-delay D                  hold a CON's ACK this long hoping to piggyback (default 100ms)
   --upstream-exchange-lifetime D how long an upstream Message ID stays reserved per endpoint
                                  (RFC 7252 §4.4; default 247s)
@@ -95,6 +98,7 @@ pub(super) const SPEC: &[Spec] = &[
     value("max-cached"),
     value("max-cached-per-client"),
     value("max-observations"),
+    value("observe-con-every"),
     value("ack-delay"),
     value("upstream-exchange-lifetime"),
     value("overload-max-age"),
@@ -235,6 +239,7 @@ pub fn config_from_flags(flags: &Flags) -> Result<ProxyConfig, UsageError> {
         max_cached_per_client: flags
             .get_or("max-cached-per-client", defaults.max_cached_per_client)?,
         max_observations: flags.get_or("max-observations", defaults.max_observations)?,
+        observe_con_every: flags.get_or("observe-con-every", defaults.observe_con_every)?,
         ack_delay: flags
             .get_or("ack-delay", DurationArg(defaults.ack_delay))?
             .0,

@@ -169,6 +169,14 @@ pub struct ProxyConfig {
     pub max_cached_per_client: usize,
     /// Live observations (RFC 7641) relayed at once.
     pub max_observations: usize,
+    /// Every this many notifications to a client at least one goes as a CON (RFC 7641 §4.5:
+    /// "at least every 24 hours", which the proxy also keeps), so that an observer that has
+    /// gone (or never was: a spoofed registration) is noticed when that CON times out, and
+    /// its observation ends. 20 bounds what one registration can reflect at a source that
+    /// never acknowledges to 20 NONs and the 5 transmissions of one CON, and costs a live
+    /// observer one ACK per 20 notifications. Californium's 100 is 5 times the exposure for
+    /// a saving of 4 ACKs in 100. 1 sends every notification as a CON.
+    pub observe_con_every: u32,
     /// How long to hold a CON request's ACK hoping to piggyback the response (RFC 7252 §5.2.2).
     pub ack_delay: Duration,
     /// How long an upstream Message ID stays reserved after use (RFC 7252 §4.4). Lowering it
@@ -206,6 +214,7 @@ impl Default for ProxyConfig {
             max_cached: 100_000,
             max_cached_per_client: 10_000,
             max_observations: 1_000,
+            observe_con_every: 20,
             ack_delay: Duration::from_millis(100),
             upstream_exchange_lifetime: params::EXCHANGE_LIFETIME,
             overload_max_age: Duration::from_secs(2),
@@ -277,6 +286,11 @@ impl ProxyConfig {
         if self.upstream_exchange_lifetime < longest {
             return Err(ConfigError(
                 "--upstream-exchange-lifetime: must be at least the longest --total-timeout".into(),
+            ));
+        }
+        if self.observe_con_every == 0 {
+            return Err(ConfigError(
+                "--observe-con-every: must be at least 1".into(),
             ));
         }
         if self.default_hop_limit == 0 {

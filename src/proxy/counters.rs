@@ -72,6 +72,14 @@ pub struct Counters {
     pub unmatched_client: u64,
     /// Notifications relayed to observers (RFC 7641).
     pub notifications_relayed: u64,
+    /// Of those, sent as CON to learn whether the observer is still there (RFC 7641 §4.5).
+    pub notifications_con: u64,
+    /// Notifications that replaced one still awaiting its ACK, to go at its next
+    /// retransmission (RFC 7641 §4.5.2) rather than at once.
+    pub notifications_superseded: u64,
+    /// Observations ended by their client: a CON notification never acknowledged, an RST to
+    /// a notification, or ICMP unreachable from the client.
+    pub observers_lost: u64,
     /// Timer events for an exchange that had already moved on (they did nothing).
     pub stale_timer_events: u64,
     /// Confirmable answers the client never acknowledged.

@@ -43,6 +43,21 @@ const COUNTERS: &[(&str, &str, fn(&Counters) -> u64)] = &[
         |c| c.notifications_relayed,
     ),
     (
+        "notifications_con_total",
+        "Of the notifications relayed, those sent as CON (RFC 7641 §4.5, --observe-con-every).",
+        |c| c.notifications_con,
+    ),
+    (
+        "notifications_superseded_total",
+        "Notifications that replaced one awaiting its ACK, sent at its next retransmission.",
+        |c| c.notifications_superseded,
+    ),
+    (
+        "observers_lost_total",
+        "Observations ended by their client: CON notification unacknowledged, RST, ICMP.",
+        |c| c.observers_lost,
+    ),
+    (
         "unmatched_total",
         "Datagrams that matched no exchange.",
         |c| c.unmatched_client + c.unmatched_upstream,

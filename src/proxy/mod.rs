@@ -60,5 +60,5 @@ pub use counters::Counters;
 pub use driver::ProxyComponent;
 pub use endpoints::{EndpointEvent, EndpointId, UpstreamId};
 pub use engine::{Destination, Proxy, Seeds, Transmit, UpstreamStats};
-pub use events::{ProxyEvent, Source};
+pub use events::{ObserverLoss, ProxyEvent, Source};
 pub use exchange::State;

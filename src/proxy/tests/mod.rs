@@ -4,6 +4,7 @@
 //! reordering over millions of exchanges live in `tests/proxy_sim.rs`.
 
 mod behaviours;
+mod observers;
 mod regressions;
 
 use crate::proxy::{EndpointId, Proxy, ProxyConfig, Seeds, Transmit};
