@@ -27,6 +27,7 @@ struct Route {
 impl Proxy {
     /// A datagram arrived on the client-facing socket.
     pub fn handle_client_datagram(&mut self, now: Timestamp, from: SocketAddr, bytes: &[u8]) {
+        self.out.clock(now);
         let msg = match Message::parse(bytes) {
             Ok(msg) => msg,
             Err(e) => return self.reject_malformed_client(from, bytes, e),

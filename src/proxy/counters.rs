@@ -93,6 +93,11 @@ pub struct Counters {
     /// Kept answers (the proxy's own included) of a client over `max_cached_per_client`,
     /// evicted to make room for its newer ones: its own oldest first.
     pub share_evictions: u64,
+    /// Datagrams to clients dropped because their source was over its send budget
+    /// (`ProxyConfig::client_budget`, RFC 7252 §11.3).
+    pub over_budget_dropped: u64,
+    /// Their bytes.
+    pub over_budget_dropped_bytes: u64,
     /// Diagnostic events dropped because the driver did not take them (the queue is bounded).
     pub events_dropped: u64,
     /// Gauge: exchanges being worked on (waiting, observing, or delivering an answer).
@@ -106,4 +111,6 @@ pub struct Counters {
     pub observations: u64,
     /// Gauge: bytes of the request copies kept for retransmission upstream.
     pub in_flight_bytes: u64,
+    /// Gauge: client addresses whose send budget is tracked.
+    pub budget_sources: u64,
 }

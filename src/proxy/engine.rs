@@ -22,6 +22,7 @@ use crate::time::Timestamp;
 use crate::timer::TimerWheel;
 
 use super::answer_cache::{AnswerRing, ClientKey, Gone, Replay};
+use super::budget::SendBudget;
 use super::clients::{ClientSlot, Clients};
 use super::endpoints::{EndpointEvent, EndpointId, Endpoints, UpstreamId};
 use super::events::{Events, ProxyEvent};
@@ -177,6 +178,7 @@ impl Proxy {
         );
         let (max_cached, share) = (config.max_cached, config.max_cached_per_client);
         let clients = Clients::new(rng.random(), &hash);
+        let budget = SendBudget::new(config.client_budget, &hash);
         Proxy {
             config,
             exchanges: Slab::new(),
@@ -190,7 +192,7 @@ impl Proxy {
                 .collect(),
             endpoints,
             timers: TimerWheel::new(),
-            out: Outbox::default(),
+            out: Outbox::with_budget(budget),
             rng,
             counters: Counters::default(),
             answers: AnswerRing::with_shares(params::EXCHANGE_LIFETIME, max_cached, share),
@@ -281,6 +283,7 @@ impl Proxy {
 
     /// Runs every timer due at `now`. Calling it early or twice is harmless.
     pub fn handle_timeout(&mut self, now: Timestamp) {
+        self.out.clock(now);
         while let Some(expired) = self.timers.poll(now) {
             let key = expired.value;
             let Some(x) = self.get_mut(key) else {
@@ -306,6 +309,9 @@ impl Proxy {
             observations: self.observations as u64,
             in_flight_bytes: self.inflight_bytes as u64,
             events_dropped: self.events.dropped(),
+            over_budget_dropped: self.out.budget().map_or(0, |b| b.dropped),
+            over_budget_dropped_bytes: self.out.budget().map_or(0, |b| b.dropped_bytes),
+            budget_sources: self.out.budget().map_or(0, |b| b.sources() as u64),
             ..self.counters.clone()
         }
     }

@@ -58,6 +58,16 @@ const COUNTERS: &[(&str, &str, fn(&Counters) -> u64)] = &[
         |c| c.observers_lost,
     ),
     (
+        "over_budget_dropped_total",
+        "Datagrams to clients dropped over their source's send budget (--client-*).",
+        |c| c.over_budget_dropped,
+    ),
+    (
+        "over_budget_dropped_bytes_total",
+        "Bytes of the datagrams dropped over a client's send budget.",
+        |c| c.over_budget_dropped_bytes,
+    ),
+    (
         "unmatched_total",
         "Datagrams that matched no exchange.",
         |c| c.unmatched_client + c.unmatched_upstream,
@@ -195,6 +205,11 @@ pub(super) fn write_proxy_metrics(c: &Counters, send_drops: u64, out: &mut Metri
         "backoffd_coap_in_flight_bytes",
         "Bytes of the request copies kept for retransmission upstream.",
         c.in_flight_bytes as f64,
+    );
+    out.gauge(
+        "backoffd_coap_budget_sources",
+        "Client addresses whose send budget is tracked.",
+        c.budget_sources as f64,
     );
     out.gauge(
         "backoffd_coap_observations",

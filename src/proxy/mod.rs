@@ -34,6 +34,7 @@
 //! timer ever sends anything for a finished exchange.
 
 mod answer_cache;
+mod budget;
 mod client_leg;
 mod clients;
 mod config;
@@ -55,6 +56,7 @@ pub mod route;
 mod tests;
 mod upstream_leg;
 
+pub use budget::ClientBudget;
 pub use config::{AllowedTarget, ConfigError, ProxyConfig, RetryPolicy, Routing};
 pub use counters::Counters;
 pub use driver::ProxyComponent;

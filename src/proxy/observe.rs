@@ -149,6 +149,7 @@ impl Proxy {
     /// queue): every observation of that address ends. Requests it has in flight finish as
     /// usual; their answers go nowhere, within its budget.
     pub fn handle_client_unreachable(&mut self, now: Timestamp, client: SocketAddr) {
+        self.out.clock(now);
         let keys: Vec<ExchangeKey> = (self.observers.iter())
             .filter(|((addr, _), _)| *addr == client)
             .map(|(_, &key)| key)

@@ -4,6 +4,9 @@
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 
+use crate::time::Timestamp;
+
+use super::budget::SendBudget;
 use super::endpoints::EndpointId;
 
 /// Which socket a datagram leaves through.
@@ -25,11 +28,39 @@ pub(super) struct Outbox {
     read: usize,
     /// Where [`push_encoded`](Self::push_encoded) lets an encoder write.
     scratch: Vec<u8>,
+    /// What each client may still be sent (`budget.rs`); none in unit tests of the queue.
+    budget: Option<SendBudget>,
+    /// The engine's latest `now`, for the budget.
+    now: Timestamp,
 }
 
 impl Outbox {
-    /// Queues `payload` for `to`.
+    /// An outbox whose datagrams to clients are within `budget`.
+    pub(super) fn with_budget(budget: SendBudget) -> Self {
+        Outbox {
+            budget: Some(budget),
+            ..Outbox::default()
+        }
+    }
+
+    /// The engine's clock moved to `now` (it never goes back).
+    pub(super) fn clock(&mut self, now: Timestamp) {
+        self.now = self.now.max(now);
+    }
+
+    /// The budget, for its counters.
+    pub(super) fn budget(&self) -> Option<&SendBudget> {
+        self.budget.as_ref()
+    }
+
+    /// Queues `payload` for `to`, unless `to` is a client over its budget (then it is
+    /// dropped and counted there).
     pub(super) fn push(&mut self, to: Destination, payload: &[u8]) {
+        if let (Destination::Client(addr), Some(budget)) = (to, self.budget.as_mut()) {
+            if !budget.admit(self.now, addr, payload.len()) {
+                return;
+            }
+        }
         self.bytes.extend_from_slice(payload);
         self.queue.push_back((to, payload.len()));
     }
