@@ -224,3 +224,33 @@ fn a_flooded_source_is_sent_no_more_than_its_budget() {
     assert!(dropped > 0.0);
     stop.store(true, Ordering::SeqCst);
 }
+
+#[test]
+fn with_validate_sources_a_client_that_echoes_is_served_over_loopback() {
+    let stop = Arc::new(AtomicBool::new(false));
+    let (up, _) = observable_upstream(Arc::clone(&stop));
+    let (_daemon, proxy, _) = common::proxy_with_metrics(up, &["--validate-sources"]);
+    let c = client();
+    let get = |mid, echo: Option<&[u8]>| {
+        let mut req = Vec::new();
+        let mut b = MessageBuilder::new(&mut req, MessageType::Con, Code::GET, mid, b"abcd");
+        b.option(URI_PATH, b"big");
+        if let Some(e) = echo {
+            b.option(backoffd::coap::option::ECHO, e);
+        }
+        b.finish().unwrap();
+        req
+    };
+    let mut buf = [0u8; 2048];
+    c.send_to(&get(1, None), proxy).unwrap();
+    let n = c.recv(&mut buf).unwrap();
+    let m = Message::parse(&buf[..n]).unwrap();
+    assert_eq!(m.code(), Code::UNAUTHORIZED);
+    assert!(n <= 3 * 12, "the 4.01 is within 3x: {n} bytes");
+    let echo = m.option(backoffd::coap::option::ECHO).unwrap().to_vec();
+    c.send_to(&get(2, Some(&echo)), proxy).unwrap();
+    let n = c.recv(&mut buf).unwrap();
+    let m = Message::parse(&buf[..n]).unwrap();
+    assert_eq!((m.code(), m.payload().len()), (Code::CONTENT, 1000));
+    stop.store(true, Ordering::SeqCst);
+}

@@ -65,6 +65,10 @@ Limits and timing:
   --client-burst-bytes N         ... at once (default 262144; at least 65527)
   --client-datagrams-per-sec N   datagrams per second on average (default 200)
   --client-burst-datagrams N     datagrams at once (default 512)
+  --validate-sources             address validation (RFC 9175 §2.4): a source not yet validated is
+                                 sent at most 3x what it sent, and a request whose answer may
+                                 not fit gets 4.01 with an Echo to repeat (60 s); a fresh Echo
+                                 validates the source for 5 min (default off)
   --ack-delay D                  hold a CON's ACK this long hoping to piggyback (default 100ms)
   --upstream-exchange-lifetime D how long an upstream Message ID stays reserved per endpoint
                                  (RFC 7252 §4.4; default 247s)
@@ -107,6 +111,7 @@ pub(super) const SPEC: &[Spec] = &[
     value("max-cached-per-client"),
     value("max-observations"),
     value("observe-con-every"),
+    switch("validate-sources"),
     value("client-bytes-per-sec"),
     value("client-burst-bytes"),
     value("client-datagrams-per-sec"),
@@ -253,6 +258,7 @@ pub fn config_from_flags(flags: &Flags) -> Result<ProxyConfig, UsageError> {
         max_observations: flags.get_or("max-observations", defaults.max_observations)?,
         observe_con_every: flags.get_or("observe-con-every", defaults.observe_con_every)?,
         client_budget: budget_from_flags(flags, defaults.client_budget)?,
+        validate_sources: flags.has("validate-sources"),
         ack_delay: flags
             .get_or("ack-delay", DurationArg(defaults.ack_delay))?
             .0,

@@ -182,6 +182,9 @@ pub struct ProxyConfig {
     /// What the proxy may send to one client address and port (RFC 7252 §11.3): see
     /// [`ClientBudget`] and `budget.rs`. Past it, datagrams are dropped and counted.
     pub client_budget: ClientBudget,
+    /// `--validate-sources`: address validation with Echo (RFC 9175 §2.4). Off by default:
+    /// a client that does not implement Echo would get only 4.01s for its larger answers.
+    pub validate_sources: bool,
     /// How long to hold a CON request's ACK hoping to piggyback the response (RFC 7252 §5.2.2).
     pub ack_delay: Duration,
     /// How long an upstream Message ID stays reserved after use (RFC 7252 §4.4). Lowering it
@@ -221,6 +224,7 @@ impl Default for ProxyConfig {
             max_observations: 1_000,
             observe_con_every: 20,
             client_budget: ClientBudget::DEFAULT,
+            validate_sources: false,
             ack_delay: Duration::from_millis(100),
             upstream_exchange_lifetime: params::EXCHANGE_LIFETIME,
             overload_max_age: Duration::from_secs(2),

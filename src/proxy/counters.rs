@@ -98,6 +98,11 @@ pub struct Counters {
     pub over_budget_dropped: u64,
     /// Their bytes.
     pub over_budget_dropped_bytes: u64,
+    /// `--validate-sources`: 4.01s with an Echo value to unvalidated sources (RFC 9175 §2.4).
+    pub echo_challenges: u64,
+    /// `--validate-sources`: datagrams dropped because an unvalidated source was sent 3x
+    /// what it sent.
+    pub amplification_dropped: u64,
     /// Diagnostic events dropped because the driver did not take them (the queue is bounded).
     pub events_dropped: u64,
     /// Gauge: exchanges being worked on (waiting, observing, or delivering an answer).

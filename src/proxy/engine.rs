@@ -30,6 +30,7 @@ use super::exchange::{CoapToken, Exchange, ExchangeKey, Reply, State, TimerKind}
 use super::keyed_hash::{KeyedMap, KeyedState};
 pub use super::outbox::Destination;
 use super::outbox::Outbox;
+use super::validation::SourceValidation;
 use super::{Counters, ProxyConfig};
 
 /// A datagram to send.
@@ -105,6 +106,8 @@ pub(super) struct LocalAnswer {
     pub(super) max_age: Option<u32>,
     /// Size1 of a 4.13: the largest request entity the proxy would take (RFC 7252 §5.10.9).
     pub(super) size1: Option<u32>,
+    /// An Echo value to repeat (RFC 9175 §2.4), with a 4.01 from `--validate-sources`.
+    pub(super) echo: Option<[u8; crate::coap::echo::ISSUED_LEN]>,
     /// Diagnostic payload (RFC 7252 §5.5.2): a short human-readable reason.
     pub(super) diagnostic: &'static str,
 }
@@ -178,7 +181,11 @@ impl Proxy {
         );
         let (max_cached, share) = (config.max_cached, config.max_cached_per_client);
         let clients = Clients::new(rng.random(), &hash);
-        let budget = SendBudget::new(config.client_budget, &hash);
+        let mut budget = Outbox::with_budget(SendBudget::new(config.client_budget, &hash));
+        if config.validate_sources {
+            let key = crate::coap::echo::EchoKey::new([seeds.hash[1], seeds.hash[0] ^ 0xec40]);
+            budget.validate_sources(SourceValidation::new(key, &hash));
+        }
         Proxy {
             config,
             exchanges: Slab::new(),
@@ -192,7 +199,7 @@ impl Proxy {
                 .collect(),
             endpoints,
             timers: TimerWheel::new(),
-            out: Outbox::with_budget(budget),
+            out: budget,
             rng,
             counters: Counters::default(),
             answers: AnswerRing::with_shares(params::EXCHANGE_LIFETIME, max_cached, share),
@@ -310,6 +317,7 @@ impl Proxy {
             in_flight_bytes: self.inflight_bytes as u64,
             events_dropped: self.events.dropped(),
             over_budget_dropped: self.out.budget().map_or(0, |b| b.dropped),
+            amplification_dropped: self.out.validation().map_or(0, |v| v.dropped),
             over_budget_dropped_bytes: self.out.budget().map_or(0, |b| b.dropped_bytes),
             budget_sources: self.out.budget().map_or(0, |b| b.sources() as u64),
             ..self.counters.clone()
@@ -476,6 +484,7 @@ impl Proxy {
             code,
             max_age: None,
             size1: None,
+            echo: None,
             diagnostic: why,
         };
         let mut buf = std::mem::take(&mut self.scratch);
@@ -755,6 +764,9 @@ pub(super) fn encode_local(
     }
     if let Some(size) = a.size1 {
         b.option(SIZE1, &encode_uint(size));
+    }
+    if let Some(echo) = &a.echo {
+        b.option(crate::coap::option::ECHO, echo);
     }
     b.payload(a.diagnostic.as_bytes());
     // Tokens come from parsed messages (<= 8 bytes), so encoding cannot fail.

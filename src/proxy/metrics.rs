@@ -68,6 +68,16 @@ const COUNTERS: &[(&str, &str, fn(&Counters) -> u64)] = &[
         |c| c.over_budget_dropped_bytes,
     ),
     (
+        "echo_challenges_total",
+        "--validate-sources: 4.01s with an Echo value to sources not yet validated (RFC 9175).",
+        |c| c.echo_challenges,
+    ),
+    (
+        "amplification_dropped_total",
+        "--validate-sources: datagrams dropped past 3x what an unvalidated source sent.",
+        |c| c.amplification_dropped,
+    ),
+    (
         "unmatched_total",
         "Datagrams that matched no exchange.",
         |c| c.unmatched_client + c.unmatched_upstream,

@@ -55,6 +55,7 @@ pub mod route;
 #[cfg(test)]
 mod tests;
 mod upstream_leg;
+mod validation;
 
 pub use budget::ClientBudget;
 pub use config::{AllowedTarget, ConfigError, ProxyConfig, RetryPolicy, Routing};

@@ -92,3 +92,68 @@ fn notifications_count_against_the_observers_budget() {
     assert_eq!(sent, 9);
     assert_eq!(p.counters().over_budget_dropped, 41);
 }
+
+/// `small_get` with an Echo option.
+fn get_with_echo(mid: u16, echo: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut b = MessageBuilder::new(&mut out, MessageType::Con, Code::GET, mid, b"abcd");
+    b.option(URI_PATH, b"big");
+    b.option(crate::coap::option::ECHO, echo);
+    b.finish().unwrap();
+    out
+}
+
+#[test]
+fn with_validate_sources_a_client_that_echoes_is_validated_and_served() {
+    let mut p = reverse(|c| c.validate_sources = true);
+    p.handle_client_datagram(t(0), victim(), &small_get(1));
+    let out = drain(&mut p);
+    assert_eq!(out.len(), 1, "nothing goes upstream");
+    let m = Message::parse(&out[0].payload).unwrap();
+    assert_eq!(m.code(), Code::UNAUTHORIZED);
+    let echo = m.option(crate::coap::option::ECHO).unwrap().to_vec();
+    p.handle_client_datagram(t(500), victim(), &get_with_echo(2, &echo));
+    let up = drain(&mut p).remove(0);
+    assert_eq!(up.to, Destination::Upstream(EP0));
+    p.handle_upstream_datagram(t(510), EP0, &big_answer(&up.payload));
+    let out = drain(&mut p);
+    let m = Message::parse(&out[0].payload).unwrap();
+    assert_eq!((m.code(), m.payload().len()), (Code::CONTENT, 1000));
+    // Validated for a while: the next request needs no Echo.
+    p.handle_client_datagram(t(1000), victim(), &small_get(3));
+    assert_eq!(drain(&mut p)[0].to, Destination::Upstream(EP0));
+    // A stale or another source's Echo validates nothing.
+    let other: SocketAddr = "192.0.2.8:5683".parse().unwrap();
+    p.handle_client_datagram(t(2000), other, &get_with_echo(1, &echo));
+    let m = drain(&mut p);
+    assert_eq!(
+        Message::parse(&m[0].payload).unwrap().code(),
+        Code::UNAUTHORIZED
+    );
+    assert_eq!(p.counters().echo_challenges, 2);
+}
+
+#[test]
+fn with_validate_sources_a_client_that_does_not_echo_gets_at_most_3x_what_it_sent() {
+    let mut p = reverse(|c| c.validate_sources = true);
+    let (mut bytes_in, mut bytes_out) = (0, 0);
+    for mid in 0..1000u16 {
+        let req = small_get(mid);
+        bytes_in += req.len();
+        p.handle_client_datagram(t(u64::from(mid)), victim(), &req);
+        // Once the 4.01s' savings add up to a likely answer, a request is forwarded; its
+        // answer still goes only within the 3x allowance.
+        for tx in drain(&mut p) {
+            if tx.to == Destination::Upstream(EP0) {
+                p.handle_upstream_datagram(t(u64::from(mid)), EP0, &big_answer(&tx.payload));
+            }
+        }
+        for tx in drain(&mut p) {
+            assert_eq!(tx.to, Destination::Client(victim()));
+            bytes_out += tx.payload.len();
+        }
+    }
+    assert!(bytes_out <= 3 * bytes_in, "{bytes_out} > 3 x {bytes_in}");
+    let c = p.counters();
+    assert!(c.echo_challenges > 900 && c.forwarded > 0, "{c:?}");
+}
