@@ -65,6 +65,9 @@ fn ten_times_max_inflight_against_a_silent_upstream_gets_5_03_and_frees_all_stat
         "7",
         "--max-inflight",
         "100",
+        // 1000 answers to one source at once: past its send budget, which is not under test.
+        "--client-bytes-per-sec",
+        "0",
         "--timeout",
         "200ms",
         "--jitter",
@@ -415,6 +418,9 @@ fn posts_through_20_percent_loss_each_way_execute_exactly_once() {
         "10s",
         "--non-idempotent-total-timeout",
         "10s",
+        // Thousands of requests from one source: its send budget is not under test.
+        "--client-bytes-per-sec",
+        "0",
         "--ack-delay",
         "20s",
         // One client socket keeps WINDOW requests outstanding: more than one client may have

@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use super::flags::{switch, value, DurationArg, Flags, Parsed, Spec, UsageError};
 use super::resolve;
-use backoffd::proxy::{AllowedTarget, ProxyComponent, ProxyConfig, RetryPolicy, Routing};
+use backoffd::proxy::{
+    AllowedTarget, ClientBudget, ProxyComponent, ProxyConfig, RetryPolicy, Routing,
+};
 use backoffd::reactor::{self, Reactor, WakeMode};
 
 pub const HELP: &str = "\
@@ -54,6 +56,19 @@ Limits and timing:
   --max-cached-per-client N      of those, one client's at most: past it its own oldest go
                                  first (default 10000)
   --max-observations N           live observations (default 1000)
+  --observe-con-every N          at least every Nth notification to a client is a CON; one
+                                 never acknowledged ends the observation (default 20,
+                                 RFC 7641 §4.5; and at least one every 24 h)
+  --client-bytes-per-sec N       what the proxy sends one client address and port, on average
+                                 (token bucket, RFC 7252 §11.3); past it datagrams are dropped
+                                 and counted (default 65536; 0 = no budget)
+  --client-burst-bytes N         ... at once (default 262144; at least 65527)
+  --client-datagrams-per-sec N   datagrams per second on average (default 200)
+  --client-burst-datagrams N     datagrams at once (default 512)
+  --validate-sources             address validation (RFC 9175 §2.4): a source not yet validated is
+                                 sent at most 3x what it sent, and a request whose answer may
+                                 not fit gets 4.01 with an Echo to repeat (60 s); a fresh Echo
+                                 validates the source for 5 min (default off)
   --ack-delay D                  hold a CON's ACK this long hoping to piggyback (default 100ms)
   --upstream-exchange-lifetime D how long an upstream Message ID stays reserved per endpoint
                                  (RFC 7252 §4.4; default 247s)
@@ -95,6 +110,12 @@ pub(super) const SPEC: &[Spec] = &[
     value("max-cached"),
     value("max-cached-per-client"),
     value("max-observations"),
+    value("observe-con-every"),
+    switch("validate-sources"),
+    value("client-bytes-per-sec"),
+    value("client-burst-bytes"),
+    value("client-datagrams-per-sec"),
+    value("client-burst-datagrams"),
     value("ack-delay"),
     value("upstream-exchange-lifetime"),
     value("overload-max-age"),
@@ -235,6 +256,9 @@ pub fn config_from_flags(flags: &Flags) -> Result<ProxyConfig, UsageError> {
         max_cached_per_client: flags
             .get_or("max-cached-per-client", defaults.max_cached_per_client)?,
         max_observations: flags.get_or("max-observations", defaults.max_observations)?,
+        observe_con_every: flags.get_or("observe-con-every", defaults.observe_con_every)?,
+        client_budget: budget_from_flags(flags, defaults.client_budget)?,
+        validate_sources: flags.has("validate-sources"),
         ack_delay: flags
             .get_or("ack-delay", DurationArg(defaults.ack_delay))?
             .0,
@@ -250,6 +274,16 @@ pub fn config_from_flags(flags: &Flags) -> Result<ProxyConfig, UsageError> {
         default_hop_limit: flags.get_or("hop-limit", defaults.default_hop_limit)?,
         seed: flags.get("seed")?,
         local_addr: None,
+    })
+}
+
+fn budget_from_flags(flags: &Flags, base: ClientBudget) -> Result<ClientBudget, UsageError> {
+    Ok(ClientBudget {
+        bytes_per_sec: flags.get_or("client-bytes-per-sec", base.bytes_per_sec)?,
+        burst_bytes: flags.get_or("client-burst-bytes", base.burst_bytes)?,
+        datagrams_per_sec: flags.get_or("client-datagrams-per-sec", base.datagrams_per_sec)?,
+        burst_datagrams: flags.get_or("client-burst-datagrams", base.burst_datagrams)?,
+        max_sources: base.max_sources,
     })
 }
 

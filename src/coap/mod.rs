@@ -23,6 +23,7 @@ macro_rules! error_enum {
 
 mod builder;
 mod code;
+pub mod echo;
 mod message;
 pub mod option;
 pub mod params;

@@ -27,6 +27,8 @@ struct Route {
 impl Proxy {
     /// A datagram arrived on the client-facing socket.
     pub fn handle_client_datagram(&mut self, now: Timestamp, from: SocketAddr, bytes: &[u8]) {
+        self.out.clock(now);
+        self.out.received(now, from, bytes.len());
         let msg = match Message::parse(bytes) {
             Ok(msg) => msg,
             Err(e) => return self.reject_malformed_client(from, bytes, e),
@@ -79,10 +81,12 @@ impl Proxy {
         let client = (from, self.clients.slot(from));
         // A request over the limits costs no more than its parse: it is refused before any
         // other look at its options, and a (de)registration the proxy refuses changes nothing.
-        let admitted = self.check_request_limits(msg).and_then(|()| {
-            self.observation_request(now, from, token, msg);
-            self.admit(now, msg, client.1)
-        });
+        let admitted = (self.check_request_limits(msg))
+            .and_then(|()| self.check_source(now, from, msg))
+            .and_then(|()| {
+                self.observation_request(now, from, token, msg);
+                self.admit(now, msg, client.1)
+            });
         match admitted {
             Ok((route, at)) => self.start_exchange(now, client, token, msg, route, at),
             Err(answer) => self.answer_locally(now, client, token, msg, &answer),
@@ -330,6 +334,7 @@ impl Proxy {
                     .clamp(1, u64::from(u32::MAX)) as u32,
             ),
             size1: None,
+            echo: None,
             diagnostic: why,
         }
     }
@@ -377,6 +382,7 @@ impl Proxy {
             Code::PROXYING_NOT_SUPPORTED => c.proxying_not_supported_5_05 += 1,
             Code::HOP_LIMIT_REACHED => c.hop_limit_5_08 += 1,
             Code::REQUEST_ENTITY_TOO_LARGE => c.request_too_large_4_13 += 1,
+            Code::UNAUTHORIZED => {}
             _ => c.bad_request_4_00 += 1,
         }
     }
@@ -509,6 +515,7 @@ fn answer(code: Code, diagnostic: &'static str) -> LocalAnswer {
         code,
         max_age: None,
         size1: None,
+        echo: None,
         diagnostic,
     }
 }

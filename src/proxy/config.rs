@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use crate::coap::params;
 
+use super::ClientBudget;
+
 /// How the proxy retries one upstream request (its own policy, not the client's).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct RetryPolicy {
@@ -169,6 +171,20 @@ pub struct ProxyConfig {
     pub max_cached_per_client: usize,
     /// Live observations (RFC 7641) relayed at once.
     pub max_observations: usize,
+    /// Every this many notifications to a client at least one goes as a CON (RFC 7641 §4.5:
+    /// "at least every 24 hours", which the proxy also keeps), so that an observer that has
+    /// gone (or never was: a spoofed registration) is noticed when that CON times out, and
+    /// its observation ends. 20 bounds what one registration can reflect at a source that
+    /// never acknowledges to 20 NONs and the 5 transmissions of one CON, and costs a live
+    /// observer one ACK per 20 notifications. Californium's 100 is 5 times the exposure for
+    /// a saving of 4 ACKs in 100. 1 sends every notification as a CON.
+    pub observe_con_every: u32,
+    /// What the proxy may send to one client address and port (RFC 7252 §11.3): see
+    /// [`ClientBudget`] and `budget.rs`. Past it, datagrams are dropped and counted.
+    pub client_budget: ClientBudget,
+    /// `--validate-sources`: address validation with Echo (RFC 9175 §2.4). Off by default:
+    /// a client that does not implement Echo would get only 4.01s for its larger answers.
+    pub validate_sources: bool,
     /// How long to hold a CON request's ACK hoping to piggyback the response (RFC 7252 §5.2.2).
     pub ack_delay: Duration,
     /// How long an upstream Message ID stays reserved after use (RFC 7252 §4.4). Lowering it
@@ -206,6 +222,9 @@ impl Default for ProxyConfig {
             max_cached: 100_000,
             max_cached_per_client: 10_000,
             max_observations: 1_000,
+            observe_con_every: 20,
+            client_budget: ClientBudget::DEFAULT,
+            validate_sources: false,
             ack_delay: Duration::from_millis(100),
             upstream_exchange_lifetime: params::EXCHANGE_LIFETIME,
             overload_max_age: Duration::from_secs(2),
@@ -279,10 +298,35 @@ impl ProxyConfig {
                 "--upstream-exchange-lifetime: must be at least the longest --total-timeout".into(),
             ));
         }
+        self.validate_budget()?;
+        if self.observe_con_every == 0 {
+            return Err(ConfigError(
+                "--observe-con-every: must be at least 1".into(),
+            ));
+        }
         if self.default_hop_limit == 0 {
             return Err(ConfigError("--hop-limit: must be 1..=255".into()));
         }
         Ok(warnings)
+    }
+
+    /// An enabled budget lets the longest datagram through, and some each second.
+    fn validate_budget(&self) -> Result<(), ConfigError> {
+        let b = &self.client_budget;
+        if b.bytes_per_sec == 0 {
+            return Ok(());
+        }
+        if (b.burst_bytes as usize) < MAX_DATAGRAM {
+            return Err(ConfigError(format!(
+                "--client-burst-bytes: must be at least {MAX_DATAGRAM} (the longest datagram)"
+            )));
+        }
+        if b.datagrams_per_sec == 0 || b.burst_datagrams == 0 || b.max_sources == 0 {
+            return Err(ConfigError(
+                "--client-datagrams-per-sec: must be at least 1 (and so its burst)".into(),
+            ));
+        }
+        Ok(())
     }
 
     /// A request the size limit lets in must fit the in-flight budget on its own.

@@ -72,6 +72,14 @@ pub struct Counters {
     pub unmatched_client: u64,
     /// Notifications relayed to observers (RFC 7641).
     pub notifications_relayed: u64,
+    /// Of those, sent as CON to learn whether the observer is still there (RFC 7641 §4.5).
+    pub notifications_con: u64,
+    /// Notifications that replaced one still awaiting its ACK, to go at its next
+    /// retransmission (RFC 7641 §4.5.2) rather than at once.
+    pub notifications_superseded: u64,
+    /// Observations ended by their client: a CON notification never acknowledged, an RST to
+    /// a notification, or ICMP unreachable from the client.
+    pub observers_lost: u64,
     /// Timer events for an exchange that had already moved on (they did nothing).
     pub stale_timer_events: u64,
     /// Confirmable answers the client never acknowledged.
@@ -85,6 +93,16 @@ pub struct Counters {
     /// Kept answers (the proxy's own included) of a client over `max_cached_per_client`,
     /// evicted to make room for its newer ones: its own oldest first.
     pub share_evictions: u64,
+    /// Datagrams to clients dropped because their source was over its send budget
+    /// (`ProxyConfig::client_budget`, RFC 7252 §11.3).
+    pub over_budget_dropped: u64,
+    /// Their bytes.
+    pub over_budget_dropped_bytes: u64,
+    /// `--validate-sources`: 4.01s with an Echo value to unvalidated sources (RFC 9175 §2.4).
+    pub echo_challenges: u64,
+    /// `--validate-sources`: datagrams dropped because an unvalidated source was sent 3x
+    /// what it sent.
+    pub amplification_dropped: u64,
     /// Diagnostic events dropped because the driver did not take them (the queue is bounded).
     pub events_dropped: u64,
     /// Gauge: exchanges being worked on (waiting, observing, or delivering an answer).
@@ -98,4 +116,6 @@ pub struct Counters {
     pub observations: u64,
     /// Gauge: bytes of the request copies kept for retransmission upstream.
     pub in_flight_bytes: u64,
+    /// Gauge: client addresses whose send budget is tracked.
+    pub budget_sources: u64,
 }

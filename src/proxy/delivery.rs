@@ -9,8 +9,8 @@ use crate::coap::{empty_ack, params, rewrite, Message, MessageType};
 use crate::time::Timestamp;
 
 use super::engine::{Destination, Proxy};
-use super::events::ProxyEvent;
-use super::exchange::{ClientDelivery, ExchangeKey, Reply, State, TimerKind};
+use super::events::{ObserverLoss, ProxyEvent};
+use super::exchange::{ClientDelivery, ExchangeKey, Reply, TimerKind};
 
 impl Proxy {
     /// The client's CON request was not answered quickly: ACK it now, answer separately later.
@@ -123,6 +123,8 @@ impl Proxy {
             self.counters.client_delivery_failures += 1;
             self.events
                 .push(ProxyEvent::ClientNeverAcked { client, mid });
+            // RFC 7641 §4.5: a CON notification that times out ends its observation.
+            self.observer_gone(now, key, ObserverLoss::NeverAcked);
             return self.delivered(now, key);
         }
         d.retransmits += 1;
@@ -173,10 +175,8 @@ impl Proxy {
             self.delivered(now, key);
         }
         // RFC 7641 §3.6: an RST in reply to a notification cancels the observation.
-        if msg.msg_type() == MessageType::Rst
-            && self.get(key).is_some_and(|x| x.state == State::Observing)
-        {
-            self.end_observation(now, key);
+        if msg.msg_type() == MessageType::Rst {
+            self.observer_gone(now, key, ObserverLoss::Reset);
         }
     }
 

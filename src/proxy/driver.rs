@@ -7,6 +7,13 @@
 //! between sockets and the engine and keeps one reactor timer armed for the engine's earliest
 //! deadline. Each socket is a [`Datagram`]: the driver reads it until `WouldBlock` or its
 //! budget, so a client that floods cannot starve the upstream sockets (or the other way).
+//!
+//! The client-facing socket is not connected, and Linux reports ICMP errors on such a socket
+//! only with `IP_RECVERR`/`IPV6_RECVERR` set: each is then queued with the destination of the
+//! datagram that caused it, read with `recvmsg(MSG_ERRQUEUE)` (as libcoap does). A port
+//! unreachable from a client tells the engine that nobody listens there any more
+//! ([`Proxy::handle_client_unreachable`]): its observations end, and the proxy stops
+//! reflecting notifications at a closed port (issue 13).
 
 // I/O module: The proxy engine's driver: owns its sockets and draws its seeds from the OS.
 #![allow(
@@ -16,7 +23,8 @@
 )]
 
 use std::io;
-use std::net::SocketAddr;
+use std::net::{SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::os::fd::{AsRawFd, RawFd};
 
 use mio::net::UdpSocket;
 
@@ -43,6 +51,8 @@ enum ClientSocket {
 pub struct ProxyComponent {
     engine: Proxy,
     clients: Option<ClientSocket>,
+    /// The client-facing socket's descriptor, for its error queue (owned by `clients`).
+    clients_fd: RawFd,
     local_addr: SocketAddr,
     /// Upstream endpoints' sockets by [`EndpointId`] (the engine reuses freed numbers, so this
     /// stays as long as the most endpoints ever open at once).
@@ -63,10 +73,13 @@ impl ProxyComponent {
     pub fn bind(listen: SocketAddr, mut config: ProxyConfig) -> io::Result<Self> {
         let listener = UdpSocket::bind(listen)?;
         let local_addr = listener.local_addr()?;
+        let clients_fd = listener.as_raw_fd();
+        enable_recverr(clients_fd, local_addr.is_ipv6())?;
         config.local_addr = Some(local_addr);
         Ok(ProxyComponent {
             engine: Proxy::new(config.clone(), seeds(config.seed)),
             clients: Some(ClientSocket::Bound(listener)),
+            clients_fd,
             local_addr,
             endpoints: Vec::new(),
             timer: TimerSlot::default(),
@@ -94,11 +107,30 @@ impl ProxyComponent {
         let (now, engine) = (ctx.now(), &mut self.engine);
         let read = socket.recv(ctx, &mut self.buf, |received| match received {
             Received::Datagram { data, from } => engine.handle_client_datagram(now, from, data),
-            // A client's ICMP error surfaces on the shared socket: nothing to do for it.
+            // A client's ICMP error: who it was is in the error queue, read below.
             Received::Refused => {}
         });
         if let Err(e) = read {
             log::warn!("client socket: {e}");
+        }
+        self.read_client_errors(now);
+    }
+
+    /// Drains the client socket's error queue: each ICMP port unreachable names the client
+    /// it came for. Bounded like a receive, and cheap when empty (one `EAGAIN`).
+    fn read_client_errors(&mut self, now: Timestamp) {
+        for _ in 0..crate::reactor::datagram::RECV_BUDGET {
+            match read_icmp_error(self.clients_fd) {
+                Ok(Some(IcmpError::PortUnreachable(client))) => {
+                    self.engine.handle_client_unreachable(now, client)
+                }
+                Ok(Some(IcmpError::Other)) => {}
+                Ok(None) => return,
+                Err(e) => {
+                    log::debug!("client socket error queue: {e}");
+                    return;
+                }
+            }
         }
     }
 
@@ -172,19 +204,34 @@ impl ProxyComponent {
             };
             (to, sent)
         };
-        while let Some((to, sent)) = self.engine.poll_transmit_with(send) {
+        let mut refused_clients = false;
+        while let Some((to, sent)) = self.engine.poll_transmit_with(|to, payload| {
+            let (to, sent) = send(to, payload);
+            // With IP_RECVERR a pending ICMP error fails the next send on the socket, which
+            // was for someone else: the datagram is sent again (once).
+            match (to, &sent) {
+                (Destination::Client(_), Err(e))
+                    if e.kind() == io::ErrorKind::ConnectionRefused =>
+                {
+                    send(to, payload)
+                }
+                _ => (to, sent),
+            }
+        }) {
             match sent {
                 Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
-                    if let Destination::Upstream(id) = to {
-                        self.engine.handle_upstream_unreachable(now, id);
-                    }
-                }
+                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => match to {
+                    Destination::Upstream(id) => self.engine.handle_upstream_unreachable(now, id),
+                    Destination::Client(_) => refused_clients = true,
+                },
                 Err(e) => {
                     self.send_drops += 1;
                     log::debug!("send to {to:?} failed: {e}");
                 }
             }
+        }
+        if refused_clients {
+            self.read_client_errors(now);
         }
         // Answering an ICMP error can have asked for sockets too.
         let _ = self.apply_endpoint_events(ctx, false);
@@ -250,5 +297,123 @@ fn seeds(configured: Option<u64>) -> Seeds {
     Seeds {
         rng: configured.unwrap_or_else(|| os.random()),
         hash: os.random(),
+    }
+}
+
+/// Asks the kernel to queue ICMP errors for the unconnected client socket (`ip(7)`,
+/// `ipv6(7)`: `IP_RECVERR`, `IPV6_RECVERR`). A dual-stack socket takes both: IPv4 clients'
+/// errors come through the IPv4 option.
+fn enable_recverr(fd: RawFd, ipv6: bool) -> io::Result<()> {
+    let on: libc::c_int = 1;
+    let set = |level, name| {
+        // SAFETY: `fd` is an open socket; the option value is a c_int that outlives the call.
+        let r = unsafe {
+            libc::setsockopt(
+                fd,
+                level,
+                name,
+                (&on as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        match r {
+            0 => Ok(()),
+            _ => Err(io::Error::last_os_error()),
+        }
+    };
+    if ipv6 {
+        set(libc::IPPROTO_IPV6, libc::IPV6_RECVERR)?;
+        // An IPv6-only socket may refuse the IPv4 option; it has no IPv4 clients then.
+        let _ = set(libc::IPPROTO_IP, libc::IP_RECVERR);
+        Ok(())
+    } else {
+        set(libc::IPPROTO_IP, libc::IP_RECVERR)
+    }
+}
+
+/// One entry of a socket's error queue.
+#[derive(Debug, PartialEq, Eq)]
+enum IcmpError {
+    /// ICMP (or ICMPv6) port unreachable for a datagram sent to this address.
+    PortUnreachable(SocketAddr),
+    /// Anything else (host unreachable, fragmentation needed, ...): not a sign that the
+    /// client has gone.
+    Other,
+}
+
+/// Reads one entry of `fd`'s error queue without blocking; `None` when it is empty.
+fn read_icmp_error(fd: RawFd) -> io::Result<Option<IcmpError>> {
+    // SAFETY: all-zero is a valid sockaddr_storage and msghdr.
+    let mut name: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut data = [0u8; 64];
+    let mut control = [0u64; 64];
+    let mut iov = libc::iovec {
+        iov_base: data.as_mut_ptr().cast(),
+        iov_len: data.len(),
+    };
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_name = (&mut name as *mut libc::sockaddr_storage).cast();
+    msg.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&control) as _;
+    // SAFETY: every pointer in `msg` points at a live buffer of the length it states.
+    let n = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT) };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        return match e.kind() {
+            io::ErrorKind::WouldBlock => Ok(None),
+            _ => Err(e),
+        };
+    }
+    let mut refused = false;
+    // SAFETY: `msg` was filled by recvmsg; the CMSG macros walk its control buffer.
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+        while !cmsg.is_null() {
+            let c = &*cmsg;
+            let ours = (c.cmsg_level == libc::IPPROTO_IP && c.cmsg_type == libc::IP_RECVERR)
+                || (c.cmsg_level == libc::IPPROTO_IPV6 && c.cmsg_type == libc::IPV6_RECVERR);
+            if ours {
+                let ee = std::ptr::read_unaligned(
+                    libc::CMSG_DATA(cmsg).cast::<libc::sock_extended_err>(),
+                );
+                let icmp = ee.ee_origin == libc::SO_EE_ORIGIN_ICMP
+                    || ee.ee_origin == libc::SO_EE_ORIGIN_ICMP6;
+                refused |= icmp && ee.ee_errno == libc::ECONNREFUSED as u32;
+            }
+            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+        }
+    }
+    Ok(Some(match (refused, sockaddr_to_std(&name)) {
+        (true, Some(addr)) => IcmpError::PortUnreachable(addr),
+        _ => IcmpError::Other,
+    }))
+}
+
+/// The address in a `sockaddr_storage` filled by the kernel, as `recv_from` gives it.
+fn sockaddr_to_std(s: &libc::sockaddr_storage) -> Option<SocketAddr> {
+    match libc::c_int::from(s.ss_family) {
+        libc::AF_INET => {
+            // SAFETY: the family says it holds a sockaddr_in, which fits in the storage.
+            let a = unsafe { &*(s as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            let ip = u32::from_be(a.sin_addr.s_addr);
+            Some(SocketAddr::V4(SocketAddrV4::new(
+                ip.into(),
+                u16::from_be(a.sin_port),
+            )))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: as above, a sockaddr_in6.
+            let a = unsafe { &*(s as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
+            Some(SocketAddr::V6(SocketAddrV6::new(
+                a.sin6_addr.s6_addr.into(),
+                u16::from_be(a.sin6_port),
+                a.sin6_flowinfo,
+                a.sin6_scope_id,
+            )))
+        }
+        _ => None,
     }
 }

@@ -22,6 +22,7 @@ use crate::time::Timestamp;
 use crate::timer::TimerWheel;
 
 use super::answer_cache::{AnswerRing, ClientKey, Gone, Replay};
+use super::budget::SendBudget;
 use super::clients::{ClientSlot, Clients};
 use super::endpoints::{EndpointEvent, EndpointId, Endpoints, UpstreamId};
 use super::events::{Events, ProxyEvent};
@@ -29,6 +30,7 @@ use super::exchange::{CoapToken, Exchange, ExchangeKey, Reply, State, TimerKind}
 use super::keyed_hash::{KeyedMap, KeyedState};
 pub use super::outbox::Destination;
 use super::outbox::Outbox;
+use super::validation::SourceValidation;
 use super::{Counters, ProxyConfig};
 
 /// A datagram to send.
@@ -104,6 +106,8 @@ pub(super) struct LocalAnswer {
     pub(super) max_age: Option<u32>,
     /// Size1 of a 4.13: the largest request entity the proxy would take (RFC 7252 §5.10.9).
     pub(super) size1: Option<u32>,
+    /// An Echo value to repeat (RFC 9175 §2.4), with a 4.01 from `--validate-sources`.
+    pub(super) echo: Option<[u8; crate::coap::echo::ISSUED_LEN]>,
     /// Diagnostic payload (RFC 7252 §5.5.2): a short human-readable reason.
     pub(super) diagnostic: &'static str,
 }
@@ -177,6 +181,11 @@ impl Proxy {
         );
         let (max_cached, share) = (config.max_cached, config.max_cached_per_client);
         let clients = Clients::new(rng.random(), &hash);
+        let mut budget = Outbox::with_budget(SendBudget::new(config.client_budget, &hash));
+        if config.validate_sources {
+            let key = crate::coap::echo::EchoKey::new([seeds.hash[1], seeds.hash[0] ^ 0xec40]);
+            budget.validate_sources(SourceValidation::new(key, &hash));
+        }
         Proxy {
             config,
             exchanges: Slab::new(),
@@ -190,7 +199,7 @@ impl Proxy {
                 .collect(),
             endpoints,
             timers: TimerWheel::new(),
-            out: Outbox::default(),
+            out: budget,
             rng,
             counters: Counters::default(),
             answers: AnswerRing::with_shares(params::EXCHANGE_LIFETIME, max_cached, share),
@@ -281,6 +290,7 @@ impl Proxy {
 
     /// Runs every timer due at `now`. Calling it early or twice is harmless.
     pub fn handle_timeout(&mut self, now: Timestamp) {
+        self.out.clock(now);
         while let Some(expired) = self.timers.poll(now) {
             let key = expired.value;
             let Some(x) = self.get_mut(key) else {
@@ -306,6 +316,10 @@ impl Proxy {
             observations: self.observations as u64,
             in_flight_bytes: self.inflight_bytes as u64,
             events_dropped: self.events.dropped(),
+            over_budget_dropped: self.out.budget().map_or(0, |b| b.dropped),
+            amplification_dropped: self.out.validation().map_or(0, |v| v.dropped),
+            over_budget_dropped_bytes: self.out.budget().map_or(0, |b| b.dropped_bytes),
+            budget_sources: self.out.budget().map_or(0, |b| b.sources() as u64),
             ..self.counters.clone()
         }
     }
@@ -470,6 +484,7 @@ impl Proxy {
             code,
             max_age: None,
             size1: None,
+            echo: None,
             diagnostic: why,
         };
         let mut buf = std::mem::take(&mut self.scratch);
@@ -749,6 +764,9 @@ pub(super) fn encode_local(
     }
     if let Some(size) = a.size1 {
         b.option(SIZE1, &encode_uint(size));
+    }
+    if let Some(echo) = &a.echo {
+        b.option(crate::coap::option::ECHO, echo);
     }
     b.payload(a.diagnostic.as_bytes());
     // Tokens come from parsed messages (<= 8 bytes), so encoding cannot fail.

@@ -49,6 +49,14 @@ pub enum ProxyEvent {
         /// The observer.
         client: SocketAddr,
     },
+    /// An observer went: the observation ended because of the client, not the upstream
+    /// (RFC 7641 §3.6, §4.5); the upstream's next notification gets an RST.
+    ObserverGone {
+        /// The observer.
+        client: SocketAddr,
+        /// How the proxy learnt it.
+        why: ObserverLoss,
+    },
     /// The observation limit was reached: a registration's answer was relayed without its
     /// Observe option, so the client knows it is not registered.
     ObservationLimit {
@@ -62,6 +70,18 @@ pub enum ProxyEvent {
         /// The rule it broke.
         error: FormatError,
     },
+}
+
+/// How the proxy learns that an observer has gone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ObserverLoss {
+    /// A CON notification was never acknowledged, after all its retransmissions (§4.5).
+    NeverAcked,
+    /// The client answered a notification with RST (§3.6).
+    Reset,
+    /// ICMP said nobody listens at the client's address (RFC 7252 §4.2 lets that count as
+    /// a rejection).
+    Unreachable,
 }
 
 /// Where a datagram came from.

@@ -193,6 +193,9 @@ pub struct Exchange {
     pub wants_observe: bool,
     /// Last relayed notification's Observe sequence number and arrival (RFC 7641 §3.4).
     pub last_notification: Option<(u32, Timestamp)>,
+    /// Notifications sent as NON since the last CON one, and when that CON went (the
+    /// registration's answer counts as one): see `observe.rs`, RFC 7641 §4.5.
+    pub since_con: (u32, Timestamp),
 }
 
 impl Exchange {
@@ -229,6 +232,7 @@ impl Exchange {
             deadlines: Deadlines::default(),
             wants_observe: false,
             last_notification: None,
+            since_con: (0, Timestamp::ZERO),
         }
     }
 

@@ -33,6 +33,7 @@ impl Proxy {
                 code: Code::REQUEST_ENTITY_TOO_LARGE,
                 max_age: None,
                 size1: Some(u32::try_from(room).unwrap_or(u32::MAX)),
+                echo: None,
                 diagnostic: "request longer than this proxy takes",
             });
         }
@@ -47,6 +48,7 @@ impl Proxy {
                 code: Code::BAD_OPTION,
                 max_age: None,
                 size1: None,
+                echo: None,
                 diagnostic: "more options than this proxy takes",
             });
         }

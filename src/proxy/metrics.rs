@@ -43,6 +43,41 @@ const COUNTERS: &[(&str, &str, fn(&Counters) -> u64)] = &[
         |c| c.notifications_relayed,
     ),
     (
+        "notifications_con_total",
+        "Of the notifications relayed, those sent as CON (RFC 7641 §4.5, --observe-con-every).",
+        |c| c.notifications_con,
+    ),
+    (
+        "notifications_superseded_total",
+        "Notifications that replaced one awaiting its ACK, sent at its next retransmission.",
+        |c| c.notifications_superseded,
+    ),
+    (
+        "observers_lost_total",
+        "Observations ended by their client: CON notification unacknowledged, RST, ICMP.",
+        |c| c.observers_lost,
+    ),
+    (
+        "over_budget_dropped_total",
+        "Datagrams to clients dropped over their source's send budget (--client-*).",
+        |c| c.over_budget_dropped,
+    ),
+    (
+        "over_budget_dropped_bytes_total",
+        "Bytes of the datagrams dropped over a client's send budget.",
+        |c| c.over_budget_dropped_bytes,
+    ),
+    (
+        "echo_challenges_total",
+        "--validate-sources: 4.01s with an Echo value to sources not yet validated (RFC 9175).",
+        |c| c.echo_challenges,
+    ),
+    (
+        "amplification_dropped_total",
+        "--validate-sources: datagrams dropped past 3x what an unvalidated source sent.",
+        |c| c.amplification_dropped,
+    ),
+    (
         "unmatched_total",
         "Datagrams that matched no exchange.",
         |c| c.unmatched_client + c.unmatched_upstream,
@@ -180,6 +215,11 @@ pub(super) fn write_proxy_metrics(c: &Counters, send_drops: u64, out: &mut Metri
         "backoffd_coap_in_flight_bytes",
         "Bytes of the request copies kept for retransmission upstream.",
         c.in_flight_bytes as f64,
+    );
+    out.gauge(
+        "backoffd_coap_budget_sources",
+        "Client addresses whose send budget is tracked.",
+        c.budget_sources as f64,
     );
     out.gauge(
         "backoffd_coap_observations",

@@ -34,6 +34,7 @@
 //! timer ever sends anything for a finished exchange.
 
 mod answer_cache;
+mod budget;
 mod client_leg;
 mod clients;
 mod config;
@@ -54,11 +55,13 @@ pub mod route;
 #[cfg(test)]
 mod tests;
 mod upstream_leg;
+mod validation;
 
+pub use budget::ClientBudget;
 pub use config::{AllowedTarget, ConfigError, ProxyConfig, RetryPolicy, Routing};
 pub use counters::Counters;
 pub use driver::ProxyComponent;
 pub use endpoints::{EndpointEvent, EndpointId, UpstreamId};
 pub use engine::{Destination, Proxy, Seeds, Transmit, UpstreamStats};
-pub use events::{ProxyEvent, Source};
+pub use events::{ObserverLoss, ProxyEvent, Source};
 pub use exchange::State;

@@ -2,6 +2,7 @@
 //! each notification relayed to the client with the client's token, for as long as the
 //! observation lives.
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use crate::coap::option::decode_uint;
@@ -10,6 +11,7 @@ use crate::coap::{rewrite, Message, MessageType};
 use crate::time::Timestamp;
 
 use super::engine::Proxy;
+use super::events::{ObserverLoss, ProxyEvent};
 use super::exchange::{ExchangeKey, State, TimerKind};
 
 /// RFC 7641 §3.4: notifications older than this are never compared by sequence number.
@@ -17,6 +19,8 @@ const REORDER_WINDOW: Duration = Duration::from_secs(128);
 /// How long after its Max-Age a notification may be followed by the next one before the
 /// observation is considered dead upstream.
 const STALE_MARGIN: Duration = Duration::from_secs(30);
+/// RFC 7641 §4.5: a notification goes as a CON at least this often, whatever the count.
+const CON_AT_LEAST_EVERY: Duration = Duration::from_secs(24 * 3600);
 
 impl Proxy {
     /// The registration succeeded: keep the exchange alive for notifications.
@@ -24,6 +28,9 @@ impl Proxy {
         let Some(x) = self.get_mut(key) else { return };
         x.state = State::Observing;
         x.last_notification = Some((observe_seq(msg), now));
+        // The registration's answer came on the client's CON, or was the first NON: the count
+        // towards the next CON starts here.
+        x.since_con = (0, now);
         let (id, endpoint) = ((x.client, x.client_token), x.endpoint);
         self.observations += 1;
         self.observers.insert(id, key);
@@ -43,11 +50,9 @@ impl Proxy {
         }
         // A response without Observe, or an error, ends the observation (RFC 7641 §3.2).
         let last = msg.option(OBSERVE).is_none() || msg.code().class() != 2;
-        let ty = match msg.msg_type() {
-            MessageType::Con => MessageType::Con,
-            _ => MessageType::Non,
-        };
-        let mid = self.clients.fresh_mid(x.client_slot);
+        let slot = x.client_slot;
+        let ty = self.notification_type(now, key, msg.msg_type());
+        let mid = self.clients.fresh_mid(slot);
         let x = self.get(key).expect("checked above");
         let token = x.client_token;
         let mut bytes = Vec::with_capacity(msg.as_bytes().len());
@@ -61,14 +66,96 @@ impl Proxy {
         self.counters.notifications_relayed += 1;
         if let Some(x) = self.get_mut(key) {
             x.last_notification = Some((seq, now));
-            x.answer = Some(Box::from(&bytes[..]));
         }
-        // A newer notification replaces one still being retransmitted (RFC 7641 §4.5.2).
-        self.send_to_client(now, key, ty, mid, &bytes);
+        if self.get(key).is_some_and(|x| x.delivery.is_some()) {
+            self.supersede_in_flight(key, mid, bytes);
+        } else {
+            if ty == MessageType::Con {
+                self.counters.notifications_con += 1;
+            }
+            if let Some(x) = self.get_mut(key) {
+                x.answer = Some(Box::from(&bytes[..]));
+            }
+            self.send_to_client(now, key, ty, mid, &bytes);
+        }
         if last {
             self.end_observation(now, key);
         } else {
             self.arm_stale_timer(now, key, msg);
+        }
+    }
+
+    /// CON or NON for the next notification to this observer (RFC 7641 §4.5): CON if the
+    /// upstream's was, if one is still in flight (it takes that one's place), and at least
+    /// every `observe_con_every` notifications and every 24 hours, so that an observer that
+    /// has gone is noticed (its CON times out, and the observation ends); NON otherwise.
+    fn notification_type(
+        &mut self,
+        now: Timestamp,
+        key: ExchangeKey,
+        upstream: MessageType,
+    ) -> MessageType {
+        let every = self.config.observe_con_every;
+        let Some(x) = self.get_mut(key) else {
+            return MessageType::Non;
+        };
+        let (nons, since) = x.since_con;
+        let con = upstream == MessageType::Con
+            || x.delivery.is_some()
+            || nons.saturating_add(1) >= every
+            || now.saturating_since(since) >= CON_AT_LEAST_EVERY;
+        if con {
+            x.since_con = (0, now);
+            MessageType::Con
+        } else {
+            x.since_con.0 = nons + 1;
+            MessageType::Non
+        }
+    }
+
+    /// A newer notification while a CON one awaits its ACK: it takes the older one's place
+    /// and its retransmission state (RFC 7641 §4.5.2), and goes out at the next
+    /// retransmission rather than now. So an observer has one CON in flight at most (RFC 7252
+    /// §4.7's NSTART of 1), and one that never acknowledges gets the CON's 5 transmissions
+    /// whatever the upstream's rate, after which the observation ends.
+    fn supersede_in_flight(&mut self, key: ExchangeKey, mid: u16, bytes: Vec<u8>) {
+        let Some(x) = self.get_mut(key) else { return };
+        let Some(d) = x.delivery.as_mut() else { return };
+        let old = std::mem::replace(&mut d.mid, mid);
+        x.answer = Some(bytes.into_boxed_slice());
+        let client = x.client;
+        self.counters.notifications_superseded += 1;
+        if self.by_client_mid.get(&(client, old)) == Some(&key) {
+            self.by_client_mid.remove(&(client, old));
+        }
+        self.by_client_mid.insert((client, mid), key);
+    }
+
+    /// The client has gone (RFC 7641 §3.6, §4.5): its observation ends, and what is being
+    /// retransmitted to it stops. The upstream learns at its next notification, which finds
+    /// no observation and gets an RST (§3.6).
+    pub(super) fn observer_gone(&mut self, now: Timestamp, key: ExchangeKey, why: ObserverLoss) {
+        let Some(x) = self.get(key).filter(|x| x.state == State::Observing) else {
+            return;
+        };
+        let client = x.client;
+        self.counters.observers_lost += 1;
+        self.events.push(ProxyEvent::ObserverGone { client, why });
+        self.cancel_delivery(key);
+        self.end_observation(now, key);
+    }
+
+    /// ICMP unreachable from a client (the driver reads it from the client socket's error
+    /// queue): every observation of that address ends. Requests it has in flight finish as
+    /// usual; their answers go nowhere, within its budget.
+    pub fn handle_client_unreachable(&mut self, now: Timestamp, client: SocketAddr) {
+        self.out.clock(now);
+        let keys: Vec<ExchangeKey> = (self.observers.iter())
+            .filter(|((addr, _), _)| *addr == client)
+            .map(|(_, &key)| key)
+            .collect();
+        for key in keys {
+            self.observer_gone(now, key, ObserverLoss::Unreachable);
         }
     }
 

@@ -4,7 +4,11 @@
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 
+use crate::time::Timestamp;
+
+use super::budget::SendBudget;
 use super::endpoints::EndpointId;
+use super::validation::SourceValidation;
 
 /// Which socket a datagram leaves through.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -25,11 +29,69 @@ pub(super) struct Outbox {
     read: usize,
     /// Where [`push_encoded`](Self::push_encoded) lets an encoder write.
     scratch: Vec<u8>,
+    /// What each client may still be sent (`budget.rs`); none in unit tests of the queue.
+    budget: Option<SendBudget>,
+    /// `--validate-sources`: what unvalidated sources may be sent (`validation.rs`).
+    validation: Option<SourceValidation>,
+    /// The engine's latest `now`, for the budget.
+    now: Timestamp,
 }
 
 impl Outbox {
-    /// Queues `payload` for `to`.
+    /// An outbox whose datagrams to clients are within `budget`.
+    pub(super) fn with_budget(budget: SendBudget) -> Self {
+        Outbox {
+            budget: Some(budget),
+            ..Outbox::default()
+        }
+    }
+
+    /// Turns on the 3x limit for unvalidated sources.
+    pub(super) fn validate_sources(&mut self, v: SourceValidation) {
+        self.validation = Some(v);
+    }
+
+    pub(super) fn validation(&self) -> Option<&SourceValidation> {
+        self.validation.as_ref()
+    }
+
+    pub(super) fn validation_mut(&mut self) -> Option<&mut SourceValidation> {
+        self.validation.as_mut()
+    }
+
+    /// A datagram of `len` bytes came from client `from` (its allowance grows).
+    pub(super) fn received(&mut self, now: Timestamp, from: SocketAddr, len: usize) {
+        if let Some(v) = self.validation.as_mut() {
+            v.received(now, from, len);
+        }
+    }
+
+    /// The engine's clock moved to `now` (it never goes back).
+    pub(super) fn clock(&mut self, now: Timestamp) {
+        self.now = self.now.max(now);
+    }
+
+    /// The budget, for its counters.
+    pub(super) fn budget(&self) -> Option<&SendBudget> {
+        self.budget.as_ref()
+    }
+
+    /// Queues `payload` for `to`, unless `to` is a client over its budget (then it is
+    /// dropped and counted there).
     pub(super) fn push(&mut self, to: Destination, payload: &[u8]) {
+        if let Destination::Client(addr) = to {
+            let len = payload.len();
+            if let Some(v) = self.validation.as_mut() {
+                if !v.may_send(self.now, addr, len) {
+                    return;
+                }
+            }
+            if let Some(budget) = self.budget.as_mut() {
+                if !budget.admit(self.now, addr, len) {
+                    return;
+                }
+            }
+        }
         self.bytes.extend_from_slice(payload);
         self.queue.push_back((to, payload.len()));
     }

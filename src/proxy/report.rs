@@ -79,6 +79,9 @@ impl Report {
             ProxyEvent::ObservationStale { client } => {
                 log::debug!("the observation of {client} went stale")
             }
+            ProxyEvent::ObserverGone { client, why } => {
+                log::debug!("observer {client} gone ({why:?}): its observation ended")
+            }
             ProxyEvent::ObservationLimit { client } => {
                 if let Some(n) = self.observation_limit.due(now) {
                     log::info!("observation limit (--max-observations) reached: {n} registration(s) answered without registering since the last such line, the latest from {client}");

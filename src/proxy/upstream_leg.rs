@@ -17,6 +17,7 @@ use crate::coap::Code;
 impl Proxy {
     /// A datagram arrived on the socket of endpoint `up` (from the upstream it is connected to).
     pub fn handle_upstream_datagram(&mut self, now: Timestamp, up: EndpointId, bytes: &[u8]) {
+        self.out.clock(now);
         let msg = match Message::parse(bytes) {
             Ok(msg) => msg,
             Err(e) => return self.on_malformed_upstream(now, up, bytes, e),
@@ -45,6 +46,7 @@ impl Proxy {
     /// its upstream, so every request still waiting on that upstream, from whichever endpoint,
     /// gets 5.02 (RFC 7252 §5.7.1).
     pub fn handle_upstream_unreachable(&mut self, now: Timestamp, endpoint: EndpointId) {
+        self.out.clock(now);
         let Some(up) = self.endpoints.upstream_of(endpoint) else {
             return;
         };

@@ -4,6 +4,8 @@
 //! reordering over millions of exchanges live in `tests/proxy_sim.rs`.
 
 mod behaviours;
+mod budget;
+mod observers;
 mod regressions;
 
 use crate::proxy::{EndpointId, Proxy, ProxyConfig, Seeds, Transmit};
