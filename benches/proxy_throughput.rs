@@ -17,7 +17,10 @@
 //! target's median CON peak, the round trip through the target and, right after, directly to
 //! the upstream at the same rate: the difference is the latency the target adds.
 //!
-//! Every target runs with its default flags. The upstream watches the Message IDs it is sent, as
+//! Every target runs with its default flags but one: backoffd's per-source send budget is off
+//! (`--client-bytes-per-sec 0`), because the generator is one source sending 100,000 requests
+//! a second, which is what that budget (200 datagrams/s per source by default, RFC 7252 §11.3)
+//! exists to stop. BASELINE_FLAGS adds flags to the baseline's command. The upstream watches the Message IDs it is sent, as
 //! a deduplicating server would (RFC 7252 §4.4): per target it counts the requests it answered,
 //! the sources they came from (for backoffd: the endpoints it needed), and any (source, MID)
 //! that came again with a new token within EXCHANGE_LIFETIME (a reuse such a server would
@@ -28,7 +31,8 @@
 //! aiocoap; otherwise tests/interop/setup.sh installs them if missing), LOAD (share of the CON
 //! peak for the latency runs, default 0.5), BURST (datagrams per system call in the latency runs,
 //! default 2), ROUNDS (default 3), FIFO_PRIORITY=P (run targets under SCHED_FIFO, root),
-//! BASELINE_BIN=path (adds `baseline` and `baseline-fwd`: another backoffd build, same flags).
+//! BASELINE_BIN=path (adds `baseline` and `baseline-fwd`: another backoffd build, with default
+//! flags plus BASELINE_FLAGS, e.g. `--client-bytes-per-sec 0` for a build that has the budget).
 
 // The load generator is benchmark support, shared with tests, not library API; each user
 // takes part of it.
@@ -188,6 +192,9 @@ fn main() {
     print_tables(&rows, &settings, began.elapsed());
 }
 
+/// Turns backoffd's per-source send budget off: the generator is one source (see the docs).
+const NO_SEND_BUDGET: &str = "--client-bytes-per-sec 0";
+
 fn targets(up: SocketAddr, peers: bool) -> Vec<Target> {
     let bin = env!("CARGO_BIN_EXE_backoffd").to_owned();
     let up_s = up.to_string();
@@ -210,14 +217,14 @@ fn targets(up: SocketAddr, peers: bool) -> Vec<Target> {
         Target {
             name: "backoffd",
             command: Some(words(&format!(
-                "{bin} proxy --listen 127.0.0.1:{{port}} --upstream {up_s}"
+                "{bin} proxy --listen 127.0.0.1:{{port}} --upstream {up_s} {NO_SEND_BUDGET}"
             ))),
             options: path.clone(),
         },
         Target {
             name: "backoffd-fwd",
             command: Some(words(&format!(
-                "{bin} proxy --listen 127.0.0.1:{{port}} --forward --allow {up_s}"
+                "{bin} proxy --listen 127.0.0.1:{{port}} --forward --allow {up_s} {NO_SEND_BUDGET}"
             ))),
             options: proxy_uri.clone(),
         },
@@ -226,17 +233,18 @@ fn targets(up: SocketAddr, peers: bool) -> Vec<Target> {
     // in the same run, interleaved with this one, so that a before/after ratio shares its
     // noise.
     if let Some(old) = std::env::var("BASELINE_BIN").ok().filter(|v| !v.is_empty()) {
+        let extra = std::env::var("BASELINE_FLAGS").unwrap_or_default();
         list.push(Target {
             name: "baseline",
             command: Some(words(&format!(
-                "{old} proxy --listen 127.0.0.1:{{port}} --upstream {up_s}"
+                "{old} proxy --listen 127.0.0.1:{{port}} --upstream {up_s} {extra}"
             ))),
             options: path.clone(),
         });
         list.push(Target {
             name: "baseline-fwd",
             command: Some(words(&format!(
-                "{old} proxy --listen 127.0.0.1:{{port}} --forward --allow {up_s}"
+                "{old} proxy --listen 127.0.0.1:{{port}} --forward --allow {up_s} {extra}"
             ))),
             options: proxy_uri.clone(),
         });
