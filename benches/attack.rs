@@ -109,6 +109,18 @@ fn upstream(payload: usize, silent: bool, stop: Arc<AtomicBool>) -> SocketAddr {
     addr
 }
 
+/// `backoffd proxy` with default flags in front of an [`upstream`]; the upstream's stop flag,
+/// the daemon and the proxy's address.
+fn reverse_proxy(payload: usize, silent: bool) -> (Arc<AtomicBool>, Daemon, SocketAddr) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let up = upstream(payload, silent, stop.clone()).to_string();
+    let (daemon, proxy) = Daemon::start(
+        &["proxy", "--listen", "127.0.0.1:0", "--upstream", &up],
+        "CoAP proxy listening on ",
+    );
+    (stop, daemon, proxy)
+}
+
 /// An option's number and value.
 type CoapOption<'a> = (u16, &'a [u8]);
 
@@ -241,19 +253,7 @@ fn datagram() -> Vec<(String, String)> {
 // Row 3: amplification
 
 fn amplification() -> Vec<(String, String)> {
-    let stop = Arc::new(AtomicBool::new(false));
-    let up = upstream(1024, false, stop.clone());
-    let upstream_flag = up.to_string();
-    let (_daemon, proxy) = Daemon::start(
-        &[
-            "proxy",
-            "--listen",
-            "127.0.0.1:0",
-            "--upstream",
-            &upstream_flag,
-        ],
-        "CoAP proxy listening on ",
-    );
+    let (stop, _daemon, proxy) = reverse_proxy(1024, false);
     let client = UdpSocket::bind("127.0.0.1:0").unwrap();
     let get = request(1, b"a", &[]);
     client.send_to(&get, proxy).unwrap();
@@ -277,19 +277,7 @@ fn amplification() -> Vec<(String, String)> {
 // Row 5: large requests in flight
 
 fn inflight_bytes() -> Vec<(String, String)> {
-    let stop = Arc::new(AtomicBool::new(false));
-    let up = upstream(0, true, stop.clone());
-    let upstream_flag = up.to_string();
-    let (daemon, proxy) = Daemon::start(
-        &[
-            "proxy",
-            "--listen",
-            "127.0.0.1:0",
-            "--upstream",
-            &upstream_flag,
-        ],
-        "CoAP proxy listening on ",
-    );
+    let (stop, daemon, proxy) = reverse_proxy(0, true);
     let before = daemon.status_kib("VmRSS:");
     let client = UdpSocket::bind("127.0.0.1:0").unwrap();
     let big = vec![b'p'; 60_000];

@@ -196,34 +196,37 @@ pub(super) fn write_proxy_metrics(c: &Counters, send_drops: u64, out: &mut Metri
             ("upstream", c.upstream_format_errors),
         ],
     );
-    out.gauge(
-        "backoffd_coap_live_exchanges",
-        "Exchanges alive in any state.",
-        c.live_exchanges as f64,
-    );
-    out.gauge(
-        "backoffd_coap_cached_answers",
-        "Finished answers kept for retransmissions.",
-        c.cached_answers as f64,
-    );
-    out.gauge(
-        "backoffd_coap_in_flight",
-        "Requests still waiting on an upstream.",
-        c.in_flight as f64,
-    );
-    out.gauge(
-        "backoffd_coap_in_flight_bytes",
-        "Bytes of the request copies kept for retransmission upstream.",
-        c.in_flight_bytes as f64,
-    );
-    out.gauge(
-        "backoffd_coap_budget_sources",
-        "Client addresses whose send budget is tracked.",
-        c.budget_sources as f64,
-    );
-    out.gauge(
-        "backoffd_coap_observations",
-        "Observe relays alive.",
-        c.observations as f64,
-    );
+    for (name, help, read) in GAUGES {
+        out.gauge(&format!("backoffd_coap_{name}"), help, read(c));
+    }
 }
+
+/// The proxy's gauges: name (after `backoffd_coap_`), help, and how to read it.
+type Gauge = (&'static str, &'static str, fn(&Counters) -> f64);
+
+const GAUGES: &[Gauge] = &[
+    ("live_exchanges", "Exchanges alive in any state.", |c| {
+        c.live_exchanges as f64
+    }),
+    (
+        "cached_answers",
+        "Finished answers kept for retransmissions.",
+        |c| c.cached_answers as f64,
+    ),
+    ("in_flight", "Requests still waiting on an upstream.", |c| {
+        c.in_flight as f64
+    }),
+    (
+        "in_flight_bytes",
+        "Bytes of the request copies kept for retransmission upstream.",
+        |c| c.in_flight_bytes as f64,
+    ),
+    (
+        "budget_sources",
+        "Client addresses whose send budget is tracked.",
+        |c| c.budget_sources as f64,
+    ),
+    ("observations", "Observe relays alive.", |c| {
+        c.observations as f64
+    }),
+];

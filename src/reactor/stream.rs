@@ -84,6 +84,11 @@ macro_rules! stream_core_by_inherent_methods {
         }
 
         impl $crate::reactor::stream::StreamCore for $core {
+            /// A connection that is over (cut off, failed, or done) reads nothing more: what
+            /// a flooding peer still sends after its GOAWAY is not worth a read.
+            fn wants_input(&self) -> bool {
+                !<$core>::is_closed(self)
+            }
             fn handle_input(&mut self, now: $crate::time::Timestamp, data: &[u8]) {
                 <$core>::handle_input(self, now, data)
             }
