@@ -9,11 +9,16 @@
 //! | `datagram` | 1 | the worst single datagram's cost, and a legit request's answer time behind it |
 //! | `grpc_memory` | 2 | RSS growth from 10 streams of unfinished 4 MiB gRPC messages |
 //! | `amplification` | 3 | answer bytes per request byte, piggybacked |
+//! | `cache_flood` | 4 | others' answers evicted, and requests run twice, under one source's flood |
 //! | `inflight_bytes` | 5 | RSS growth from 400 large CONs to a silent upstream |
 //! | `descriptors` | 6 | a waiting client's answer time once exhausted descriptors are back |
 //! | `control_flood` | 7 | `serve`'s CoAP round trips while the control port is flooded |
 //! | `rapid_reset` | 8 | HEADERS+RST_STREAM pairs accepted before the cut-off, Starts dispatched |
+//! | `settings_flood` | 9 | big SETTINGS frames taken before the cut-off, another connection's PING time |
+//! | `empty_frames` | 10 | empty CONTINUATIONs taken before the cut-off; an unfinished header block's life |
+//! | `non_reader` | 11 | a peer that never reads: held output, and when it is given up; the connection cap |
 //! | `metrics_idle` | 12 | a scrape's time with every metrics slot held by an idle keep-alive |
+//! | `retry_flood` | 13 | retry-port connects in one session: intervals kept, the verdict, log lines |
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -22,12 +27,13 @@ use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use backoffd::coap::option::{PROXY_URI, URI_PATH, URI_QUERY};
 use backoffd::coap::{Code, Message, MessageBuilder, MessageType};
+use backoffd::grpc::proto::testing::ReconnectInfo;
 use backoffd::http2::error::ErrorCode;
 use backoffd::http2::frame::{
     encode_data, encode_headers, encode_ping, encode_rst_stream, encode_settings, PREFACE,
@@ -36,6 +42,7 @@ use backoffd::http2::hpack::Encoder;
 use common::exposition::scrape;
 use common::http::{connect, read_answers};
 use common::{free_port, Daemon};
+use prost::Message as _;
 
 type Probe = fn() -> Vec<(String, String)>;
 
@@ -43,11 +50,16 @@ const PROBES: &[(&str, Probe)] = &[
     ("datagram", datagram),
     ("grpc_memory", grpc_memory),
     ("amplification", amplification),
+    ("cache_flood", cache_flood),
     ("inflight_bytes", inflight_bytes),
     ("descriptors", descriptors),
     ("control_flood", control_flood),
     ("rapid_reset", rapid_reset),
+    ("settings_flood", settings_flood),
+    ("empty_frames", empty_frames),
+    ("non_reader", non_reader),
     ("metrics_idle", metrics_idle),
+    ("retry_flood", retry_flood),
 ];
 
 fn main() {
@@ -73,16 +85,20 @@ fn main() {
 // ---------------------------------------------------------------------------------------------
 // CoAP helpers
 
-/// An upstream that answers every CON with a piggybacked 2.05 of `payload` bytes, until
-/// `stop`; `silent` answers nothing.
-fn upstream(payload: usize, silent: bool, stop: Arc<AtomicBool>) -> SocketAddr {
+/// An upstream that answers every request with a 2.05 of `payload` bytes (piggybacked on a
+/// CON, a NON to a NON), until `stop`; `silent` answers nothing. Its address, and the number
+/// of requests it has seen.
+fn upstream(payload: usize, silent: bool, stop: Arc<AtomicBool>) -> (SocketAddr, Arc<AtomicU64>) {
     let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
     socket
         .set_read_timeout(Some(Duration::from_millis(20)))
         .unwrap();
     let addr = socket.local_addr().unwrap();
+    let seen = Arc::new(AtomicU64::new(0));
+    let counter = seen.clone();
     thread::spawn(move || {
         let (mut buf, mut out, body) = ([0u8; 65536], Vec::new(), vec![b'x'; payload]);
+        let mut mid = 0u16;
         while !stop.load(Ordering::Relaxed) {
             let Ok((n, from)) = socket.recv_from(&mut buf) else {
                 continue;
@@ -90,30 +106,31 @@ fn upstream(payload: usize, silent: bool, stop: Arc<AtomicBool>) -> SocketAddr {
             let Ok(m) = Message::parse(&buf[..n]) else {
                 continue;
             };
-            if silent || m.msg_type() != MessageType::Con {
+            let (kind, id) = match m.msg_type() {
+                MessageType::Con => (MessageType::Ack, m.message_id()),
+                MessageType::Non => (MessageType::Non, mid),
+                _ => continue,
+            };
+            counter.fetch_add(1, Ordering::Relaxed);
+            if silent {
                 continue;
             }
-            let mut b = MessageBuilder::new(
-                &mut out,
-                MessageType::Ack,
-                Code::CONTENT,
-                m.message_id(),
-                m.token(),
-            );
+            mid = mid.wrapping_add(1);
+            let mut b = MessageBuilder::new(&mut out, kind, Code::CONTENT, id, m.token());
             b.payload(&body);
             if b.finish().is_ok() {
                 let _ = socket.send_to(&out, from);
             }
         }
     });
-    addr
+    (addr, seen)
 }
 
 /// `backoffd proxy` with default flags in front of an [`upstream`]; the upstream's stop flag,
 /// the daemon and the proxy's address.
 fn reverse_proxy(payload: usize, silent: bool) -> (Arc<AtomicBool>, Daemon, SocketAddr) {
     let stop = Arc::new(AtomicBool::new(false));
-    let up = upstream(payload, silent, stop.clone()).to_string();
+    let up = upstream(payload, silent, stop.clone()).0.to_string();
     let (daemon, proxy) = Daemon::start(
         &["proxy", "--listen", "127.0.0.1:0", "--upstream", &up],
         "CoAP proxy listening on ",
@@ -172,7 +189,7 @@ fn percentile(sorted: &[Duration], q: f64) -> Duration {
 
 fn datagram() -> Vec<(String, String)> {
     let stop = Arc::new(AtomicBool::new(false));
-    let up = upstream(2, false, stop.clone());
+    let (up, _) = upstream(2, false, stop.clone());
     let allow = up.to_string();
     let (_daemon, proxy) = Daemon::start(
         &[
@@ -274,6 +291,79 @@ fn amplification() -> Vec<(String, String)> {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Row 4: the answer cache under one source's flood
+
+fn cache_flood() -> Vec<(String, String)> {
+    const LEGIT: u16 = 100;
+    let stop = Arc::new(AtomicBool::new(false));
+    let (up, seen) = upstream(8, false, stop.clone());
+    let (_daemon, proxy, metrics) = common::proxy_with_metrics(up, &[]);
+    let legit = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let kept: Vec<Vec<u8>> = (0..LEGIT)
+        .map(|i| request(i, &i.to_be_bytes(), &[(URI_PATH, b"r")]))
+        .collect();
+    let served = |label: &str| {
+        let answered = kept
+            .iter()
+            .enumerate()
+            .filter(|(i, req)| {
+                legit.send_to(req, proxy).unwrap();
+                answer(&legit, &(*i as u16).to_be_bytes(), Duration::from_secs(1)).is_some()
+            })
+            .count();
+        assert_eq!(
+            answered, LEGIT as usize,
+            "{label}: every legit request answered"
+        );
+    };
+    served("first");
+    // One source, 110k NON requests as fast as the socket takes them; it never reads.
+    let flooder = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let started = Instant::now();
+    for i in 0..110_000u32 {
+        let mut out = Vec::new();
+        let mut b = MessageBuilder::new(
+            &mut out,
+            MessageType::Non,
+            Code::GET,
+            i as u16,
+            &i.to_be_bytes(),
+        );
+        b.option(URI_PATH, b"r");
+        b.finish().unwrap();
+        let _ = flooder.send_to(&out, proxy);
+    }
+    let flood_time = started.elapsed();
+    thread::sleep(Duration::from_millis(500));
+    let before = seen.load(Ordering::Relaxed);
+    served("retransmitted");
+    thread::sleep(Duration::from_millis(200));
+    let ran_twice = seen.load(Ordering::Relaxed) - before;
+    stop.store(true, Ordering::Relaxed);
+    let m = scrape(metrics);
+    let count = |name: &str| m.get(&format!("backoffd_coap_{name}_total"));
+    vec![
+        (
+            format!(
+                "110k NONs from one source in {}; then {LEGIT} retransmissions of another \
+                 client's answered CONs",
+                ms(flood_time)
+            ),
+            format!("{ran_twice} ran upstream again"),
+        ),
+        (
+            "evictions: early / cache full / over the source's share".into(),
+            format!(
+                "{} / {} / {}",
+                count("early_evictions"),
+                count("cache_evictions"),
+                count("share_evictions")
+            ),
+        ),
+    ]
+}
+
+// ---------------------------------------------------------------------------------------------
 // Row 5: large requests in flight
 
 fn inflight_bytes() -> Vec<(String, String)> {
@@ -343,14 +433,17 @@ fn descriptors() -> Vec<(String, String)> {
 // ---------------------------------------------------------------------------------------------
 // HTTP/2 helpers
 
-/// A control-port connection past the preface, with a thread counting what the server sends:
-/// GOAWAY (and its code), RST_STREAM, and the connection-level flow-control credit
-/// (WINDOW_UPDATE on stream 0 added to the initial 65,535).
+/// A control-port connection past the preface, with a thread watching what the server sends:
+/// GOAWAY (and its code), RST_STREAM, the connection-level flow-control credit (WINDOW_UPDATE
+/// on stream 0 added to the initial 65,535), PING ACKs, DATA payloads, and the end.
 struct H2 {
     socket: TcpStream,
     goaway: Arc<AtomicU64>,
     resets: Arc<AtomicU64>,
     credit: Arc<AtomicU64>,
+    pongs: mpsc::Receiver<Instant>,
+    data: Arc<Mutex<Vec<u8>>>,
+    closed: Arc<AtomicBool>,
 }
 
 const NO_GOAWAY: u64 = u64::MAX;
@@ -361,13 +454,19 @@ impl H2 {
         let mut hello = PREFACE.to_vec();
         encode_settings(&mut hello, &[]);
         socket.write_all(&hello).unwrap();
-        let (goaway, resets) = (
-            Arc::new(AtomicU64::new(NO_GOAWAY)),
-            Arc::new(AtomicU64::new(0)),
-        );
-        let credit = Arc::new(AtomicU64::new(65_535));
-        let mut reader = socket.try_clone().unwrap();
-        let (g, r, c) = (goaway.clone(), resets.clone(), credit.clone());
+        let (pong, pongs) = mpsc::channel();
+        let h2 = H2 {
+            socket,
+            goaway: Arc::new(AtomicU64::new(NO_GOAWAY)),
+            resets: Arc::new(AtomicU64::new(0)),
+            credit: Arc::new(AtomicU64::new(65_535)),
+            pongs,
+            data: Arc::default(),
+            closed: Arc::default(),
+        };
+        let mut reader = h2.socket.try_clone().unwrap();
+        let (g, r, c) = (h2.goaway.clone(), h2.resets.clone(), h2.credit.clone());
+        let (data, closed) = (h2.data.clone(), h2.closed.clone());
         thread::spawn(move || {
             let mut buf = Vec::new();
             let mut chunk = [0u8; 65536];
@@ -381,16 +480,21 @@ impl H2 {
                     if buf.len() < 9 + len {
                         break;
                     }
+                    let payload = &buf[9..9 + len];
                     match buf[3] {
+                        0x0 => data.lock().unwrap().extend_from_slice(payload),
                         0x3 => {
                             r.fetch_add(1, Ordering::Relaxed);
                         }
+                        0x6 if buf[4] & 1 == 1 => {
+                            let _ = pong.send(Instant::now());
+                        }
                         0x8 if len == 4 && buf[5..9] == [0, 0, 0, 0] => {
-                            let add = u32::from_be_bytes([buf[9], buf[10], buf[11], buf[12]]);
+                            let add = u32::from_be_bytes(payload.try_into().unwrap());
                             c.fetch_add(u64::from(add & 0x7fff_ffff), Ordering::Relaxed);
                         }
                         0x7 if len >= 8 => {
-                            let code = u32::from_be_bytes([buf[13], buf[14], buf[15], buf[16]]);
+                            let code = u32::from_be_bytes(payload[4..8].try_into().unwrap());
                             g.store(u64::from(code), Ordering::Relaxed);
                         }
                         _ => {}
@@ -398,18 +502,71 @@ impl H2 {
                     buf.drain(..9 + len);
                 }
             }
+            closed.store(true, Ordering::Relaxed);
         });
-        H2 {
-            socket,
-            goaway,
-            resets,
-            credit,
-        }
+        h2
     }
 
     fn goaway(&self) -> Option<u64> {
         Some(self.goaway.load(Ordering::Relaxed)).filter(|&c| c != NO_GOAWAY)
     }
+
+    /// The GOAWAY's error code by name, or "none".
+    fn goaway_name(&self) -> String {
+        self.goaway().map_or("none".into(), |c| {
+            let code = ErrorCode(c as u32);
+            code.name().map_or(format!("{c:#x}"), str::to_owned)
+        })
+    }
+
+    /// One PING's round trip (a second if none comes back).
+    fn ping_rtt(&mut self) -> Duration {
+        let mut ping = Vec::new();
+        encode_ping(&mut ping, false, [7; 8]);
+        let sent = Instant::now();
+        self.socket.write_all(&ping).unwrap();
+        match self.pongs.recv_timeout(Duration::from_secs(1)) {
+            Ok(at) => at - sent,
+            Err(_) => Duration::from_secs(1),
+        }
+    }
+
+    /// Waits up to `timeout` for the server to end the connection; how long it took.
+    fn wait_closed(&self, timeout: Duration) -> Option<Duration> {
+        let started = Instant::now();
+        while started.elapsed() < timeout {
+            if self.closed.load(Ordering::Relaxed) {
+                return Some(started.elapsed());
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+        None
+    }
+}
+
+/// SO_RCVBUF on a connected socket: it also stops the kernel autotuning the buffer.
+fn shrink_receive_buffer(socket: &TcpStream, bytes: libc::c_int) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a valid descriptor and a c_int option value of the size passed.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            (&bytes as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(rc, 0, "setsockopt(SO_RCVBUF)");
+}
+
+/// A frame's 9-byte header (RFC 9113 §4.1) and payload, for frames the library has no
+/// encoder for, or that it would not write.
+fn raw_frame(dst: &mut Vec<u8>, kind: u8, flags: u8, stream: u32, payload: &[u8]) {
+    dst.extend_from_slice(&(payload.len() as u32).to_be_bytes()[1..]);
+    dst.extend_from_slice(&[kind, flags]);
+    dst.extend_from_slice(&stream.to_be_bytes());
+    dst.extend_from_slice(payload);
 }
 
 /// A HEADERS block for a unary call to ReconnectService's `method`.
@@ -484,11 +641,11 @@ fn grpc_memory() -> Vec<(String, String)> {
         "10 streams of unfinished 4 MiB messages".into(),
         format!(
             "{:.1} MB sent before the server stopped taking; RSS +{:.1} MB; {} streams reset, \
-             GOAWAY {:?}",
+             GOAWAY {}",
             sent as f64 / 1e6,
             after.saturating_sub(before) as f64 / 1024.0,
             h2.resets.load(Ordering::Relaxed),
-            h2.goaway()
+            h2.goaway_name()
         ),
     )]
 }
@@ -532,8 +689,163 @@ fn rapid_reset() -> Vec<(String, String)> {
             "HEADERS+RST_STREAM pairs written before the cut-off".into(),
             format!("{pairs} in {}", ms(started.elapsed())),
         ),
-        ("GOAWAY code".into(), format!("{:?}", h2.goaway())),
+        ("GOAWAY code".into(), h2.goaway_name()),
         ("Starts dispatched".into(), starts.to_string()),
+    ]
+}
+
+// ---------------------------------------------------------------------------------------------
+// Row 9: SETTINGS amplification
+
+fn settings_flood() -> Vec<(String, String)> {
+    let (_daemon, control, _) = reconnect_server(&[]);
+    let mut flooder = H2::open(control);
+    let mut encoder = Encoder::new();
+    let mut out = Vec::new();
+    for i in 0..100u32 {
+        let block = call_headers(&mut encoder, "Start");
+        encode_headers(&mut out, 2 * i + 1, &block, false, 16_384);
+    }
+    flooder.socket.write_all(&out).unwrap();
+    // 2,730 entries fill a 16 KiB frame; each changes every open stream's window (§6.9.2).
+    let entries: Vec<(u16, u32)> = (0..2730).map(|i| (0x4, 65_535 + i % 2)).collect();
+    let mut frame = Vec::new();
+    encode_settings(&mut frame, &entries);
+    let mut legit = H2::open(control);
+    let quiet = (0..10).map(|_| legit.ping_rtt()).max().unwrap();
+    let flooding = Arc::new(AtomicBool::new(true));
+    let still = flooding.clone();
+    let writer = thread::spawn(move || {
+        let mut frames = 0;
+        while frames < 300 && flooder.goaway().is_none() && flooder.socket.write_all(&frame).is_ok()
+        {
+            frames += 1;
+        }
+        still.store(false, Ordering::Relaxed);
+        thread::sleep(Duration::from_millis(100));
+        (frames, flooder.goaway())
+    });
+    let mut busy = Duration::ZERO;
+    while flooding.load(Ordering::Relaxed) {
+        busy = busy.max(legit.ping_rtt());
+        thread::sleep(Duration::from_millis(20));
+    }
+    let (frames, goaway) = writer.join().unwrap();
+    let goaway = goaway.map_or("none", |c| ErrorCode(c as u32).name().unwrap_or("?"));
+    vec![
+        (
+            "16 KiB SETTINGS frames (2,730 INITIAL_WINDOW_SIZE each, 100 open streams) written \
+             until the GOAWAY came back"
+                .into(),
+            format!("{frames} of 300; GOAWAY {goaway}"),
+        ),
+        (
+            "another connection's PING round trip, quiet / during the flood (max)".into(),
+            format!("{} / {}", ms(quiet), ms(busy)),
+        ),
+    ]
+}
+
+// ---------------------------------------------------------------------------------------------
+// Row 10: empty frames and unfinished header blocks
+
+fn empty_frames() -> Vec<(String, String)> {
+    const HEADERS: u8 = 0x1;
+    const CONTINUATION: u8 = 0x9;
+    let (_daemon, control, _) = reconnect_server(&[]);
+    let mut encoder = Encoder::new();
+    let block = call_headers(&mut encoder, "Start");
+    // A header block that never ends, then empty CONTINUATIONs, 1,000 per write.
+    let mut flooder = H2::open(control);
+    let mut open = Vec::new();
+    raw_frame(&mut open, HEADERS, 0, 1, &block);
+    flooder.socket.write_all(&open).unwrap();
+    let mut batch = Vec::new();
+    for _ in 0..1000 {
+        raw_frame(&mut batch, CONTINUATION, 0, 1, &[]);
+    }
+    let mut written = 0u32;
+    while written < 1_000_000 && flooder.goaway().is_none() {
+        if flooder.socket.write_all(&batch).is_err() {
+            break;
+        }
+        written += 1000;
+    }
+    // A header block that is started and left alone.
+    let mut idle = H2::open(control);
+    let mut start = Vec::new();
+    raw_frame(&mut start, HEADERS, 0, 1, &block);
+    idle.socket.write_all(&start).unwrap();
+    let closed = idle.wait_closed(Duration::from_secs(15));
+    vec![
+        (
+            "empty CONTINUATION frames written until the GOAWAY came back (1,000 per write; \
+             the server reads none after its cut-off, the rest wait in socket buffers)"
+                .into(),
+            format!("{written}; GOAWAY {}", flooder.goaway_name()),
+        ),
+        (
+            "a header block left unfinished: the connection ends after".into(),
+            format!(
+                "{}; GOAWAY {}",
+                closed.map_or("more than 15 s".into(), ms),
+                idle.goaway_name()
+            ),
+        ),
+    ]
+}
+
+// ---------------------------------------------------------------------------------------------
+// Row 11: peers that never read, and idle connections
+
+fn non_reader() -> Vec<(String, String)> {
+    let mut daemon = Daemon::spawn(&["serve", "--metrics", "127.0.0.1:0"], "debug");
+    let metrics = daemon.wait_for_addr("metrics listening on ");
+    let before = daemon.status_kib("VmRSS:");
+    // Five connections pipeline 5,000 scrapes each (16 MB of answers) and read none of them;
+    // a 4 KiB receive buffer keeps the kernel from holding it all for them.
+    let scrapes = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n".repeat(5000);
+    let stuck: Vec<TcpStream> = (0..5)
+        .map(|_| {
+            let mut c = connect(metrics);
+            shrink_receive_buffer(&c, 4096);
+            c.set_write_timeout(Some(Duration::from_secs(1))).unwrap();
+            let _ = c.write_all(&scrapes);
+            c
+        })
+        .collect();
+    thread::sleep(Duration::from_secs(1));
+    let held = daemon.status_kib("VmRSS:").saturating_sub(before);
+    let started = Instant::now();
+    let mut why: Vec<String> = (0..stuck.len())
+        .map(|_| daemon.wait_for("closed: ", Duration::from_secs(40)))
+        .map(|line| line.split("closed: ").nth(1).unwrap_or_default().to_owned())
+        .collect();
+    let after = started.elapsed();
+    why.dedup();
+    drop(stuck);
+    // The control port's cap: 100 handshaked connections that open no stream.
+    let (_server, control, _) = reconnect_server(&[]);
+    let idle: Vec<H2> = (0..100).map(|_| H2::open(control)).collect();
+    thread::sleep(Duration::from_millis(500));
+    let kept = idle
+        .iter()
+        .filter(|c| !c.closed.load(Ordering::Relaxed))
+        .count();
+    vec![
+        (
+            "5 connections pipelining 5,000 scrapes each, never reading: RSS held".into(),
+            format!("+{:.1} MB", held as f64 / 1024.0),
+        ),
+        (
+            "... all five closed by the server within".into(),
+            format!("{:.1} s ({})", after.as_secs_f64() + 1.0, why.join(", ")),
+        ),
+        (
+            "100 handshaked control connections with no stream: kept (idle ones end after 600 s)"
+                .into(),
+            kept.to_string(),
+        ),
     ]
 }
 
@@ -542,7 +854,7 @@ fn rapid_reset() -> Vec<(String, String)> {
 
 fn control_flood() -> Vec<(String, String)> {
     let stop = Arc::new(AtomicBool::new(false));
-    let up = upstream(16, false, stop.clone());
+    let (up, _) = upstream(16, false, stop.clone());
     let (control, retry) = (free_port().to_string(), free_port().to_string());
     let upstream_flag = up.to_string();
     let (_daemon, proxy) = Daemon::start(
@@ -660,4 +972,68 @@ fn metrics_idle() -> Vec<(String, String)> {
         "a scrape with 64 idle keep-alive connections open".into(),
         format!("{status} in {}", ms(started.elapsed())),
     )]
+}
+
+// ---------------------------------------------------------------------------------------------
+// Row 13: the retry port's record of one session
+
+fn retry_flood() -> Vec<(String, String)> {
+    const CONNECTS: usize = 20_000;
+    let (mut daemon, control, retry) = reconnect_server(&[]);
+    let mut h2 = H2::open(control);
+    let mut encoder = Encoder::new();
+    let call = |encoder: &mut Encoder, stream: u32, method: &str| {
+        let mut out = Vec::new();
+        encode_headers(
+            &mut out,
+            stream,
+            &call_headers(encoder, method),
+            false,
+            16_384,
+        );
+        encode_data(&mut out, stream, &[0; 5], true, 16_384);
+        out
+    };
+    h2.socket
+        .write_all(&call(&mut encoder, 1, "Start"))
+        .unwrap();
+    daemon.wait_for("test tcp server listening", Duration::from_secs(5));
+    daemon.stderr.try_iter().for_each(drop);
+    let retry = SocketAddr::from(([127, 0, 0, 1], retry));
+    let started = Instant::now();
+    let connected = (0..CONNECTS)
+        .filter(|_| TcpStream::connect(retry).is_ok())
+        .count();
+    let took = started.elapsed();
+    thread::sleep(Duration::from_millis(300));
+    h2.data.lock().unwrap().clear();
+    h2.socket.write_all(&call(&mut encoder, 3, "Stop")).unwrap();
+    thread::sleep(Duration::from_secs(1));
+    let data = h2.data.lock().unwrap().clone();
+    let info = data
+        .get(5..)
+        .and_then(|m| ReconnectInfo::decode(m).ok())
+        .unwrap_or_default();
+    let lines: Vec<String> = daemon.stderr.try_iter().collect();
+    let ours = lines
+        .iter()
+        .filter(|l| !l.contains("reconnect server: new connection") && !l.contains("retry "))
+        .count();
+    vec![
+        (
+            format!(
+                "{connected} connects to the retry port in one session ({})",
+                ms(took)
+            ),
+            format!(
+                "Stop returned {} intervals (10,000 accepts kept), passed={}",
+                info.backoff_ms.len(),
+                info.passed
+            ),
+        ),
+        (
+            "info lines logged from the first connect to Stop: in all / not the reference's".into(),
+            format!("{} / {ours}", lines.len()),
+        ),
+    ]
 }

@@ -347,9 +347,7 @@ impl ReconnectServer {
             true => self.stats.stops_passed += 1,
             false => self.stats.stops_failed += 1,
         }
-        for reason in outcome.verdict.reasons() {
-            log::info!("{reason}");
-        }
+        log_reasons(&outcome.verdict.reasons());
         log::info!(
             "Stop: passed={} backoff_ms={:?}",
             outcome.info.passed,
@@ -574,6 +572,24 @@ fn call_id(conn: usize, stream: u32) -> CallId {
 fn split_call_id(call: CallId) -> (usize, u32) {
     ((call.0 >> 32) as usize, call.0 as u32)
 }
+
+/// Reasons a Stop failed listed at info, at most [`REASONS_AT_INFO`] of them: a flood of
+/// retry-port connections fails every interval, and 10,000 lines would bury the log. The
+/// rest go to debug, counted at info.
+fn log_reasons(reasons: &[String]) {
+    let (shown, rest) = reasons.split_at(reasons.len().min(REASONS_AT_INFO));
+    shown.iter().for_each(|reason| log::info!("{reason}"));
+    rest.iter().for_each(|reason| log::debug!("{reason}"));
+    if !rest.is_empty() {
+        log::info!(
+            "... and {} more reasons (listed at debug level)",
+            rest.len()
+        );
+    }
+}
+
+/// See [`log_reasons`].
+const REASONS_AT_INFO: usize = 10;
 
 #[cfg(test)]
 mod tests {
