@@ -378,8 +378,8 @@ fn measure_all(
         let direct = spec(settings, true, rate, up, &direct_options);
         let direct_half = run_seen(&direct, upstream, &mut direct_seen)?;
         eprintln!(
-            "{:>12}: at {rate:?} p99 {:.1} us (direct {:.1} us)",
-            r.target.name, half.latency.p99_us, direct_half.latency.p99_us
+            "{:>12}: at {rate:?} p99 {:.1} us (direct {:.1} us), {} errors, {} lost",
+            r.target.name, half.latency.p99_us, direct_half.latency.p99_us, half.errors, half.lost
         );
         rows.push(Row {
             name: r.target.name,

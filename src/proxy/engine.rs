@@ -117,10 +117,11 @@ pub struct Proxy {
     pub(super) config: ProxyConfig,
     pub(super) exchanges: Slab<Exchange>,
     pub(super) next_generation: u32,
-    /// Client retransmission detection: every request seen, live or answered. An answer
-    /// that leaves its cache is not unindexed one by one (that would be a cold lookup per
-    /// answer at high rates): its entry is recognised as stale by its sequence number, and
-    /// stale entries are dropped in bulk when they outnumber the rest (`index_seen`).
+    /// Client retransmission detection: every request live or answered, and no other. An
+    /// answer that leaves its store takes its entry with it (`forget_answer`). (It was once
+    /// swept in bulk, to save a lookup per answer; with per-client shares evicting all the
+    /// time, the sweeps came every few thousand requests and paused the loop long enough to
+    /// overflow the client socket's receive buffer.)
     pub(super) by_client: KeyedMap<ClientKey, Seen>,
     /// Piggybacked answers, empty ACKs and RSTs from upstream: (endpoint, our MID).
     pub(super) by_upstream_mid: KeyedMap<(EndpointId, u16), ExchangeKey>,
@@ -601,10 +602,10 @@ impl Proxy {
         let seq = self
             .answers
             .push(now, client_key, replay, Some(x.client_slot));
-        self.index_seen(client_key, Seen::Answered(seq));
+        self.by_client.insert(client_key, Seen::Answered(seq));
         if let Some(gone) = self.answers.pop_over_share(now, x.client_slot) {
             self.counters.share_evictions += 1;
-            self.forget_answer(gone);
+            self.forget_answer(gone, Seen::Answered);
         }
         while let Some(gone) = self.answers.pop_over_bound(now) {
             self.counters.cache_evictions += 1;
@@ -616,7 +617,7 @@ impl Proxy {
                 }
                 self.counters.early_evictions += 1;
             }
-            self.forget_answer(gone);
+            self.forget_answer(gone, Seen::Answered);
         }
     }
 
@@ -632,14 +633,15 @@ impl Proxy {
         let seq = self
             .local_answers
             .push(now, client_key, replay, Some(client));
-        self.index_seen(client_key, Seen::AnsweredLocally(seq));
+        self.by_client
+            .insert(client_key, Seen::AnsweredLocally(seq));
         if let Some(gone) = self.local_answers.pop_over_share(now, client) {
             self.counters.share_evictions += 1;
-            self.forget_answer(gone);
+            self.forget_answer(gone, Seen::AnsweredLocally);
         }
         while let Some(gone) = self.local_answers.pop_over_bound(now) {
             self.counters.local_answer_evictions += 1;
-            self.forget_answer(gone);
+            self.forget_answer(gone, Seen::AnsweredLocally);
         }
     }
 
@@ -652,24 +654,6 @@ impl Proxy {
             Seen::AnsweredLocally(seq) => self.local_answers.holds(seq),
         };
         current.then_some(seen)
-    }
-
-    /// Indexes a request; drops the stale entries once they outnumber the current ones.
-    fn index_seen(&mut self, key: ClientKey, seen: Seen) {
-        self.by_client.insert(key, seen);
-        let current = self.exchanges.len() + self.answers.len() + self.local_answers.len();
-        if self.by_client.len() > 2 * current + 1024 {
-            self.drop_stale_seen();
-        }
-    }
-
-    fn drop_stale_seen(&mut self) {
-        let (answers, local) = (&self.answers, &self.local_answers);
-        self.by_client.retain(|_, seen| match *seen {
-            Seen::Live(_) => true,
-            Seen::Answered(seq) => answers.holds(seq),
-            Seen::AnsweredLocally(seq) => local.holds(seq),
-        });
     }
 
     /// Remembers that the upstream CON `mid` on `endpoint` was acknowledged.
@@ -692,23 +676,22 @@ impl Proxy {
     /// Drops every kept answer whose time is up.
     fn expire_answers(&mut self, now: Timestamp) {
         while let Some(gone) = self.answers.pop_expired(now) {
-            self.forget_answer(gone);
+            self.forget_answer(gone, Seen::Answered);
         }
         while let Some(gone) = self.local_answers.pop_expired(now) {
-            self.forget_answer(gone);
+            self.forget_answer(gone, Seen::AnsweredLocally);
         }
         while let Some(gone) = self.upstream_cons.pop_expired(now) {
             self.forget_upstream_con(gone);
         }
-        let current = self.exchanges.len() + self.answers.len() + self.local_answers.len();
-        if current == 0 || self.by_client.len() > 2 * current + 1024 {
-            self.drop_stale_seen();
-        }
     }
 
-    /// An answer left its cache: its index entry is now stale (see `by_client`), and the
-    /// client reference it held goes.
-    fn forget_answer(&mut self, gone: Gone<ClientKey>) {
+    /// An answer left its store (`indexed_as` names which): its index entry goes, unless a
+    /// newer request with the same key took it, and so does the client reference it held.
+    fn forget_answer(&mut self, gone: Gone<ClientKey>, indexed_as: fn(u64) -> Seen) {
+        if self.by_client.get(&gone.key) == Some(&indexed_as(gone.seq)) {
+            self.by_client.remove(&gone.key);
+        }
         if let Some(slot) = gone.client {
             self.clients.release(slot);
         }
@@ -736,7 +719,8 @@ impl Proxy {
         );
         let index = u32::try_from(self.exchanges.insert(x)).expect("fewer than 2^32 exchanges");
         let key = ExchangeKey { index, generation };
-        self.index_seen((from.0, token, msg.message_id()), Seen::Live(key));
+        self.by_client
+            .insert((from.0, token, msg.message_id()), Seen::Live(key));
         self.clients.take_ref(from.1);
         key
     }

@@ -422,6 +422,27 @@ fn a_flooding_client_evicts_only_its_own_oldest_answers() {
 }
 
 #[test]
+fn the_duplicate_index_holds_exactly_the_requests_live_or_kept() {
+    // An evicted or expired answer takes its index entry with it. (Stale entries were once
+    // swept in bulk: under per-client shares the sweeps came every few thousand requests and
+    // paused the loop for milliseconds.)
+    let mut p = proxy(|c| (c.max_cached, c.max_cached_per_client) = (200, 50));
+    let refused = con(1, &[(PROXY_URI, b"coap://example.org/r")], &[]);
+    p.handle_client_datagram(secs(0.0), client(9), &refused);
+    drain(&mut p);
+    answered(&mut p, client(1), 0, 10);
+    answered(&mut p, client(2), 0, 1000);
+    let kept = p.exchanges.len() + p.answers.len() + p.local_answers.len();
+    assert_eq!((p.answers.len(), p.local_answers.len()), (60, 1));
+    assert_eq!(p.by_client.len(), kept);
+    p.handle_timeout(secs(300.0));
+    assert_eq!(
+        (p.answers.len(), p.local_answers.len(), p.by_client.len()),
+        (0, 0, 0)
+    );
+}
+
+#[test]
 fn a_flood_of_refused_requests_leaves_the_other_clients_refusals_alone() {
     // The proxy's own answers have their shares too: a source flooding with requests the
     // proxy refuses cannot make it forget another client's refusal (which would then be
