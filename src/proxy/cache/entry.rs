@@ -209,7 +209,8 @@ impl CachedResponse {
         let Ok((max_age, _)) = validators(valid) else {
             return false;
         };
-        let updates = |n: u16| !option::is_unsafe(n) && !NOT_STORED.contains(&n);
+        // The ETag is the stored one already: the caller checked.
+        let updates = |n| n != option::ETAG && !option::is_unsafe(n) && !NOT_STORED.contains(&n);
         let in_valid = |n: u16| valid.options().any(|(m, _)| m == n);
         if valid.options().any(|(n, _)| updates(n)) {
             let Some(stored) = self.message().ok() else {

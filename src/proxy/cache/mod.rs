@@ -393,36 +393,31 @@ impl ResponseCache {
 
     /// Applies an upstream 2.03 to the entry it validates: the one for `key` and `block2`,
     /// if its ETag is the 2.03's (RFC 7252 §5.6.2, §5.9.1.3), and, validating one block being
-    /// validating them all (RFC 7959 §2.10), the key's other blocks with that ETag. Returns
-    /// whether the entry is fresh again; if not, the 2.03 is about some other representation
-    /// (the client's own ETag), and goes to the client.
+    /// validating them all (RFC 7959 §2.10), the key's other blocks with that ETag. Gives the
+    /// refreshed response to answer the request with, even when the 2.03's Max-Age is 0
+    /// (§5.6.2: the 2.03 makes it usable for this request); `None` if the 2.03 is about some
+    /// other representation (the client's own ETag), which then goes to the client.
     pub(crate) fn revalidated(
         &mut self,
         now: Timestamp,
         key: &CacheKey,
         block2: Option<BlockRef>,
         valid: &Message,
-    ) -> bool {
+    ) -> Option<Hit<'_>> {
         if !self.is_on() || valid.code() != Code::VALID {
-            return false;
+            return None;
         }
-        let Ok((max_age, Some(etag))) = entry::validators(valid) else {
-            return false;
+        let (max_age, etag) = match entry::validators(valid) {
+            Ok((max_age, Some(etag))) => (max_age, etag),
+            _ => return None,
         };
-        let Some((id, _)) = self.find(key.as_bytes(), block2) else {
-            return false;
-        };
+        let (id, _) = self.find(key.as_bytes(), block2)?;
         let seq = self.next_seq();
-        let Some(entry) = self
-            .lru
-            .get_mut(id)
-            .filter(|e| e.response.etag() == Some(etag))
-        else {
-            return false;
-        };
+        let entry = self.lru.get_mut(id);
+        let entry = entry.filter(|e| e.response.etag() == Some(etag))?;
         let before = entry.response.heap_bytes();
         if !entry.response.revalidate(now, seq, valid) {
-            return false;
+            return None;
         }
         let after = entry.response.heap_bytes();
         self.bytes = self.bytes.saturating_sub(before) + after;
@@ -430,7 +425,7 @@ impl ResponseCache {
         self.lru.touch(id);
         self.counters.revalidated += 1;
         self.evict_over_budget();
-        self.lru.get(id).is_some()
+        self.lru.get(id)?.response.hit(max_age)
     }
 
     /// Makes the entries of `key` tagged `etag` fresh for `max_age` from `now` (RFC 7959 §2.10).
