@@ -26,6 +26,9 @@ pub(crate) enum Bypass {
     BlockTransfer(u16),
     /// A Block2 value that does not decode, or more than one (RFC 7959 §2.2).
     InvalidBlock2,
+    /// An unsafe option the proxy does not know (the engine rejects such requests, §5.7.1):
+    /// the cache cannot tell what it means for reuse (§5.4.2).
+    UnknownUnsafeOption(u16),
 }
 
 /// Which block of a representation a request asks for: Block2's NUM and SZX (RFC 7959 §2.2).
@@ -149,6 +152,9 @@ fn servable(request: &Message) -> Result<Option<BlockRef>, Bypass> {
                 let block = BlockValue::decode(value).map_err(|_| Bypass::InvalidBlock2)?;
                 let (num, szx) = (block.num, block.szx);
                 block2 = Some(BlockRef { num, szx });
+            }
+            n if option::is_unsafe(n) && !option::is_known(n) => {
+                return Err(Bypass::UnknownUnsafeOption(n))
             }
             _ => {}
         }

@@ -18,6 +18,15 @@
 //! - `lru.rs`: the recency order; the least recently used entry goes first when the budget
 //!   is full.
 //!
+//! How the engine drives it: [`CacheKey::for_request`] (a [`Bypass`]: forward, store nothing);
+//! [`ResponseCache::lookup`]: `Fresh(hit)` is answered with [`Hit::encode_valid`] if
+//! [`Hit::client_etag_matches`], else [`Hit::encode`]; `Stale { etag }` and `Miss` are
+//! forwarded, the former with that ETag added to the client's. The upstream's 2.03 goes to
+//! [`ResponseCache::revalidated`] (a hit to answer with, or `None`: the 2.03 names the client's
+//! ETag, so it goes to the client and to `store`, which drops the outdated entry); any other
+//! answer, notifications included, to [`ResponseCache::store`]. A successful unsafe request
+//! invalidates [`Resource::of_request`], and a 2.01 [`Resource::of_location`] too.
+//!
 //! **Block-wise (RFC 7959 §2.10): per block, not reassembled.** Each Block2 response is its
 //! own entry under its request's key plus the block asked for ([`BlockRef`]: NUM and SZX). The
 //! proxy forwards block requests as the client makes them, so it needs no reassembly buffer

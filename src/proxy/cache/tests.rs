@@ -112,8 +112,8 @@ fn only_get_and_fetch_are_served_from_cache() {
 }
 
 #[test]
-fn no_response_conditional_and_block1_requests_bypass_the_cache() {
-    let cases: [(Opt, Bypass); 6] = [
+fn no_response_conditional_block1_and_unknown_unsafe_requests_bypass_the_cache() {
+    let cases: [(Opt, Bypass); 7] = [
         ((option::NO_RESPONSE, &[26]), Bypass::NoResponse),
         ((option::IF_MATCH, b"x"), Bypass::Conditional),
         ((option::IF_NONE_MATCH, b""), Bypass::Conditional),
@@ -126,6 +126,7 @@ fn no_response_conditional_and_block1_requests_bypass_the_cache() {
             Bypass::BlockTransfer(option::Q_BLOCK2),
         ),
         ((option::BLOCK2, &[0x07]), Bypass::InvalidBlock2),
+        ((66, b"?"), Bypass::UnknownUnsafeOption(66)),
     ];
     for (opt, why) in cases {
         let bytes = get(&[opt]);
