@@ -35,6 +35,7 @@
 
 mod answer_cache;
 mod budget;
+mod cache;
 mod client_leg;
 mod clients;
 mod config;
