@@ -233,6 +233,7 @@ pub fn config_from_flags(flags: &Flags) -> Result<ProxyConfig, UsageError> {
         .collect::<Result<Vec<_>, _>>()?;
     let upstream = super::addr_flag(flags, "upstream")?;
     Ok(ProxyConfig {
+        cache_size: defaults.cache_size,
         policy,
         non_idempotent,
         routing: Routing {

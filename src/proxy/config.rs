@@ -169,6 +169,10 @@ pub struct ProxyConfig {
     /// client's own oldest answer goes, so that one source cannot push the others' out. The
     /// proxy's own answers have a share of the same size in their store.
     pub max_cached_per_client: usize,
+    /// `--cache-size`: bytes the response cache may hold in all, its entries' bookkeeping
+    /// included (RFC 7252 §5.6; `proxy/cache/`). 0, the default, turns it off: a cache
+    /// changes what clients see (answers up to Max-Age old), so it is the operator's choice.
+    pub cache_size: usize,
     /// Live observations (RFC 7641) relayed at once.
     pub max_observations: usize,
     /// Every this many notifications to a client at least one goes as a CON (RFC 7641 §4.5:
@@ -221,6 +225,7 @@ impl Default for ProxyConfig {
             max_options: 64,
             max_cached: 100_000,
             max_cached_per_client: 10_000,
+            cache_size: 0,
             max_observations: 1_000,
             observe_con_every: 20,
             client_budget: ClientBudget::DEFAULT,

@@ -23,6 +23,7 @@ use crate::timer::TimerWheel;
 
 use super::answer_cache::{AnswerRing, ClientKey, Gone, Replay};
 use super::budget::SendBudget;
+use super::cache::{CacheCounters, ResponseCache};
 use super::clients::{ClientSlot, Clients};
 use super::endpoints::{EndpointEvent, EndpointId, Endpoints, UpstreamId};
 use super::events::{Events, ProxyEvent};
@@ -148,6 +149,9 @@ pub struct Proxy {
     /// retransmission (our ACK was lost) is acknowledged again and not taken twice (§4.5).
     pub(super) upstream_cons: AnswerRing<(EndpointId, u16)>,
     pub(super) by_upstream_con: KeyedMap<(EndpointId, u16), u64>,
+    /// Upstream responses kept to answer other requests for the same thing (`--cache-size`;
+    /// RFC 7252 §5.6). Not `answers`, which replays one answer to one request's copies.
+    pub(super) cache: ResponseCache,
     /// Answered exchanges still delivering a CON answer, oldest first (with stale keys of
     /// those already delivered), and how many are live: bounded like the answer cache.
     pub(super) delivering: VecDeque<ExchangeKey>,
@@ -181,6 +185,7 @@ impl Proxy {
             rng.random(),
         );
         let (max_cached, share) = (config.max_cached, config.max_cached_per_client);
+        let cache = ResponseCache::new(config.cache_size, [seeds.hash[1], !seeds.hash[0]]);
         let clients = Clients::new(rng.random(), &hash);
         let mut budget = Outbox::with_budget(SendBudget::new(config.client_budget, &hash));
         if config.validate_sources {
@@ -207,6 +212,7 @@ impl Proxy {
             local_answers: AnswerRing::with_shares(LOCAL_ANSWER_LIFETIME, max_cached, share),
             upstream_cons: AnswerRing::new(params::MAX_TRANSMIT_WAIT, max_cached),
             by_upstream_con: hash.map(),
+            cache,
             delivering: VecDeque::new(),
             delivering_count: 0,
             inflight: 0,
@@ -335,6 +341,13 @@ impl Proxy {
                 in_flight: u.inflight,
             })
             .collect()
+    }
+
+    /// The response cache's counters, entries and bytes, for metrics.
+    #[allow(dead_code)] // until the metrics read it (issue 14, in progress)
+    pub(crate) fn cache_stats(&self) -> (CacheCounters, usize, usize) {
+        let c = &self.cache;
+        (c.counters(), c.entries(), c.bytes())
     }
 
     /// Exchanges being worked on (waiting upstream, observing, or delivering an answer);
