@@ -9,12 +9,17 @@ use crate::coap::{empty_ack, peek_header, rst, Code, Message, MessageBuilder, Me
 use crate::time::Timestamp;
 
 use super::answer_cache::Replay;
+use super::caching::{CacheUse, Consulted};
 use super::clients::ClientSlot;
 use super::endpoints::{EndpointId, NoEndpoint, UpstreamId};
 use super::engine::{encode_local, Destination, LocalAnswer, Proxy, Seen};
 use super::events::{ProxyEvent, Source};
 use super::exchange::{CoapToken, ExchangeKey, Reply, TimerKind};
 use super::route::{self, RouteError, Target};
+
+/// A request on its way upstream: where, the Message ID it leaves with, and what the cache
+/// does with its answer.
+type Forward = (Route, (EndpointId, u16), Option<Box<CacheUse>>);
 
 /// Where a request goes, decided before any state is created.
 struct Route {
@@ -81,35 +86,63 @@ impl Proxy {
         let client = (from, self.clients.slot(from));
         // A request over the limits costs no more than its parse: it is refused before any
         // other look at its options, and a (de)registration the proxy refuses changes nothing.
-        let admitted = (self.check_request_limits(msg))
+        let routed = (self.check_request_limits(msg))
             .and_then(|()| self.check_source(now, from, msg))
             .and_then(|()| {
                 self.observation_request(now, from, token, msg);
-                self.admit(now, msg, client.1)
+                self.route(msg)
             });
+        let admitted = routed.and_then(|route| match self.consult(now, client, msg, &route) {
+            Consulted::Answered => Ok(None),
+            Consulted::Forward(cache) => {
+                let at = self.admit(now, msg, client.1, &route)?;
+                Ok(Some((route, at, cache)))
+            }
+        });
         match admitted {
-            Ok((route, at)) => self.start_exchange(now, client, token, msg, route, at),
+            Ok(Some(forward)) => self.start_exchange(now, client, token, msg, forward),
+            Ok(None) => {}
             Err(answer) => self.answer_locally(now, client, token, msg, &answer),
         }
         self.clients.forget_if_unused(client.1);
     }
 
-    /// Where a new request goes and the Message ID it leaves with, or the answer that refuses it.
+    /// Consults the response cache with the request as it would go upstream.
+    fn consult(
+        &mut self,
+        now: Timestamp,
+        client: (SocketAddr, ClientSlot),
+        msg: &Message,
+        route: &Route,
+    ) -> Consulted {
+        if !self.cache.is_on() {
+            return Consulted::Forward(None);
+        }
+        let mut canonical = Vec::with_capacity(msg.as_bytes().len() + 16);
+        let token = CoapToken::default();
+        let built = upstream_request(&mut canonical, msg, (0, &token), route, None).finish();
+        match built.ok().and_then(|()| Message::parse(&canonical).ok()) {
+            Some(upstream) => self.consult_cache(now, client, msg, (route.upstream, &upstream)),
+            // Cannot happen for a parsed request within the limits; forward it uncached.
+            None => Consulted::Forward(None),
+        }
+    }
+
+    /// The Message ID a routed request leaves with, or the answer that refuses it.
     fn admit(
         &mut self,
         now: Timestamp,
         msg: &Message,
         client: ClientSlot,
-    ) -> Result<(Route, (EndpointId, u16)), LocalAnswer> {
-        let route = self.route(msg)?;
+        route: &Route,
+    ) -> Result<(EndpointId, u16), LocalAnswer> {
         let len = msg.as_bytes().len();
         if let Some(answer) = self.over_capacity(route.upstream, client, len) {
             return Err(answer);
         }
-        match self.endpoints.allocate(now, route.upstream) {
-            Ok(at) => Ok((route, at)),
-            Err(no) => Err(self.no_endpoint(now, route.upstream, no)),
-        }
+        self.endpoints
+            .allocate(now, route.upstream)
+            .map_err(|no| self.no_endpoint(now, route.upstream, no))
     }
 
     /// No Message ID for this upstream: every endpoint the bound allows has its IDs reserved,
@@ -394,8 +427,7 @@ impl Proxy {
         from: (SocketAddr, ClientSlot),
         token: CoapToken,
         msg: &Message,
-        route: Route,
-        (endpoint, mid): (EndpointId, u16),
+        (route, (endpoint, mid), cache): Forward,
     ) {
         let non_idempotent = matches!(msg.code(), Code::POST | Code::PATCH | Code::IPATCH);
         let policy = self.policy(non_idempotent);
@@ -408,8 +440,12 @@ impl Proxy {
         let upstream_token = CoapToken::new(&token_bytes).expect("8 bytes");
         let mut request = std::mem::take(&mut self.scratch);
         // The input parsed and Uri-* values come from a bounded URI, so this cannot fail.
-        let _ = upstream_request(&mut request, msg, mid, &upstream_token, &route).finish();
+        let etag = cache.as_ref().and_then(|c| c.etag_to_add());
+        let etag = etag.as_ref().map(|e| e.as_bytes());
+        let ids = (mid, &upstream_token);
+        let _ = upstream_request(&mut request, msg, ids, &route, etag).finish();
         let x = self.get_mut(key).expect("just inserted");
+        x.cache = cache;
         x.upstream_mid = Some(mid);
         x.upstream_token = upstream_token;
         x.wants_observe = msg.option(OBSERVE).and_then(|v| decode_uint(v).ok()) == Some(0);
@@ -439,9 +475,9 @@ impl Proxy {
 fn upstream_request<'o>(
     out: &'o mut Vec<u8>,
     msg: &Message,
-    mid: u16,
-    token: &CoapToken,
+    (mid, token): (u16, &CoapToken),
     route: &Route,
+    etag: Option<&[u8]>,
 ) -> MessageBuilder<'o> {
     let target = route.target.as_ref();
     let (hop, port) = (
@@ -451,6 +487,7 @@ fn upstream_request<'o>(
     let added = (target.filter(|t| !t.host_is_ip()))
         .map(|t| (option::URI_HOST, t.host.as_bytes()))
         .into_iter()
+        .chain(etag.map(|e| (option::ETAG, e)))
         .chain(
             (target.filter(|t| t.port != route::COAP_PORT)).map(|_| (option::URI_PORT, &port[..])),
         )
@@ -553,7 +590,7 @@ mod tests {
         };
         let token = CoapToken::new(&[9; 8]).unwrap();
         let mut out = Vec::new();
-        let b = upstream_request(&mut out, &msg, 7, &token, &route);
+        let b = upstream_request(&mut out, &msg, (7, &token), &route, None);
         assert_eq!(b.deferred_options(), 0);
         assert_eq!(b.finish(), Ok(()));
         let numbers: Vec<u16> = Message::parse(&out)

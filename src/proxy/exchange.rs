@@ -6,6 +6,7 @@ use crate::coap::MessageType;
 use crate::time::Timestamp;
 use crate::timer::TimerId;
 
+use super::caching::CacheUse;
 use super::clients::ClientSlot;
 use super::endpoints::{EndpointId, UpstreamId};
 
@@ -189,6 +190,8 @@ pub struct Exchange {
     pub non_mid: Option<u16>,
     /// Its pending deadlines (retransmissions, give-up, ack delay, staleness).
     pub deadlines: Deadlines,
+    /// What the response cache does with the answer, if anything (`caching.rs`).
+    pub cache: Option<Box<CacheUse>>,
     /// Observe: the request registered (Observe: 0).
     pub wants_observe: bool,
     /// Last relayed notification's Observe sequence number and arrival (RFC 7641 §3.4).
@@ -230,6 +233,7 @@ impl Exchange {
             delivery: None,
             non_mid: None,
             deadlines: Deadlines::default(),
+            cache: None,
             wants_observe: false,
             last_notification: None,
             since_con: (0, Timestamp::ZERO),

@@ -36,6 +36,7 @@
 mod answer_cache;
 mod budget;
 mod cache;
+mod caching;
 mod client_leg;
 mod clients;
 mod config;

@@ -220,6 +220,16 @@ impl Proxy {
             && msg.code().class() == 2
             && msg.option(OBSERVE).is_some();
         self.close_upstream_leg(now, key);
+        let cache = self.get_mut(key).and_then(|x| x.cache.take());
+        let instead = cache.and_then(|cache| self.cache_answer(now, *cache, msg));
+        let stored;
+        let msg = match instead.as_deref().map(Message::parse) {
+            Some(Ok(refreshed)) => {
+                stored = refreshed;
+                &stored
+            }
+            _ => msg,
+        };
         if registers && self.observations >= self.config.max_observations {
             if let Some(client) = self.get(key).map(|x| x.client) {
                 self.events.push(ProxyEvent::ObservationLimit { client });

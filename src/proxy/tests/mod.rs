@@ -5,6 +5,7 @@
 
 mod behaviours;
 mod budget;
+mod cache;
 mod observers;
 mod regressions;
 

@@ -1,0 +1,422 @@
+//! The response cache in the engine (issue 14; RFC 7252 §5.6, §5.9, §5.10.6): what is
+//! answered from it, what goes upstream, and what it keeps, in virtual time.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use crate::coap::option::{
+    decode_uint, BLOCK2, ETAG, LOCATION_PATH, MAX_AGE, NO_RESPONSE, URI_PATH,
+};
+use crate::coap::{Code, Message, MessageBuilder, MessageType};
+use crate::proxy::{Destination, Proxy, ProxyConfig, Routing, Transmit};
+use crate::time::Timestamp;
+
+use super::{drain, started_at, EP0};
+
+type Opt<'a> = (u16, &'a [u8]);
+
+fn cached_proxy() -> Proxy {
+    let config = ProxyConfig {
+        routing: Routing {
+            upstream: Some("127.0.0.1:5683".parse().unwrap()),
+            allow: Vec::new(),
+            forward: false,
+        },
+        cache_size: 1 << 20,
+        seed: Some(7),
+        ..ProxyConfig::default()
+    };
+    started_at(config, Timestamp::ZERO)
+}
+
+const CLIENT: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 40_001);
+
+fn at(s: f64) -> Timestamp {
+    Timestamp::ZERO + Duration::from_secs_f64(s)
+}
+
+fn message(
+    ty: MessageType,
+    code: Code,
+    mid: u16,
+    token: &[u8],
+    opts: &[Opt],
+    body: &[u8],
+) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut b = MessageBuilder::new(&mut out, ty, code, mid, token);
+    for (n, v) in opts {
+        b.option(*n, v);
+    }
+    b.payload(body);
+    b.finish().unwrap();
+    out
+}
+
+/// A CON request for /r (plus `opts`) with the given MID (the token follows it).
+fn req(code: Code, mid: u16, opts: &[Opt]) -> Vec<u8> {
+    let mut all = vec![(URI_PATH, &b"r"[..])];
+    all.extend_from_slice(opts);
+    all.sort_by_key(|o| o.0);
+    message(MessageType::Con, code, mid, &mid.to_be_bytes(), &all, b"")
+}
+
+/// Sends `request` from the client at `now`; what went upstream and to the client.
+fn send(p: &mut Proxy, now: Timestamp, request: &[u8]) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
+    p.handle_client_datagram(now, CLIENT, request);
+    split(drain(p))
+}
+
+fn split(out: Vec<Transmit>) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
+    let (up, client): (Vec<_>, Vec<_>) = out
+        .into_iter()
+        .partition(|t| t.to == Destination::Upstream(EP0));
+    (
+        up.into_iter().map(|t| t.payload).collect(),
+        client.into_iter().map(|t| t.payload).collect(),
+    )
+}
+
+/// The upstream answers its request `up` piggybacked; what reaches the client.
+fn answer(
+    p: &mut Proxy,
+    now: Timestamp,
+    up: &[u8],
+    code: Code,
+    opts: &[Opt],
+    body: &[u8],
+) -> Vec<Vec<u8>> {
+    let up = Message::parse(up).unwrap();
+    let ack = message(
+        MessageType::Ack,
+        code,
+        up.message_id(),
+        up.token(),
+        opts,
+        body,
+    );
+    p.handle_upstream_datagram(now, EP0, &ack);
+    split(drain(p)).1
+}
+
+/// A GET that goes upstream and gets a 2.05 of `body` with `opts`: caches it.
+fn fill(p: &mut Proxy, now: Timestamp, mid: u16, opts: &[Opt], body: &[u8]) {
+    let (up, _) = send(p, now, &req(Code::GET, mid, &[]));
+    assert_eq!(up.len(), 1, "a miss goes upstream");
+    let got = answer(p, now, &up[0], Code::CONTENT, opts, body);
+    assert_eq!(got.len(), 1);
+}
+
+fn parse(bytes: &[u8]) -> Message<'_> {
+    Message::parse(bytes).unwrap()
+}
+
+fn max_age(m: &Message) -> Option<u32> {
+    m.option(MAX_AGE).map(|v| decode_uint(v).unwrap())
+}
+
+#[test]
+fn a_fresh_hit_is_answered_without_going_upstream() {
+    let mut p = cached_proxy();
+    fill(&mut p, at(0.0), 1, &[(MAX_AGE, &[30])], b"22.5 C");
+    let (up, client) = send(&mut p, at(1.0), &req(Code::GET, 2, &[]));
+    assert!(up.is_empty(), "a hit asks nobody");
+    let hit = parse(&client[0]);
+    assert_eq!(
+        (
+            hit.msg_type(),
+            hit.code(),
+            hit.message_id(),
+            hit.token(),
+            hit.payload()
+        ),
+        (
+            MessageType::Ack,
+            Code::CONTENT,
+            2,
+            &2u16.to_be_bytes()[..],
+            &b"22.5 C"[..]
+        ),
+        "piggybacked on the client's CON, with its token and MID"
+    );
+    assert_eq!(p.cache_stats().0.hits, 1);
+}
+
+#[test]
+fn max_age_is_reduced_by_age_on_a_hit() {
+    let mut p = cached_proxy();
+    fill(&mut p, at(0.0), 1, &[(MAX_AGE, &[30])], b"v");
+    let (_, client) = send(&mut p, at(10.5), &req(Code::GET, 2, &[]));
+    assert_eq!(
+        max_age(&parse(&client[0])),
+        Some(19),
+        "30 s less 10.5 s, rounded down"
+    );
+    let (up, _) = send(&mut p, at(30.0), &req(Code::GET, 3, &[]));
+    assert_eq!(up.len(), 1, "stale at its Max-Age: upstream again");
+}
+
+#[test]
+fn a_response_without_max_age_is_fresh_for_60_s() {
+    let mut p = cached_proxy();
+    fill(&mut p, at(0.0), 1, &[], b"v");
+    let (up, client) = send(&mut p, at(59.0), &req(Code::GET, 2, &[]));
+    assert!(up.is_empty());
+    assert_eq!(max_age(&parse(&client[0])), Some(1));
+    let (up, _) = send(&mut p, at(60.0), &req(Code::GET, 3, &[]));
+    assert_eq!(up.len(), 1);
+}
+
+#[test]
+fn a_stale_entry_is_revalidated_with_its_etag_and_2_03_serves_the_stored_response() {
+    let mut p = cached_proxy();
+    fill(
+        &mut p,
+        at(0.0),
+        1,
+        &[(ETAG, b"v1"), (MAX_AGE, &[10])],
+        b"stored",
+    );
+    let (up, client) = send(&mut p, at(20.0), &req(Code::GET, 2, &[]));
+    assert!(client.is_empty());
+    assert_eq!(
+        parse(&up[0]).option(ETAG),
+        Some(&b"v1"[..]),
+        "the stored ETag goes upstream"
+    );
+    let got = answer(
+        &mut p,
+        at(20.0),
+        &up[0],
+        Code::VALID,
+        &[(ETAG, b"v1"), (MAX_AGE, &[40])],
+        b"",
+    );
+    let refreshed = parse(&got[0]);
+    assert_eq!(
+        (
+            refreshed.code(),
+            refreshed.payload(),
+            max_age(&refreshed),
+            refreshed.message_id()
+        ),
+        (Code::CONTENT, &b"stored"[..], Some(40), 2),
+        "the client gets the stored 2.05 with the 2.03's Max-Age"
+    );
+    let (up, _) = send(&mut p, at(50.0), &req(Code::GET, 3, &[]));
+    assert!(up.is_empty(), "fresh again for 40 s");
+    assert_eq!(p.cache_stats().0.revalidated, 1);
+}
+
+#[test]
+fn a_stale_entry_answered_with_a_new_representation_is_replaced() {
+    let mut p = cached_proxy();
+    fill(
+        &mut p,
+        at(0.0),
+        1,
+        &[(ETAG, b"v1"), (MAX_AGE, &[10])],
+        b"old",
+    );
+    let (up, _) = send(&mut p, at(20.0), &req(Code::GET, 2, &[]));
+    let got = answer(
+        &mut p,
+        at(20.0),
+        &up[0],
+        Code::CONTENT,
+        &[(ETAG, b"v2")],
+        b"new",
+    );
+    assert_eq!(parse(&got[0]).payload(), b"new");
+    let (up, client) = send(&mut p, at(21.0), &req(Code::GET, 3, &[]));
+    assert!(up.is_empty());
+    assert_eq!(parse(&client[0]).payload(), b"new");
+}
+
+#[test]
+fn a_client_etag_matching_the_fresh_entry_gets_2_03_from_the_cache() {
+    let mut p = cached_proxy();
+    fill(
+        &mut p,
+        at(0.0),
+        1,
+        &[(ETAG, b"v1"), (MAX_AGE, &[30])],
+        b"body",
+    );
+    let (up, client) = send(
+        &mut p,
+        at(5.0),
+        &req(Code::GET, 2, &[(ETAG, b"v0"), (ETAG, b"v1")]),
+    );
+    assert!(up.is_empty());
+    let valid = parse(&client[0]);
+    assert_eq!(
+        (
+            valid.code(),
+            valid.option(ETAG),
+            valid.payload(),
+            max_age(&valid)
+        ),
+        (Code::VALID, Some(&b"v1"[..]), &b""[..], Some(25))
+    );
+}
+
+#[test]
+fn a_client_etag_that_does_not_match_goes_upstream() {
+    let mut p = cached_proxy();
+    fill(
+        &mut p,
+        at(0.0),
+        1,
+        &[(ETAG, b"v1"), (MAX_AGE, &[30])],
+        b"body",
+    );
+    let (up, client) = send(&mut p, at(5.0), &req(Code::GET, 2, &[(ETAG, b"v9")]));
+    assert!(client.is_empty());
+    let etags: Vec<&[u8]> = parse(&up[0])
+        .options()
+        .filter(|o| o.0 == ETAG)
+        .map(|o| o.1)
+        .collect();
+    assert_eq!(
+        etags,
+        [&b"v9"[..]],
+        "the client's ETags pass on as they were"
+    );
+}
+
+#[test]
+fn a_successful_put_makes_the_next_get_go_upstream() {
+    for code in [Code::CHANGED, Code::CREATED, Code::DELETED] {
+        let mut p = cached_proxy();
+        fill(&mut p, at(0.0), 1, &[(MAX_AGE, &[60])], b"v");
+        let (up, _) = send(&mut p, at(1.0), &req(Code::PUT, 2, &[]));
+        answer(&mut p, at(1.0), &up[0], code, &[], b"");
+        let (up, _) = send(&mut p, at(2.0), &req(Code::GET, 3, &[]));
+        assert_eq!(up.len(), 1, "after {code}: the entry is stale");
+    }
+}
+
+#[test]
+fn a_failed_unsafe_request_leaves_the_entry_fresh() {
+    let mut p = cached_proxy();
+    fill(&mut p, at(0.0), 1, &[(MAX_AGE, &[60])], b"v");
+    let (up, _) = send(&mut p, at(1.0), &req(Code::POST, 2, &[]));
+    answer(&mut p, at(1.0), &up[0], Code::BAD_REQUEST, &[], b"");
+    let (up, _) = send(&mut p, at(2.0), &req(Code::GET, 3, &[]));
+    assert!(up.is_empty());
+}
+
+#[test]
+fn a_2_01_invalidates_the_entries_at_its_location() {
+    let mut p = cached_proxy();
+    let get_new = |mid| {
+        message(
+            MessageType::Con,
+            Code::GET,
+            mid,
+            &[mid as u8],
+            &[(URI_PATH, b"new")],
+            b"",
+        )
+    };
+    let (up, _) = send(&mut p, at(0.0), &get_new(1));
+    answer(&mut p, at(0.0), &up[0], Code::CONTENT, &[], b"old");
+    let (up, _) = send(&mut p, at(1.0), &req(Code::POST, 2, &[]));
+    answer(
+        &mut p,
+        at(1.0),
+        &up[0],
+        Code::CREATED,
+        &[(LOCATION_PATH, b"new")],
+        b"",
+    );
+    let (up, _) = send(&mut p, at(2.0), &get_new(3));
+    assert_eq!(up.len(), 1, "/new was created anew: asked upstream");
+}
+
+#[test]
+fn answers_the_proxy_made_are_never_stored() {
+    let mut p = cached_proxy();
+    p.handle_client_datagram(at(0.0), CLIENT, &req(Code::GET, 1, &[]));
+    drain(&mut p);
+    while let Some(t) = p.poll_timeout().filter(|&t| t <= at(200.0)) {
+        p.handle_timeout(t);
+    }
+    let (_, client) = split(drain(&mut p));
+    assert!(client
+        .iter()
+        .any(|m| parse(m).code() == Code::GATEWAY_TIMEOUT));
+    let (up, _) = send(&mut p, at(201.0), &req(Code::GET, 2, &[]));
+    assert_eq!(up.len(), 1, "the 5.04 was the proxy's: nothing cached");
+    assert_eq!(p.cache_stats().1, 0);
+}
+
+#[test]
+fn a_non_request_hit_is_answered_with_a_non() {
+    let mut p = cached_proxy();
+    fill(&mut p, at(0.0), 1, &[], b"v");
+    let non = message(
+        MessageType::Non,
+        Code::GET,
+        2,
+        b"n",
+        &[(URI_PATH, b"r")],
+        b"",
+    );
+    let (up, client) = send(&mut p, at(1.0), &non);
+    assert!(up.is_empty());
+    let hit = parse(&client[0]);
+    assert_eq!((hit.msg_type(), hit.token()), (MessageType::Non, &b"n"[..]));
+}
+
+#[test]
+fn a_retransmitted_request_answered_from_cache_gets_the_same_answer() {
+    let mut p = cached_proxy();
+    fill(&mut p, at(0.0), 1, &[(MAX_AGE, &[30])], b"v");
+    let (_, first) = send(&mut p, at(1.0), &req(Code::GET, 2, &[]));
+    let (up, again) = send(&mut p, at(3.0), &req(Code::GET, 2, &[]));
+    assert!(up.is_empty());
+    assert_eq!(
+        again, first,
+        "the kept answer, Max-Age and all (RFC 7252 §4.5)"
+    );
+}
+
+#[test]
+fn requests_with_no_response_are_not_served_from_cache() {
+    let mut p = cached_proxy();
+    fill(&mut p, at(0.0), 1, &[], b"v");
+    let (up, _) = send(&mut p, at(1.0), &req(Code::GET, 2, &[(NO_RESPONSE, &[2])]));
+    assert_eq!(up.len(), 1);
+}
+
+#[test]
+fn each_block_of_a_cached_representation_is_served_from_the_cache() {
+    let mut p = cached_proxy();
+    // Block2 NUM 0 and 1 at SZX 2 (64 bytes), M set on the first.
+    let blocks: [(&[u8], &[u8]); 2] = [(&[0x0a], &[0x0a]), (&[0x12], &[0x12])];
+    for (i, (asked, given)) in blocks.iter().enumerate() {
+        let mid = i as u16 + 1;
+        let (up, _) = send(&mut p, at(0.0), &req(Code::GET, mid, &[(BLOCK2, asked)]));
+        let body = [b'a' + i as u8; 64];
+        answer(
+            &mut p,
+            at(0.0),
+            &up[0],
+            Code::CONTENT,
+            &[(ETAG, b"e"), (BLOCK2, given)],
+            &body,
+        );
+    }
+    for (i, (asked, _)) in blocks.iter().enumerate() {
+        let (up, client) = send(
+            &mut p,
+            at(5.0),
+            &req(Code::GET, 10 + i as u16, &[(BLOCK2, asked)]),
+        );
+        assert!(up.is_empty(), "block {i} from the cache");
+        assert_eq!(parse(&client[0]).payload(), [b'a' + i as u8; 64]);
+    }
+}
