@@ -8,6 +8,7 @@
 //! listen = 0.0.0.0:5683
 //! upstream = 127.0.0.1:5684
 //! preset = lan
+//! cache-size = 4MiB            # sizes: bytes, KiB or MiB
 //! [reconnect]
 //! control_port = 8080
 //! retry_port = 8081

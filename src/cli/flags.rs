@@ -182,9 +182,119 @@ impl FromStr for DurationArg {
     }
 }
 
+/// A flag value that is a size in bytes: a whole number of bytes, `KiB` or `MiB` (1024-based,
+/// written as here), e.g. `65536`, `64KiB`, `4MiB`. Bare `K`/`M` and `kB`/`MB` are refused
+/// rather than guessed: some read them as 1000, some as 1024.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SizeArg(pub usize);
+
+/// The units a [`SizeArg`] may carry, largest first.
+const SIZE_UNITS: [(&str, usize); 2] = [("MiB", 1 << 20), ("KiB", 1 << 10)];
+
+impl FromStr for SizeArg {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (digits, unit) = SIZE_UNITS
+            .iter()
+            .find_map(|&(suffix, unit)| Some((s.strip_suffix(suffix)?, unit)))
+            .unwrap_or((s, 1));
+        if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            return Err("expected a whole number of bytes, KiB or MiB: 65536, 64KiB, 4MiB".into());
+        }
+        digits
+            .parse::<usize>()
+            .ok()
+            .and_then(|n| n.checked_mul(unit))
+            .map(SizeArg)
+            .ok_or_else(|| format!("more than {} bytes", usize::MAX))
+    }
+}
+
+impl fmt::Display for SizeArg {
+    /// The shortest exact spelling that [`SizeArg::from_str`] reads back: `4MiB`, `64KiB`,
+    /// `1000`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let bytes = self.0;
+        match SIZE_UNITS
+            .iter()
+            .find(|&&(_, unit)| bytes != 0 && bytes % unit == 0)
+        {
+            Some((suffix, unit)) => write!(f, "{}{suffix}", bytes / unit),
+            None => write!(f, "{bytes}"),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn size(s: &str) -> Result<usize, String> {
+        s.parse::<SizeArg>().map(|SizeArg(bytes)| bytes)
+    }
+
+    #[test]
+    fn size_accepts_plain_bytes_kib_and_mib() {
+        assert_eq!(size("0"), Ok(0));
+        assert_eq!(size("1000"), Ok(1000));
+        assert_eq!(size("64KiB"), Ok(64 * 1024));
+        assert_eq!(size("4MiB"), Ok(4 << 20));
+        assert_eq!(size("0MiB"), Ok(0));
+        assert_eq!(size("007KiB"), Ok(7 * 1024));
+    }
+
+    #[test]
+    fn size_refuses_decimal_and_ambiguous_units() {
+        for s in [
+            "64K", "64k", "4M", "64kB", "64KB", "4MB", "4mib", "4MIB", "1GiB", "4 MiB",
+        ] {
+            let e = size(s).unwrap_err();
+            assert!(e.contains("64KiB") && e.contains("4MiB"), "{s}: {e}");
+        }
+    }
+
+    #[test]
+    fn size_refuses_what_is_not_a_whole_number() {
+        for s in ["", "MiB", "KiB", "-1", "+1", "1.5MiB", "1e6", " 1", "0x10"] {
+            assert!(size(s).is_err(), "{s:?}");
+        }
+    }
+
+    #[test]
+    fn size_past_the_address_space_is_an_error_not_a_wrap() {
+        assert!(size(&format!("{}", usize::MAX)).is_ok());
+        assert!(size(&format!("{}0", usize::MAX))
+            .unwrap_err()
+            .contains("more than"));
+        assert!(size(&format!("{}MiB", usize::MAX >> 19))
+            .unwrap_err()
+            .contains("more than"));
+    }
+
+    #[test]
+    fn size_displays_as_the_shortest_spelling_it_reads_back() {
+        for (bytes, shown) in [
+            (0, "0"),
+            (1000, "1000"),
+            (65536, "64KiB"),
+            (4 << 20, "4MiB"),
+        ] {
+            assert_eq!(SizeArg(bytes).to_string(), shown);
+            assert_eq!(size(shown), Ok(bytes));
+        }
+        assert_eq!(SizeArg(1536 * 1024).to_string(), "1536KiB");
+    }
+
+    #[test]
+    fn bad_size_names_the_flag_and_the_accepted_forms() {
+        let f = Flags::parse(&args(&["--retry_port=64kB"]), SPEC).unwrap();
+        let e = f.get::<SizeArg>("retry_port").unwrap_err();
+        assert_eq!(
+            e.0,
+            "--retry_port: invalid value \"64kB\": expected a whole number of bytes, KiB or MiB: \
+             65536, 64KiB, 4MiB"
+        );
+    }
 
     const SPEC: &[Spec] = &[value("control_port"), value("retry_port"), switch("json")];
 

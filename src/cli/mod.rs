@@ -285,6 +285,74 @@ mod tests {
     }
 
     #[test]
+    fn cache_size_takes_bytes_kib_or_mib_up_to_1024mib() {
+        for ok in ["0", "65536", "64KiB", "1024MiB"] {
+            let line = format!("proxy --upstream 127.0.0.1:5684 --cache-size {ok}");
+            assert_eq!(parse_only(&argv(&line)), Ok(()), "{line}");
+        }
+        for (bad, says) in [
+            (
+                "64kB",
+                "expected a whole number of bytes, KiB or MiB: 65536, 64KiB, 4MiB",
+            ),
+            ("4M", "expected a whole number of bytes, KiB or MiB"),
+            ("-1", "expected a whole number of bytes, KiB or MiB"),
+            ("1025MiB", "must be at most 1024MiB (0 turns the cache off)"),
+        ] {
+            let line = format!("proxy --upstream 127.0.0.1:5684 --cache-size {bad}");
+            let e = parse_only(&argv(&line)).unwrap_err();
+            assert!(
+                e.0.starts_with("--cache-size: ") && e.0.contains(says),
+                "{bad}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn max_inflight_bytes_takes_the_same_sizes() {
+        let line = "proxy --upstream 127.0.0.1:5684 --max-inflight-bytes 8MiB";
+        assert_eq!(parse_only(&argv(line)), Ok(()));
+        let line = "proxy --upstream 127.0.0.1:5684 --max-inflight-bytes 1KiB";
+        let e = parse_only(&argv(line)).unwrap_err();
+        assert!(e.0.contains("at least --max-request-size"), "{e}");
+    }
+
+    #[test]
+    fn cache_size_in_a_config_file_is_checked_on_its_line() {
+        let file =
+            |value: &str| format!("[proxy]\nupstream = 127.0.0.1:5684\n\ncache-size = {value}\n");
+        assert_eq!(check_config_text("x.conf", &file("4MiB # four")), Ok(()));
+        let e = check_config_text("x.conf", &file("4 MiB")).unwrap_err();
+        assert!(
+            e.0.starts_with("x.conf:4: cache-size: invalid value \"4 MiB\""),
+            "{e}"
+        );
+        let e = check_config_text("x.conf", &file("2048MiB")).unwrap_err();
+        assert!(
+            e.0.starts_with("x.conf:4: cache-size: must be at most 1024MiB"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn check_config_reports_the_cache_on_with_its_bytes_or_off() {
+        let text = "[proxy]\nupstream = 127.0.0.1:5684\ncache-size = 4MiB\n\
+                    [proxy]\nlisten = 0.0.0.0:5685\nupstream = 127.0.0.1:5686\ncache-size = 1000\n\
+                    [proxy]\nlisten = 0.0.0.0:5687\nupstream = 127.0.0.1:5688\n";
+        let plan = serve::plan_from_text("x.conf", text).unwrap();
+        let lines: Vec<String> = serve::describe(&plan).lines().map(String::from).collect();
+        assert!(
+            lines[0].ends_with("; response cache on, 4194304 bytes (4MiB)"),
+            "{lines:?}"
+        );
+        assert!(
+            lines[1].ends_with("; response cache on, 1000 bytes"),
+            "{lines:?}"
+        );
+        assert!(lines[2].ends_with("; response cache off"), "{lines:?}");
+    }
+
+    #[test]
     fn check_config_text_names_file_line_and_key() {
         let text = "[proxy]\nupstream = 127.0.0.1:5684\njitter = 2\n";
         let e = check_config_text("x.conf", text).unwrap_err();

@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use super::flags::{switch, value, DurationArg, Flags, Parsed, Spec, UsageError};
+use super::flags::{switch, value, DurationArg, Flags, Parsed, SizeArg, Spec, UsageError};
 use super::resolve;
 use backoffd::proxy::{
     AllowedTarget, ClientBudget, ProxyComponent, ProxyConfig, RetryPolicy, Routing,
@@ -46,8 +46,8 @@ Limits and timing:
                                  requests/s at 247s), so 1024 sustain ~271,000 requests/s per
                                  upstream; each is a file descriptor and, to the upstream, a
                                  peer of its own (default 1024; past it: 5.03)
-  --max-inflight-bytes N         bytes the copies of the requests in flight may take; past
-                                 it: 5.03 (default 4194304, 4 MiB)
+  --max-inflight-bytes BYTES     what the copies of the requests in flight may take; past
+                                 it: 5.03 (default 4MiB)
   --max-request-size N           longest request datagram taken, bytes; longer: 4.13 with
                                  Size1 (default 1152, RFC 7252 §4.6; at most 65527)
   --max-options N                options per request, a Proxy-Uri counting as its Uri-Path and
@@ -55,6 +55,9 @@ Limits and timing:
   --max-cached N                 finished answers kept for duplicates (default 100000)
   --max-cached-per-client N      of those, one client's at most: past it its own oldest go
                                  first (default 10000)
+  --cache-size BYTES             response cache (RFC 7252 §5.6) for GET and FETCH: what it may
+                                 hold, its bookkeeping included; the least recently used entry
+                                 goes first (default 0: off; at most 1024MiB)
   --max-observations N           live observations (default 1000)
   --observe-con-every N          at least every Nth notification to a client is a CON; one
                                  never acknowledged ends the observation (default 20,
@@ -81,7 +84,8 @@ Limits and timing:
   --seed N                       seed for jitter, tokens and Message IDs (default: random)
   -h, --help                     this help
 
-Durations: 500ms, 2s, 1.5s, 250us, 1m. Invalid configuration exits 2 naming the flag.
+Durations: 500ms, 2s, 1.5s, 250us, 1m. Sizes: 65536, 64KiB, 4MiB (bytes, or 1024-based
+units). Invalid configuration exits 2 naming the flag.
 ";
 
 pub(super) const SPEC: &[Spec] = &[
@@ -109,6 +113,7 @@ pub(super) const SPEC: &[Spec] = &[
     value("max-options"),
     value("max-cached"),
     value("max-cached-per-client"),
+    value("cache-size"),
     value("max-observations"),
     value("observe-con-every"),
     switch("validate-sources"),
@@ -233,7 +238,6 @@ pub fn config_from_flags(flags: &Flags) -> Result<ProxyConfig, UsageError> {
         .collect::<Result<Vec<_>, _>>()?;
     let upstream = super::addr_flag(flags, "upstream")?;
     Ok(ProxyConfig {
-        cache_size: defaults.cache_size,
         policy,
         non_idempotent,
         routing: Routing {
@@ -250,12 +254,15 @@ pub fn config_from_flags(flags: &Flags) -> Result<ProxyConfig, UsageError> {
             .get_or("max-inflight-per-client", defaults.max_inflight_per_client)?,
         max_upstream_endpoints: flags
             .get_or("max-upstream-endpoints", defaults.max_upstream_endpoints)?,
-        max_inflight_bytes: flags.get_or("max-inflight-bytes", defaults.max_inflight_bytes)?,
+        max_inflight_bytes: flags
+            .get_or("max-inflight-bytes", SizeArg(defaults.max_inflight_bytes))?
+            .0,
         max_request_size: flags.get_or("max-request-size", defaults.max_request_size)?,
         max_options: flags.get_or("max-options", defaults.max_options)?,
         max_cached: flags.get_or("max-cached", defaults.max_cached)?,
         max_cached_per_client: flags
             .get_or("max-cached-per-client", defaults.max_cached_per_client)?,
+        cache_size: flags.get_or("cache-size", SizeArg(defaults.cache_size))?.0,
         max_observations: flags.get_or("max-observations", defaults.max_observations)?,
         observe_con_every: flags.get_or("observe-con-every", defaults.observe_con_every)?,
         client_budget: budget_from_flags(flags, defaults.client_budget)?,

@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use super::config_file::{self, Section};
-use super::flags::{switch, value, DurationArg, Flags, Parsed, Spec, UsageError};
+use super::flags::{switch, value, DurationArg, Flags, Parsed, SizeArg, Spec, UsageError};
 use super::proxy::{config_from_flags as proxy_config, SPEC as PROXY_SPEC};
 use backoffd::proxy::{ProxyComponent, ProxyConfig};
 use backoffd::reactor::{self, Component, Reactor, WakeMode};
@@ -231,14 +231,15 @@ pub fn describe(plan: &Plan) -> String {
         let p = &c.policy;
         out += &format!(
             "proxy on {listen}: {target}; timeout {:?}, {} retries, x{}, +-{}%, total {:?}; \
-             up to {} endpoints per upstream (~{:.0} requests/s sustained)\n",
+             up to {} endpoints per upstream (~{:.0} requests/s sustained); {}\n",
             p.timeout,
             p.max_retries,
             p.backoff_factor,
             p.jitter * 100.0,
             p.total_timeout,
             c.max_upstream_endpoints,
-            c.sustained_rate_per_upstream()
+            c.sustained_rate_per_upstream(),
+            describe_cache(c.cache_size)
         );
     }
     if let Some(r) = &plan.reconnect {
@@ -251,6 +252,17 @@ pub fn describe(plan: &Plan) -> String {
         out += &format!("metrics on http://{m}/metrics\n");
     }
     out
+}
+
+/// The response cache as [`describe`] reports it: off, or its budget in bytes (and as written
+/// with a unit, when it has one), so a slip of units shows.
+fn describe_cache(size: usize) -> String {
+    let short = SizeArg(size).to_string();
+    match size {
+        0 => "response cache off".into(),
+        _ if short == size.to_string() => format!("response cache on, {size} bytes"),
+        _ => format!("response cache on, {size} bytes ({short})"),
+    }
 }
 
 fn run(plan: Plan, wake: WakeMode, drain: Duration) -> i32 {

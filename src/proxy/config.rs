@@ -243,6 +243,12 @@ impl Default for ProxyConfig {
 /// More endpoints than this per upstream would outnumber the ephemeral ports of a host.
 pub const MAX_UPSTREAM_ENDPOINTS: usize = 16_384;
 
+/// The largest `--cache-size`, 1 GiB. A CoAP response is one datagram, and usually well under
+/// a kilobyte, so this holds about a million responses with their bookkeeping: more than one
+/// single-threaded proxy needs. A larger value is more likely a slip of units than a plan, and
+/// would let the cache outgrow the host's memory unnoticed.
+pub const MAX_CACHE_SIZE: usize = 1 << 30;
+
 impl ProxyConfig {
     /// Upstreams this configuration talks to: the reverse one and every allowed target.
     pub fn upstream_count(&self) -> usize {
@@ -289,6 +295,12 @@ impl ProxyConfig {
             }
         }
         self.validate_sizes()?;
+        if self.cache_size > MAX_CACHE_SIZE {
+            return Err(ConfigError(format!(
+                "--cache-size: must be at most {}MiB (0 turns the cache off)",
+                MAX_CACHE_SIZE >> 20
+            )));
+        }
         if !(1..=MAX_UPSTREAM_ENDPOINTS).contains(&self.max_upstream_endpoints) {
             return Err(ConfigError(format!(
                 "--max-upstream-endpoints: must be 1..={MAX_UPSTREAM_ENDPOINTS}"
@@ -462,6 +474,22 @@ mod tests {
             edit(&mut bad);
             assert!(bad.validate().unwrap_err().0.starts_with(flag), "{flag}");
         }
+    }
+
+    #[test]
+    fn cache_size_is_off_at_zero_and_refused_past_the_maximum() {
+        let mut c = ProxyConfig::default();
+        c.routing.upstream = Some("127.0.0.1:5683".parse().unwrap());
+        for ok in [0, 1, MAX_CACHE_SIZE] {
+            c.cache_size = ok;
+            assert!(c.validate().is_ok(), "{ok}");
+        }
+        c.cache_size = MAX_CACHE_SIZE + 1;
+        let e = c.validate().unwrap_err();
+        assert_eq!(
+            e.0,
+            "--cache-size: must be at most 1024MiB (0 turns the cache off)"
+        );
     }
 
     #[test]

@@ -344,7 +344,6 @@ impl Proxy {
     }
 
     /// The response cache's counters, entries and bytes, for metrics.
-    #[allow(dead_code)] // until the metrics read it (issue 14, in progress)
     pub(crate) fn cache_stats(&self) -> (CacheCounters, usize, usize) {
         let c = &self.cache;
         (c.counters(), c.entries(), c.bytes())

@@ -1,7 +1,8 @@
 //! The proxy's families in the metrics exposition: its counters under `backoffd_coap_*`,
-//! and per-upstream gauges of the endpoint pool.
+//! per-upstream gauges of the endpoint pool, and the response cache's families.
 
-use super::{Counters, UpstreamStats};
+use super::cache::CacheCounters;
+use super::{Counters, Proxy, UpstreamStats};
 use crate::metrics::MetricsWriter;
 
 /// The plain counters: name after `backoffd_coap_`, help, and where the value comes from.
@@ -84,7 +85,7 @@ const COUNTERS: &[(&str, &str, fn(&Counters) -> u64)] = &[
     ),
     (
         "cache_evictions_total",
-        "Finished answers evicted because the cache was full.",
+        "Finished answers evicted because their store was full (--max-cached).",
         |c| c.cache_evictions,
     ),
     (
@@ -230,3 +231,132 @@ const GAUGES: &[Gauge] = &[
         c.observations as f64
     }),
 ];
+
+/// The response cache's families are named apart from the answer store's older
+/// `backoffd_coap_cached_answers` and `backoffd_coap_cache_evictions_total`, which keep their
+/// names and meaning.
+const RESPONSE_CACHE: &str = "backoffd_coap_response_cache_";
+
+/// The response cache's counters: name after [`RESPONSE_CACHE`], help, and where the value
+/// comes from.
+#[allow(clippy::type_complexity)]
+const CACHE_COUNTERS: &[(&str, &str, fn(&CacheCounters) -> u64)] = &[
+    (
+        "hits_total",
+        "Requests answered from a fresh cached response (RFC 7252 §5.6.1).",
+        |c| c.hits,
+    ),
+    (
+        "misses_total",
+        "Cacheable requests with no usable cached response: forwarded.",
+        |c| c.misses,
+    ),
+    (
+        "revalidations_total",
+        "Stale cached responses with an ETag, asked for upstream with it (RFC 7252 §5.6.2).",
+        |c| c.revalidations,
+    ),
+    (
+        "revalidated_total",
+        "Of the revalidations, those the upstream confirmed with 2.03 Valid.",
+        |c| c.revalidated,
+    ),
+    (
+        "invalidations_total",
+        "Successful unsafe requests that made a resource's cached responses stale (RFC 7252 §5.6).",
+        |c| c.invalidations,
+    ),
+    (
+        "evictions_total",
+        "Cached responses evicted, least recently used first, to stay within --cache-size.",
+        |c| c.evictions,
+    ),
+    (
+        "expired_total",
+        "Stale cached responses without an ETag, dropped on lookup: they cannot be revalidated.",
+        |c| c.expired,
+    ),
+    (
+        "stored_total",
+        "Upstream responses stored in the response cache.",
+        |c| c.stored,
+    ),
+];
+
+/// The response cache's counters and gauges, under [`RESPONSE_CACHE`] names. Written whether
+/// or not the cache is on (zeros when off), like the `--validate-sources` counters, so that a
+/// dashboard needs no case for it.
+#[allow(dead_code)] // until ProxyComponent's write_metrics calls it (src/proxy/driver.rs)
+pub(super) fn write_cache_metrics(engine: &Proxy, out: &mut MetricsWriter) {
+    let (counters, entries, bytes) = engine.cache_stats();
+    for (name, help, read) in CACHE_COUNTERS {
+        out.counter(&format!("{RESPONSE_CACHE}{name}"), help, read(&counters));
+    }
+    for (name, help, value) in [
+        ("entries", "Responses in the response cache.", entries),
+        (
+            "bytes",
+            "Bytes the response cache holds, its bookkeeping included.",
+            bytes,
+        ),
+        (
+            "budget_bytes",
+            "What the response cache may hold (--cache-size); 0: off.",
+            engine.config.cache_size,
+        ),
+    ] {
+        out.gauge(&format!("{RESPONSE_CACHE}{name}"), help, value as f64);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proxy::{ProxyConfig, Seeds};
+
+    fn cache_exposition(cache_size: usize) -> String {
+        let config = ProxyConfig {
+            cache_size,
+            ..ProxyConfig::default()
+        };
+        let engine = Proxy::new(
+            config,
+            Seeds {
+                rng: 1,
+                hash: [1, 2],
+            },
+        );
+        let mut out = MetricsWriter::new();
+        write_cache_metrics(&engine, &mut out);
+        out.finish()
+    }
+
+    /// The value of the sample named `name` in `text`.
+    fn sample(text: &str, name: &str) -> Option<String> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ').map(String::from))
+    }
+
+    #[test]
+    fn cache_families_are_written_with_zeros_when_the_cache_is_off() {
+        let text = cache_exposition(0);
+        let gauges = ["entries", "bytes", "budget_bytes"];
+        for (name, kind) in (CACHE_COUNTERS.iter().map(|(n, _, _)| (*n, "counter")))
+            .chain(gauges.map(|n| (n, "gauge")))
+        {
+            let family = format!("{RESPONSE_CACHE}{name}");
+            assert!(
+                text.contains(&format!("# TYPE {family} {kind}\n")),
+                "{family}"
+            );
+            assert_eq!(sample(&text, &family).as_deref(), Some("0"), "{family}");
+        }
+    }
+
+    #[test]
+    fn cache_budget_gauge_is_the_configured_cache_size() {
+        let text = cache_exposition(4 << 20);
+        let budget = sample(&text, "backoffd_coap_response_cache_budget_bytes");
+        assert_eq!(budget.as_deref(), Some("4194304"));
+    }
+}
