@@ -6,7 +6,8 @@ mod common;
 use std::net::UdpSocket;
 use std::process::{Command, Output};
 
-use common::Daemon;
+use common::exposition::scrape;
+use common::{proxy_with_metrics, Daemon};
 
 fn backoffd(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_backoffd"))
@@ -115,4 +116,35 @@ fn a_bad_cache_size_in_a_config_file_names_file_line_and_key() {
         let out = check_config("bad-cache.conf", &text);
         assert_usage_error(&out, &["bad-cache.conf:3: cache-size: ", says]);
     }
+}
+
+#[test]
+fn the_response_cache_families_are_in_a_scrape_with_the_budget() {
+    let upstream = UdpSocket::bind("127.0.0.1:0").expect("an upstream port");
+    let up = upstream.local_addr().expect("its address");
+    let (daemon, _, metrics) = proxy_with_metrics(up, &["--cache-size", "64KiB"]);
+    let m = scrape(metrics);
+    for (name, kind) in [
+        ("hits_total", "counter"),
+        ("misses_total", "counter"),
+        ("revalidations_total", "counter"),
+        ("revalidated_total", "counter"),
+        ("invalidations_total", "counter"),
+        ("evictions_total", "counter"),
+        ("expired_total", "counter"),
+        ("stored_total", "counter"),
+        ("entries", "gauge"),
+        ("bytes", "gauge"),
+        ("budget_bytes", "gauge"),
+    ] {
+        let family = format!("backoffd_coap_response_cache_{name}");
+        assert_eq!(
+            m.types.get(&family).map(String::as_str),
+            Some(kind),
+            "{family}"
+        );
+    }
+    assert_eq!(m.get("backoffd_coap_response_cache_budget_bytes"), 65536.0);
+    assert_eq!(m.get("backoffd_coap_response_cache_entries"), 0.0);
+    assert_eq!(daemon.terminate(), Some(0));
 }

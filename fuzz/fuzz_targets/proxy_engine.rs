@@ -28,6 +28,8 @@ fuzz_target!(|data: &[u8]| {
         },
         max_inflight: 64,
         max_cached: 64,
+        // The response cache on, small: hits, revalidations, invalidations and evictions.
+        cache_size: 16 << 10,
         // Small limits, so that the fuzzer reaches every refusal (4.13, 4.02, 5.03 for bytes)
         // and the shares' evictions out of order and compactions.
         max_request_size: 128,

@@ -28,7 +28,7 @@ use std::os::fd::{AsRawFd, RawFd};
 
 use mio::net::UdpSocket;
 
-use super::metrics::{write_proxy_metrics, write_upstream_metrics};
+use super::metrics::{write_cache_metrics, write_proxy_metrics, write_upstream_metrics};
 use super::report::Report;
 use super::{Destination, EndpointEvent, EndpointId, Proxy, ProxyConfig, Seeds};
 use crate::metrics::{MetricsSource, MetricsWriter};
@@ -287,6 +287,7 @@ impl MetricsSource for ProxyComponent {
     fn write_metrics(&self, out: &mut MetricsWriter) {
         write_proxy_metrics(&self.engine.counters(), self.send_drops, out);
         write_upstream_metrics(&self.engine.upstream_stats(self.last_now), out);
+        write_cache_metrics(&self.engine, out);
     }
 }
 

@@ -286,7 +286,6 @@ const CACHE_COUNTERS: &[(&str, &str, fn(&CacheCounters) -> u64)] = &[
 /// The response cache's counters and gauges, under [`RESPONSE_CACHE`] names. Written whether
 /// or not the cache is on (zeros when off), like the `--validate-sources` counters, so that a
 /// dashboard needs no case for it.
-#[allow(dead_code)] // until ProxyComponent's write_metrics calls it (src/proxy/driver.rs)
 pub(super) fn write_cache_metrics(engine: &Proxy, out: &mut MetricsWriter) {
     let (counters, entries, bytes) = engine.cache_stats();
     for (name, help, read) in CACHE_COUNTERS {
