@@ -24,6 +24,7 @@
 //! | observe_relays_notifications_until_cancelled                  | both    | aiocoap |
 //! | lossy_network_posts_execute_exactly_once                      | both    | aiocoap |
 //! | forward_proxy_serves_allowed_targets_and_refuses_others_...   | both    | libcoap; aiocoap not allowed |
+//! | the_cache_serves_within_max_age_revalidates_with_the_etag_... | aiocoap | aiocoap |
 
 use std::io::{BufRead, BufReader, Read};
 use std::net::{SocketAddr, TcpListener, UdpSocket};
@@ -330,9 +331,16 @@ const START: Duration = Duration::from_secs(15);
 
 /// tests/interop/aiocoap_server.py on 127.0.0.1 and a kernel-chosen port.
 fn aiocoap_server() -> (Proc, u16) {
+    aiocoap_server_with(&[])
+}
+
+/// [`aiocoap_server`] with extra arguments.
+fn aiocoap_server_with(args: &[&str]) -> (Proc, u16) {
     let mut p = Proc::spawn(
         "aiocoap server",
-        Command::new(&peers().python).arg(script("aiocoap_server.py")),
+        Command::new(&peers().python)
+            .arg(script("aiocoap_server.py"))
+            .args(args),
     );
     let port = p.wait_stdout("READY ", START).parse().unwrap();
     (p, port)
@@ -1267,5 +1275,63 @@ fn forward_proxy_serves_allowed_targets_and_refuses_others_with_4_03() {
         denied.stdout_text().contains("CODE 4.03"),
         "{}",
         denied.dump()
+    );
+}
+
+/// aiocoap client -> proxy with `--cache-size 1MiB` -> aiocoap's /tagged (ETag, Max-Age 2 s),
+/// counted at the upstream (RFC 7252 §5.6): a second GET within Max-Age never reaches it;
+/// after expiry it sees one GET carrying the stored ETag and answers 2.03, and the client
+/// still gets the body; a PUT makes the next GET go upstream, and that GET gets the new value.
+#[test]
+fn the_cache_serves_within_max_age_revalidates_with_the_etag_and_a_put_invalidates() {
+    let (mut server, port) = aiocoap_server_with(&["--tagged-max-age", "2"]);
+    let upstream = format!("127.0.0.1:{port}");
+    let (_proxy, addr) = proxy(
+        "127.0.0.1:0",
+        &["--upstream", &upstream, "--cache-size", "1MiB"],
+    );
+    let uri = format!("coap://{addr}/tagged");
+    let get = |body: &str| {
+        let client = aiocoap_client(&["request", "get", &uri], T10);
+        assert_line(&client, &format!("TEXT {body}"));
+    };
+    let upstream_gets = |server: &Proc| {
+        let lines = server.stdout();
+        let gets = lines.iter().filter_map(|l| l.strip_prefix("TAGGED GET "));
+        gets.map(str::to_owned).collect::<Vec<_>>()
+    };
+    get("v1");
+    get("v1");
+    assert_eq!(upstream_gets(&server), ["-"], "the second GET was a hit");
+    std::thread::sleep(Duration::from_millis(2200));
+    get("v1");
+    server.wait_stdout_count("TAGGED VALID", 1, T10);
+    let tag1 = b"tag1"
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<String>();
+    assert_eq!(
+        upstream_gets(&server),
+        ["-".to_owned(), tag1],
+        "revalidated with the ETag"
+    );
+    get("v1");
+    assert_eq!(
+        upstream_gets(&server).len(),
+        2,
+        "fresh again after the 2.03"
+    );
+    let body = scratch("cache_put").join("v2");
+    std::fs::write(&body, b"v2").unwrap();
+    let put = aiocoap_client(
+        &["request", "put", &uri, "--in", body.to_str().unwrap()],
+        T10,
+    );
+    assert_line(&put, "CODE 2.04 0");
+    get("v2");
+    assert_eq!(
+        upstream_gets(&server).len(),
+        3,
+        "the PUT made the entry stale"
     );
 }

@@ -14,6 +14,10 @@ then serves until killed. Resources:
               so the answer is separate); GET: the current value
   /clock      observable: an integer incremented every --tick seconds; each change notifies;
               prints `OBSERVERS <n>` on stdout whenever the number of observers changes
+  /tagged     GET: the stored value with ETag `tag<version>` and Max-Age --tagged-max-age; a
+              request naming the current ETag gets 2.03 Valid (RFC 7252 §5.10.6.2). Prints
+              `TAGGED GET <request ETags in hex, comma-separated, or ->` and, for a 2.03,
+              `TAGGED VALID`. PUT: a new value and version, 2.04, prints `TAGGED PUT`
 
 Every stdout line is flushed at once: the Rust test reads them as they come.
 """
@@ -95,6 +99,31 @@ class Counter(resource.Resource):
         return aiocoap.Message(code=Code.CHANGED, payload=str(self.value).encode())
 
 
+class Tagged(resource.Resource):
+    def __init__(self, max_age):
+        super().__init__()
+        self.value = b"v1"
+        self.version = 1
+        self.max_age = max_age
+
+    def etag(self):
+        return b"tag%d" % self.version
+
+    async def render_get(self, request):
+        etags = list(request.opt.etags)
+        say("TAGGED", "GET", ",".join(e.hex() for e in etags) or "-")
+        if self.etag() in etags:
+            say("TAGGED", "VALID")
+            return aiocoap.Message(code=Code.VALID, etag=self.etag(), max_age=self.max_age)
+        return aiocoap.Message(payload=self.value, etag=self.etag(), max_age=self.max_age)
+
+    async def render_put(self, request):
+        self.value = request.payload
+        self.version += 1
+        say("TAGGED", "PUT")
+        return aiocoap.Message(code=Code.CHANGED)
+
+
 class Clock(resource.ObservableResource):
     def __init__(self, tick):
         super().__init__()
@@ -121,6 +150,7 @@ async def main():
     parser.add_argument("--slow", type=float, default=1.5)
     parser.add_argument("--tick", type=float, default=0.2)
     parser.add_argument("--big-size", type=int, default=4096)
+    parser.add_argument("--tagged-max-age", type=int, default=60)
     args = parser.parse_args()
 
     clock = Clock(args.tick)
@@ -131,6 +161,7 @@ async def main():
     site.add_resource(["upload"], Upload())
     site.add_resource(["counter"], Counter())
     site.add_resource(["clock"], clock)
+    site.add_resource(["tagged"], Tagged(args.tagged_max_age))
 
     ctx = await aiocoap.Context.create_server_context(
         site, bind=(args.host, 0), transports=["udp6"]
