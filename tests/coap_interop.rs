@@ -25,6 +25,7 @@
 //! | lossy_network_posts_execute_exactly_once                      | both    | aiocoap |
 //! | forward_proxy_serves_allowed_targets_and_refuses_others_...   | both    | libcoap; aiocoap not allowed |
 //! | the_cache_serves_within_max_age_revalidates_with_the_etag_... | aiocoap | aiocoap |
+//! | a_blockwise_get_of_a_cached_resource_needs_no_upstream_traffic | libcoap | aiocoap |
 
 use std::io::{BufRead, BufReader, Read};
 use std::net::{SocketAddr, TcpListener, UdpSocket};
@@ -1333,5 +1334,40 @@ fn the_cache_serves_within_max_age_revalidates_with_the_etag_and_a_put_invalidat
         upstream_gets(&server).len(),
         3,
         "the PUT made the entry stale"
+    );
+}
+
+/// libcoap client (256-byte blocks) -> proxy with `--cache-size 1MiB` -> tap -> aiocoap's
+/// /big (4 KiB, Block2, no ETag): the first block-wise GET fills the cache block by block
+/// (RFC 7959 §2.10); the second gets the same bytes and sends nothing upstream.
+#[test]
+fn a_blockwise_get_of_a_cached_resource_needs_no_upstream_traffic() {
+    let dir = scratch("blockwise-cached");
+    let (_server, port) = aiocoap_server();
+    let server: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let (up_tap, up_via) = tap("tap proxy->server", server);
+    let upstream = up_via.to_string();
+    let (_proxy, addr) = proxy(
+        "127.0.0.1:0",
+        &["--upstream", &upstream, "--cache-size", "1MiB"],
+    );
+    let fetch = |name: &str| {
+        let out = dir.join(name);
+        let path = out.to_str().unwrap();
+        let uri = format!("coap://{addr}/big");
+        coap_client_ok(&["-B", "15", "-b", "256", "-o", path, &uri], T20);
+        assert_same_bytes(&std::fs::read(&out).unwrap(), &big_body(), name);
+    };
+    fetch("first.bin");
+    let upstream_gets = || count_seen(&seen(&up_tap), true, "CON", "0.01");
+    let filled = wait_seen(&up_tap, "16 block GETs", |s| {
+        count_seen(s, true, "CON", "0.01") >= 16
+    });
+    fetch("second.bin");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        upstream_gets(),
+        count_seen(&filled, true, "CON", "0.01"),
+        "the second transfer came from the cache"
     );
 }

@@ -33,8 +33,8 @@
 //! and no transfer state, its memory stays bounded by entry, any block size a client picks
 //! works, and a block-wise GET of a cached resource is answered block by block with no upstream
 //! traffic. Blocks of one key are kept consistent by ETag (§2.4): storing a block drops every
-//! other block of its key that does not carry the same ETag, and validating one block
-//! validates those that do (§2.10). The cost: each block size is an entry of its own, and a
+//! other block of its key that does not carry the same ETag (untagged blocks count as one
+//! representation), and validating one block validates those that do (§2.10). The cost: each block size is an entry of its own, and a
 //! request without Block2 is a different entry from one asking for block 0.
 //!
 //! **Memory.** `ResponseCache::new(budget)` bounds what the cache holds, counted in bytes:
@@ -290,15 +290,18 @@ impl ResponseCache {
     }
 
     /// Drops the entries of `key` that are not of the representation tagged `etag`: blocks
-    /// of one key must come from one representation (RFC 7959 §2.4), and without an ETag
-    /// there is no telling.
+    /// of one key must come from one representation (RFC 7959 §2.4). Untagged blocks are
+    /// taken as one representation, as a client reassembling them from the origin would
+    /// take them: telling representations apart is what the ETag a server SHOULD send is
+    /// for (§2.4), and dropping every other untagged block would make a block-wise GET of
+    /// such a resource miss on all blocks but the last.
     fn drop_other_representations(&mut self, key: &[u8], etag: Option<Etag>) {
         let Some(entries) = self.keys.get(key) else {
             return;
         };
         let other = |id: &LruId| {
             let theirs = self.lru.get(*id).and_then(|e| e.response.etag());
-            theirs.is_none() || theirs != etag
+            theirs != etag
         };
         let ids = entries.blocks.iter().map(|&(_, id)| id);
         let others: Vec<LruId> = ids.filter(other).collect();

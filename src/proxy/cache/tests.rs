@@ -683,6 +683,27 @@ fn each_block_is_cached_under_its_number_and_size() {
 }
 
 #[test]
+fn untagged_blocks_are_kept_as_one_representation_and_a_tagged_one_replaces_them() {
+    let (mut cache, (key, _)) = (cache(), key_of(&get(&[])));
+    for num in 0..3 {
+        let b2 = BlockValue::new(num, true, 0).encode().unwrap();
+        let untagged = message(Code::CONTENT, &[(option::BLOCK2, &b2)], &[num as u8; 16]);
+        cache
+            .store(at(0.0), &key, block_ref(num), &parse(&untagged))
+            .unwrap();
+    }
+    assert_eq!(cache.entries(), 3);
+    cache
+        .store(at(1.0), &key, block_ref(1), &parse(&block(1, b"e")))
+        .unwrap();
+    assert_eq!(
+        cache.entries(),
+        1,
+        "a tagged block is another representation"
+    );
+}
+
+#[test]
 fn a_block_with_a_new_etag_drops_the_blocks_of_other_representations() {
     let (mut cache, (key, _)) = (cache(), key_of(&get(&[])));
     for num in 0..3 {
@@ -877,7 +898,7 @@ fn model_store(model: &mut HashMap<(u8, Option<u8>), Given>, at: (u8, Option<u8>
     let etag = new.and_then(|(_, _, etag)| etag);
     for (_, given) in model.iter_mut().filter(|(&k, _)| k.0 == at.0 && k != at) {
         // Blocks of another representation are dropped (RFC 7959 §2.4).
-        let same = given.is_some_and(|(_, _, e)| e.is_some() && e == etag);
+        let same = given.is_some_and(|(_, _, e)| e == etag);
         if new.is_some() && !same {
             *given = None;
         }
