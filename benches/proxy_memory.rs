@@ -27,9 +27,11 @@ use std::process::Command;
 use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::{Duration, Instant};
 
-use backoffd::coap::option::PROXY_URI;
+use backoffd::coap::option::{PROXY_URI, URI_PATH};
 use backoffd::coap::{Code, MessageBuilder, MessageType};
-use backoffd::proxy::{AllowedTarget, Proxy, ProxyConfig, RetryPolicy, Routing, Seeds};
+use backoffd::proxy::{
+    AllowedTarget, Destination, Proxy, ProxyConfig, RetryPolicy, Routing, Seeds,
+};
 use backoffd::time::Timestamp;
 use common::exposition::scrape;
 use common::{free_port, Daemon};
@@ -337,6 +339,86 @@ fn engine_heap_per_exchange() -> Heap {
     }
 }
 
+/// Cache entries filled by [`engine_heap_per_cache_entry`].
+const CACHED: u32 = 50_000;
+
+/// Heap bytes per response cache entry: the engine fed [`CACHED`] GETs of distinct paths
+/// (`/e/<i>`, 2.05 with 16 bytes, as the upstream answers them) with the cache on, less the
+/// same run with it off (which keeps the same answers for retransmissions).
+fn engine_heap_per_cache_entry() -> Heap {
+    let run = |cache_size: usize| {
+        let config = ProxyConfig {
+            routing: Routing {
+                upstream: Some("127.0.0.1:9".parse().expect("literal")),
+                allow: Vec::new(),
+                forward: false,
+            },
+            max_cached_per_client: CACHED as usize,
+            cache_size,
+            ..ProxyConfig::default()
+        };
+        let before = (
+            REQUESTED.load(Ordering::Relaxed),
+            USABLE.load(Ordering::Relaxed),
+        );
+        let seeds = Seeds {
+            rng: 1,
+            hash: [1, 2],
+        };
+        let mut proxy = Proxy::new(config, seeds);
+        let now = Timestamp::from_nanos(1_000_000_000);
+        proxy.accept_endpoint_events(now);
+        let client: SocketAddr = "127.0.0.1:40000".parse().expect("literal");
+        for i in 0..CACHED {
+            let mut out = Vec::with_capacity(32);
+            let mut b = MessageBuilder::new(
+                &mut out,
+                MessageType::Con,
+                Code::GET,
+                i as u16,
+                &i.to_be_bytes(),
+            );
+            b.option(URI_PATH, b"e")
+                .option(URI_PATH, i.to_string().as_bytes());
+            b.finish().expect("a small request");
+            proxy.handle_client_datagram(now, client, &out);
+            while let Some(t) = proxy.poll_transmit() {
+                if let Destination::Upstream(id) = t.to {
+                    proxy.handle_upstream_datagram(now, id, &content(&t.payload));
+                }
+            }
+        }
+        let after = (
+            REQUESTED.load(Ordering::Relaxed),
+            USABLE.load(Ordering::Relaxed),
+        );
+        drop(proxy);
+        (after.0 - before.0, after.1 - before.1)
+    };
+    let (on, off) = (run(256 << 20), run(0));
+    let n = f64::from(CACHED);
+    Heap {
+        requested: (on.0 - off.0) as f64 / n,
+        usable: (on.1 - off.1) as f64 / n,
+    }
+}
+
+/// A piggybacked 2.05 of 16 bytes to the upstream request `req`.
+fn content(req: &[u8]) -> Vec<u8> {
+    let req = backoffd::coap::Message::parse(req).expect("the proxy's request");
+    let mut out = Vec::with_capacity(32);
+    let mut b = MessageBuilder::new(
+        &mut out,
+        MessageType::Ack,
+        Code::CONTENT,
+        req.message_id(),
+        req.token(),
+    );
+    b.payload(b"0123456789abcdef");
+    b.finish().expect("a small answer");
+    out
+}
+
 fn binary_sizes() -> (u64, Option<u64>) {
     let bin = env!("CARGO_BIN_EXE_backoffd");
     let size = std::fs::metadata(bin).expect("the binary").len();
@@ -364,6 +446,7 @@ fn main() {
     let serve = idle_serve_rss();
     let loaded = loaded_proxy_rss();
     let heap = engine_heap_per_exchange();
+    let cache_entry = engine_heap_per_cache_entry();
     let per_exchange =
         (loaded.loaded_kib as f64 - loaded.idle_kib as f64) * KIB / f64::from(EXCHANGES);
 
@@ -399,6 +482,10 @@ fn main() {
         heap.requested, heap.usable
     );
     println!(
+        "| engine heap per response cache entry, {} entries of a 16-byte 2.05 at /e/<i> (requested / usable) | {:.0} B / {:.0} B | |",
+        CACHED, cache_entry.requested, cache_entry.usable
+    );
+    println!(
         "| release binary, unstripped / stripped | {} B / {} | |",
         unstripped,
         stripped.map_or("strip failed".into(), |s| format!("{s} B"))
@@ -408,7 +495,7 @@ fn main() {
         EXCHANGES, loaded.send_time
     );
     println!(
-        "{{\"bench\":\"proxy_memory\",\"idle_rss_kib\":{},\"serve_idle_rss_kib\":{},\"rss_before_load_kib\":{},\"rss_loaded_kib\":{},\"exchanges\":{},\"rss_bytes_per_exchange\":{:.1},\"heap_bytes_per_exchange\":{:.1},\"heap_usable_bytes_per_exchange\":{:.1},\"binary_bytes\":{},\"stripped_binary_bytes\":{}}}",
+        "{{\"bench\":\"proxy_memory\",\"idle_rss_kib\":{},\"serve_idle_rss_kib\":{},\"rss_before_load_kib\":{},\"rss_loaded_kib\":{},\"exchanges\":{},\"rss_bytes_per_exchange\":{:.1},\"heap_bytes_per_exchange\":{:.1},\"heap_usable_bytes_per_exchange\":{:.1},\"heap_bytes_per_cache_entry\":{:.1},\"binary_bytes\":{},\"stripped_binary_bytes\":{}}}",
         idle,
         serve,
         loaded.idle_kib,
@@ -417,6 +504,7 @@ fn main() {
         per_exchange,
         heap.requested,
         heap.usable,
+        cache_entry.requested,
         unstripped,
         stripped.map_or("null".into(), |s| s.to_string())
     );

@@ -8,6 +8,8 @@
 //!   same system calls per datagram without any state (the physical limit for a proxy here);
 //! - `backoffd`: `backoffd proxy --upstream` (reverse proxy);
 //! - `backoffd-fwd`: `backoffd proxy --forward` with Proxy-Uri requests, like libcoap below;
+//! - `backoffd-cache`: the reverse proxy with `--cache-size 4MiB`: every GET of the one path
+//!   but the first is a cache hit (a request and its answer, no upstream leg);
 //! - `libcoap`: Debian libcoap3-bin's `coap-server-notls -P` forward proxy (Proxy-Uri);
 //! - `aiocoap`: `aiocoap-proxy --reverse --unconditional` (PyPI aiocoap).
 //!
@@ -17,7 +19,7 @@
 //! target's median CON peak, the round trip through the target and, right after, directly to
 //! the upstream at the same rate: the difference is the latency the target adds.
 //!
-//! Every target runs with its default flags but one: backoffd's per-source send budget is off
+//! Every target runs with its default flags (backoffd-cache: and the cache) but one: backoffd's per-source send budget is off
 //! (`--client-bytes-per-sec 0`), because the generator is one source sending 100,000 requests
 //! a second, which is what that budget (200 datagrams/s per source by default, RFC 7252 §11.3)
 //! exists to stop. BASELINE_FLAGS adds flags to the baseline's command. The upstream watches the Message IDs it is sent, as
@@ -227,6 +229,15 @@ fn targets(up: SocketAddr, peers: bool) -> Vec<Target> {
                 "{bin} proxy --listen 127.0.0.1:{{port}} --forward --allow {up_s} {NO_SEND_BUDGET}"
             ))),
             options: proxy_uri.clone(),
+        },
+        // Every request after the first is a cache hit: 2 datagrams where a forward takes 4.
+        Target {
+            name: "backoffd-cache",
+            command: Some(words(&format!(
+                "{bin} proxy --listen 127.0.0.1:{{port}} --upstream {up_s} --cache-size 4MiB \
+                 {NO_SEND_BUDGET}"
+            ))),
+            options: path.clone(),
         },
     ];
     // BASELINE_BIN: another build of backoffd (say, the commit before a redesign), measured
