@@ -26,6 +26,7 @@
 //! | forward_proxy_serves_allowed_targets_and_refuses_others_...   | both    | libcoap; aiocoap not allowed |
 //! | the_cache_serves_within_max_age_revalidates_with_the_etag_... | aiocoap | aiocoap |
 //! | a_blockwise_get_of_a_cached_resource_needs_no_upstream_traffic | libcoap | aiocoap |
+//! | three_observers_through_the_cache_make_one_upstream_registration | aiocoap | aiocoap |
 
 use std::io::{BufRead, BufReader, Read};
 use std::net::{SocketAddr, TcpListener, UdpSocket};
@@ -1369,5 +1370,59 @@ fn a_blockwise_get_of_a_cached_resource_needs_no_upstream_traffic() {
         upstream_gets(),
         count_seen(&filled, true, "CON", "0.01"),
         "the second transfer came from the cache"
+    );
+}
+
+/// Three aiocoap observers of /clock through the proxy with `--cache-size 1MiB` (RFC 7641 §5):
+/// the second and third join the first's upstream registration, so aiocoap never counts more
+/// than one observer; each gets increasing notifications with its own token, and when all
+/// three have cancelled the upstream registration ends (OBSERVERS 0).
+#[test]
+fn three_observers_through_the_cache_make_one_upstream_registration() {
+    let (mut server, port) = aiocoap_server();
+    let upstream = format!("127.0.0.1:{port}");
+    let (_proxy, addr) = proxy(
+        "127.0.0.1:0",
+        &["--upstream", &upstream, "--cache-size", "1MiB"],
+    );
+    let uri = format!("coap://{addr}/clock");
+    let observe = |n: usize| {
+        Proc::spawn(
+            &format!("aiocoap observer {n}"),
+            Command::new(&peers().python)
+                .arg(script("aiocoap_client.py"))
+                .args([
+                    "--timeout",
+                    "15",
+                    "observe",
+                    &uri,
+                    "--count",
+                    "6",
+                    "--linger",
+                    "1",
+                ]),
+        )
+    };
+    let mut first = observe(1);
+    server.wait_stdout_count("OBSERVERS 1", 1, T10);
+    first.wait_stdout("NOTIFY ", T10);
+    let mut others = [observe(2), observe(3)];
+    for client in others.iter_mut().chain([&mut first]) {
+        client.finish_ok(T20);
+        let values = numbers(&client.stdout(), "NOTIFY ");
+        assert!(values.len() >= 6, "{}: {values:?}", client.name);
+        assert_increasing(&values, &client.name);
+        assert_line(client, "CANCELLED");
+    }
+    server.wait_stdout_count("OBSERVERS 0", 1, T10);
+    let counts: Vec<String> = server
+        .stdout()
+        .into_iter()
+        .filter(|l| l.starts_with("OBSERVERS"))
+        .collect();
+    assert_eq!(
+        counts,
+        ["OBSERVERS 1", "OBSERVERS 0"],
+        "one upstream registration"
     );
 }

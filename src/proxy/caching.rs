@@ -10,7 +10,7 @@
 
 use std::net::SocketAddr;
 
-use crate::coap::option::{ETAG, OBSERVE, URI_HOST, URI_PORT};
+use crate::coap::option::{decode_uint, ETAG, OBSERVE, URI_HOST, URI_PORT};
 use crate::coap::{Code, Message, MessageBuilder, MessageType};
 use crate::time::Timestamp;
 
@@ -60,6 +60,14 @@ pub(super) enum Consulted {
 }
 
 impl CacheUse {
+    /// The key a registration's answer is stored under: its group's, once it observes.
+    pub(super) fn stored_key(&self) -> Option<CacheKey> {
+        match self {
+            CacheUse::Store(Keyed { key, block2: None }) => Some(key.clone()),
+            _ => None,
+        }
+    }
+
     /// The ETag a revalidation adds to the request upstream (none if the client's has it).
     pub(super) fn etag_to_add(&self) -> Option<Etag> {
         match self {
@@ -94,9 +102,8 @@ impl Proxy {
             }
             Err(_) => return Consulted::Forward(None),
         };
-        // An observer's registration goes upstream: its answer still updates the entry.
         if msg.option(OBSERVE).is_some() {
-            return Consulted::Forward(Some(Box::new(CacheUse::Store(keyed))));
+            return self.consult_for_observer(now, (from, slot), msg, keyed);
         }
         let con = msg.msg_type() == MessageType::Con;
         let mut buf = std::mem::take(&mut self.scratch);
@@ -136,6 +143,34 @@ impl Proxy {
             true => Consulted::Answered,
             false => Consulted::Forward(Some(Box::new(CacheUse::Store(keyed)))),
         }
+    }
+
+    /// An Observe request: a registration joins the group observing its resource if there is
+    /// one and its representation is fresh (`fanout.rs`); otherwise, and for a
+    /// deregistration, it goes upstream, and its answer updates the entry.
+    fn consult_for_observer(
+        &mut self,
+        now: Timestamp,
+        client: (SocketAddr, ClientSlot),
+        msg: &Message,
+        keyed: Keyed,
+    ) -> Consulted {
+        let registers = msg.option(OBSERVE).and_then(|v| decode_uint(v).ok()) == Some(0);
+        let group = self.fanout.for_key(keyed.key.as_bytes());
+        let room = self.observations < self.config.max_observations;
+        let plain = msg.option(ETAG).is_none() && keyed.block2.is_none();
+        if let (true, true, true, Some(group)) = (registers, room, plain, group) {
+            let mut buf = Vec::new();
+            let fresh = match self.cache.lookup(now, &keyed.key, None) {
+                Lookup::Fresh(hit) => hit.encode(&mut buf, MessageType::Ack, 0, &[]).is_ok(),
+                _ => false,
+            };
+            if fresh {
+                self.join_group(now, client, msg, group, &buf);
+                return Consulted::Answered;
+            }
+        }
+        Consulted::Forward(Some(Box::new(CacheUse::Store(keyed))))
     }
 
     /// Sends a hit and keeps it for the request's retransmissions, like any answer the proxy

@@ -80,6 +80,9 @@ pub struct Counters {
     /// Observations ended by their client: a CON notification never acknowledged, an RST to
     /// a notification, or ICMP unreachable from the client.
     pub observers_lost: u64,
+    /// Observe registrations that joined an upstream registration another client had made,
+    /// answered from the cache (`--cache-size`; RFC 7641 §5): nothing went upstream for them.
+    pub observers_joined: u64,
     /// Timer events for an exchange that had already moved on (they did nothing).
     pub stale_timer_events: u64,
     /// Confirmable answers the client never acknowledged.

@@ -28,6 +28,7 @@ use super::clients::{ClientSlot, Clients};
 use super::endpoints::{EndpointEvent, EndpointId, Endpoints, UpstreamId};
 use super::events::{Events, ProxyEvent};
 use super::exchange::{CoapToken, Exchange, ExchangeKey, Reply, State, TimerKind};
+use super::fanout::Fanout;
 use super::keyed_hash::{KeyedMap, KeyedState};
 pub use super::outbox::Destination;
 use super::outbox::Outbox;
@@ -152,6 +153,8 @@ pub struct Proxy {
     /// Upstream responses kept to answer other requests for the same thing (`--cache-size`;
     /// RFC 7252 §5.6). Not `answers`, which replays one answer to one request's copies.
     pub(super) cache: ResponseCache,
+    /// Observers of one resource sharing one upstream registration (with the cache on).
+    pub(super) fanout: Fanout,
     /// Answered exchanges still delivering a CON answer, oldest first (with stale keys of
     /// those already delivered), and how many are live: bounded like the answer cache.
     pub(super) delivering: VecDeque<ExchangeKey>,
@@ -213,6 +216,7 @@ impl Proxy {
             upstream_cons: AnswerRing::new(params::MAX_TRANSMIT_WAIT, max_cached),
             by_upstream_con: hash.map(),
             cache,
+            fanout: Fanout::new(&hash),
             delivering: VecDeque::new(),
             delivering_count: 0,
             inflight: 0,

@@ -9,6 +9,7 @@ use crate::timer::TimerId;
 use super::caching::CacheUse;
 use super::clients::ClientSlot;
 use super::endpoints::{EndpointId, UpstreamId};
+use super::fanout::GroupId;
 
 /// Names one exchange; a timer or map entry holding a key for a freed or reused slot is
 /// recognised by its generation and ignored.
@@ -192,6 +193,8 @@ pub struct Exchange {
     pub deadlines: Deadlines,
     /// What the response cache does with the answer, if anything (`caching.rs`).
     pub cache: Option<Box<CacheUse>>,
+    /// Observe: the group of observers of one resource it belongs to (`fanout.rs`).
+    pub group: Option<GroupId>,
     /// Observe: the request registered (Observe: 0).
     pub wants_observe: bool,
     /// Last relayed notification's Observe sequence number and arrival (RFC 7641 §3.4).
@@ -234,6 +237,7 @@ impl Exchange {
             non_mid: None,
             deadlines: Deadlines::default(),
             cache: None,
+            group: None,
             wants_observe: false,
             last_notification: None,
             since_con: (0, Timestamp::ZERO),

@@ -54,6 +54,11 @@ const COUNTERS: &[(&str, &str, fn(&Counters) -> u64)] = &[
         |c| c.notifications_superseded,
     ),
     (
+        "observers_joined_total",
+        "Observe registrations answered from the cache, joining another's upstream one.",
+        |c| c.observers_joined,
+    ),
+    (
         "observers_lost_total",
         "Observations ended by their client: CON notification unacknowledged, RST, ICMP.",
         |c| c.observers_lost,

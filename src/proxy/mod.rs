@@ -47,6 +47,7 @@ mod endpoints;
 mod engine;
 mod events;
 mod exchange;
+mod fanout;
 mod keyed_hash;
 mod limits;
 mod metrics;

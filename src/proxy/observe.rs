@@ -177,6 +177,7 @@ impl Proxy {
             self.observers.remove(&id);
         }
         self.endpoints.release(now, endpoint);
+        self.leave_group(key);
     }
 
     /// Relays a registration answer we will not keep alive: without its Observe option, so the

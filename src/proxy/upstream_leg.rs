@@ -163,6 +163,14 @@ impl Proxy {
         if con && self.by_upstream_con.contains_key(&(up, mid)) {
             return self.ack_upstream(up, mid);
         }
+        if self.fanout.has_registration(up, msg.token()) {
+            if con {
+                self.ack_upstream(up, mid);
+                self.keep_upstream_con(now, up, mid);
+            }
+            self.notify_group(now, up, msg);
+            return;
+        }
         let key = self.key_for_token(up, msg.token());
         let state = key.and_then(|k| self.get(k)).map(|x| x.state);
         let (
@@ -221,6 +229,10 @@ impl Proxy {
             && msg.option(OBSERVE).is_some();
         self.close_upstream_leg(now, key);
         let cache = self.get_mut(key).and_then(|x| x.cache.take());
+        let group_key = cache
+            .as_ref()
+            .filter(|_| registers)
+            .and_then(|c| c.stored_key());
         let instead = cache.and_then(|cache| self.cache_answer(now, *cache, msg));
         let stored;
         let msg = match instead.as_deref().map(Message::parse) {
@@ -237,5 +249,8 @@ impl Proxy {
             return self.relay_without_observe(now, key, msg);
         }
         self.answer_client(now, key, msg, registers);
+        if let Some(group_key) = group_key {
+            self.found_group(key, group_key);
+        }
     }
 }

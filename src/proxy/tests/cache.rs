@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use crate::coap::option::{
-    decode_uint, BLOCK2, ETAG, LOCATION_PATH, MAX_AGE, NO_RESPONSE, URI_PATH,
+    decode_uint, BLOCK2, ETAG, LOCATION_PATH, MAX_AGE, NO_RESPONSE, OBSERVE, URI_PATH,
 };
 use crate::coap::{Code, Message, MessageBuilder, MessageType};
 use crate::proxy::{Destination, Proxy, ProxyConfig, Routing, Transmit};
@@ -419,4 +419,177 @@ fn each_block_of_a_cached_representation_is_served_from_the_cache() {
         assert!(up.is_empty(), "block {i} from the cache");
         assert_eq!(parse(&client[0]).payload(), [b'a' + i as u8; 64]);
     }
+}
+
+// --- Observe fan-out (RFC 7641 §3.1, §5) ---
+
+fn observer(n: u16) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 3], 41_000 + n))
+}
+
+/// A CON registration for /obs from `from`, token [n].
+fn register(p: &mut Proxy, now: Timestamp, from: SocketAddr, n: u8) -> Vec<Transmit> {
+    let reg = message(
+        MessageType::Con,
+        Code::GET,
+        100 + u16::from(n),
+        &[n],
+        &[(OBSERVE, &[]), (URI_PATH, b"obs")],
+        b"",
+    );
+    p.handle_client_datagram(now, from, &reg);
+    drain(p)
+}
+
+/// The upstream's notification (NON) on the registration `reg`, with Observe `seq`.
+fn notify(p: &mut Proxy, now: Timestamp, reg: &[u8], seq: u8, body: &[u8]) -> Vec<Transmit> {
+    let reg = parse(reg);
+    let n = message(
+        MessageType::Non,
+        Code::CONTENT,
+        9000 + u16::from(seq),
+        reg.token(),
+        &[(OBSERVE, &[seq]), (MAX_AGE, &[60])],
+        body,
+    );
+    p.handle_upstream_datagram(now, EP0, &n);
+    drain(p)
+}
+
+fn to(out: &[Transmit], who: SocketAddr) -> Vec<Message<'_>> {
+    out.iter()
+        .filter(|t| t.to == Destination::Client(who))
+        .map(|t| parse(&t.payload))
+        .collect()
+}
+
+fn upstream_part(out: &[Transmit]) -> Vec<&[u8]> {
+    out.iter()
+        .filter(|t| t.to == Destination::Upstream(EP0))
+        .map(|t| &t.payload[..])
+        .collect()
+}
+
+/// Client 1 registers and the upstream accepts with Observe 5; the registration upstream.
+fn first_observer(p: &mut Proxy) -> Vec<u8> {
+    let out = register(p, at(0.0), observer(1), 1);
+    let reg = upstream_part(&out)[0].to_vec();
+    let up = parse(&reg);
+    let ack = message(
+        MessageType::Ack,
+        Code::CONTENT,
+        up.message_id(),
+        up.token(),
+        &[(OBSERVE, &[5]), (MAX_AGE, &[60])],
+        b"t=1",
+    );
+    p.handle_upstream_datagram(at(0.0), EP0, &ack);
+    let got = drain(p);
+    assert_eq!(to(&got, observer(1))[0].option(OBSERVE), Some(&[5][..]));
+    reg
+}
+
+#[test]
+fn observers_of_one_resource_share_one_upstream_registration() {
+    let mut p = cached_proxy();
+    let reg = first_observer(&mut p);
+    for n in 2..=3 {
+        let out = register(&mut p, at(1.0), observer(n), n as u8);
+        assert!(
+            upstream_part(&out).is_empty(),
+            "observer {n} joins: nothing upstream"
+        );
+        let first = &to(&out, observer(n))[0];
+        assert_eq!(
+            (
+                first.msg_type(),
+                first.token(),
+                first.payload(),
+                first.option(OBSERVE)
+            ),
+            (
+                MessageType::Ack,
+                &[n as u8][..],
+                &b"t=1"[..],
+                Some(&[5][..])
+            ),
+            "the cached representation at once, with the group's Observe value"
+        );
+    }
+    let out = notify(&mut p, at(2.0), &reg, 6, b"t=2");
+    for n in 1..=3 {
+        let got = to(&out, observer(n));
+        assert_eq!(got.len(), 1, "observer {n} notified");
+        assert_eq!(
+            (got[0].token(), got[0].payload()),
+            (&[n as u8][..], &b"t=2"[..])
+        );
+    }
+    assert_eq!(p.counters().observers_joined, 2);
+    assert_eq!(p.fanout.len(), 1);
+}
+
+#[test]
+fn a_notification_updates_the_cache_entry() {
+    let mut p = cached_proxy();
+    let reg = first_observer(&mut p);
+    notify(&mut p, at(2.0), &reg, 6, b"t=2");
+    let get = message(
+        MessageType::Con,
+        Code::GET,
+        7,
+        b"g",
+        &[(URI_PATH, b"obs")],
+        b"",
+    );
+    let (up, client) = send(&mut p, at(3.0), &get);
+    assert!(up.is_empty());
+    assert_eq!(parse(&client[0]).payload(), b"t=2");
+    assert_eq!(
+        parse(&client[0]).option(OBSERVE),
+        None,
+        "a plain GET gets no Observe"
+    );
+}
+
+#[test]
+fn the_upstream_registration_ends_with_its_last_observer() {
+    let mut p = cached_proxy();
+    let reg = first_observer(&mut p);
+    register(&mut p, at(1.0), observer(2), 2);
+    // The first observer goes (an RST to its notification); the second stays served.
+    let out = notify(&mut p, at(2.0), &reg, 6, b"t=2");
+    let mid = to(&out, observer(1))[0].message_id();
+    p.handle_client_datagram(
+        at(2.1),
+        observer(1),
+        &message(MessageType::Rst, Code::EMPTY, mid, &[], &[], b""),
+    );
+    let out = notify(&mut p, at(3.0), &reg, 7, b"t=3");
+    assert!(to(&out, observer(1)).is_empty());
+    assert_eq!(to(&out, observer(2))[0].payload(), b"t=3");
+    assert!(upstream_part(&out).is_empty(), "the registration lives on");
+    // Then the last one: the next notification is reset, which cancels it upstream.
+    let mid = to(&out, observer(2))[0].message_id();
+    p.handle_client_datagram(
+        at(3.1),
+        observer(2),
+        &message(MessageType::Rst, Code::EMPTY, mid, &[], &[], b""),
+    );
+    assert_eq!(p.fanout.len(), 0);
+    let out = notify(&mut p, at(4.0), &reg, 8, b"t=4");
+    let reset: Vec<MessageType> = upstream_part(&out)
+        .iter()
+        .map(|m| parse(m).msg_type())
+        .collect();
+    assert_eq!(reset, [MessageType::Rst]);
+}
+
+#[test]
+fn a_registration_without_a_fresh_representation_registers_upstream_itself() {
+    let mut p = cached_proxy();
+    first_observer(&mut p);
+    // Max-Age 60 has passed with no notification.
+    let out = register(&mut p, at(61.0), observer(2), 2);
+    assert_eq!(upstream_part(&out).len(), 1);
 }
