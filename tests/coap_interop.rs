@@ -27,6 +27,7 @@
 //! | the_cache_serves_within_max_age_revalidates_with_the_etag_... | aiocoap | aiocoap |
 //! | a_blockwise_get_of_a_cached_resource_needs_no_upstream_traffic | libcoap | aiocoap |
 //! | three_observers_through_the_cache_make_one_upstream_registration | aiocoap | aiocoap |
+//! | the_cache_in_front_of_libcoap_serves_hits_and_a_put_invalidates | libcoap | libcoap |
 
 use std::io::{BufRead, BufReader, Read};
 use std::net::{SocketAddr, TcpListener, UdpSocket};
@@ -1425,4 +1426,46 @@ fn three_observers_through_the_cache_make_one_upstream_registration() {
         ["OBSERVERS 1", "OBSERVERS 0"],
         "one upstream registration"
     );
+}
+
+/// libcoap client -> proxy with `--cache-size 1MiB` -> tap -> coap-server-notls, counted on
+/// the upstream side: `/` (Max-Age from libcoap) asked twice reaches the server once; a PUT to
+/// `/example_data` makes the next GET of it go upstream and get the new body, and the GET after
+/// that is a hit again.
+#[test]
+fn the_cache_in_front_of_libcoap_serves_hits_and_a_put_invalidates() {
+    let (_server, port) = libcoap_server("127.0.0.1");
+    let server: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let (up_tap, up_via) = tap("tap proxy->server", server);
+    let upstream = up_via.to_string();
+    let (_proxy, addr) = proxy(
+        "127.0.0.1:0",
+        &["--upstream", &upstream, "--cache-size", "1MiB"],
+    );
+    let get = |path: &str| coap_client_ok(&["-B", "5", &format!("coap://{addr}{path}")], T10);
+    let put = |body: &str| {
+        let uri = format!("coap://{addr}/example_data");
+        coap_client_ok(&["-B", "5", "-m", "put", "-e", body, &uri], T10);
+    };
+    let gets_upstream = |n: usize| {
+        wait_seen(&up_tap, &format!("{n} GETs"), |s| {
+            count_seen(s, true, "CON", "0.01") >= n
+        });
+        std::thread::sleep(Duration::from_millis(200));
+        count_seen(&seen(&up_tap), true, "CON", "0.01")
+    };
+    assert!(get("/").stdout_text().contains(LIBCOAP_INDEX));
+    assert!(get("/").stdout_text().contains(LIBCOAP_INDEX));
+    assert_eq!(gets_upstream(1), 1, "the second GET of / was a hit");
+    put("first");
+    assert!(get("/example_data").stdout_text().contains("first"));
+    assert!(get("/example_data").stdout_text().contains("first"));
+    assert_eq!(
+        gets_upstream(2),
+        2,
+        "the second GET of /example_data was a hit"
+    );
+    put("second");
+    assert!(get("/example_data").stdout_text().contains("second"));
+    assert_eq!(gets_upstream(3), 3, "the PUT made the entry stale");
 }
