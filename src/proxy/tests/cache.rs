@@ -706,7 +706,7 @@ mod fresh_when_given {
             let mid = i as u16;
             let (client, code, resource) = match *op {
                 Op::Wait { ms } => {
-                    now = now + Duration::from_millis(u64::from(ms));
+                    now += Duration::from_millis(u64::from(ms));
                     while let Some(t) = p.poll_timeout().filter(|&t| t <= now) {
                         p.handle_timeout(t);
                     }
