@@ -803,3 +803,29 @@ mod fresh_when_given {
         assert!(origin.check(at(4.0), &parse(&stale)).is_ok());
     }
 }
+
+#[test]
+fn fetch_responses_are_keyed_by_their_payload_and_never_answer_a_get() {
+    use crate::coap::option::CONTENT_FORMAT;
+    let mut p = cached_proxy();
+    let fetch = |mid: u16, body: &[u8]| {
+        let opts: [Opt; 2] = [(URI_PATH, b"r"), (CONTENT_FORMAT, &[60])];
+        message(
+            MessageType::Con,
+            Code::FETCH,
+            mid,
+            &[mid as u8],
+            &opts,
+            body,
+        )
+    };
+    let (up, _) = send(&mut p, at(0.0), &fetch(1, b"q=a"));
+    answer(&mut p, at(0.0), &up[0], Code::CONTENT, &[], b"a's answer");
+    let (up, client) = send(&mut p, at(1.0), &fetch(2, b"q=a"));
+    assert!(up.is_empty(), "the same FETCH body: a hit (RFC 8132 §2)");
+    assert_eq!(parse(&client[0]).payload(), b"a's answer");
+    let (up, _) = send(&mut p, at(1.0), &fetch(3, b"q=b"));
+    assert_eq!(up.len(), 1, "another body is another key");
+    let (up, _) = send(&mut p, at(1.0), &req(Code::GET, 4, &[]));
+    assert_eq!(up.len(), 1, "a FETCH's answer never answers a GET");
+}
