@@ -41,6 +41,14 @@ struct Counting;
 static REQUESTED: AtomicIsize = AtomicIsize::new(0);
 static USABLE: AtomicIsize = AtomicIsize::new(0);
 
+/// Live heap bytes now: (requested, usable).
+fn allocated() -> (isize, isize) {
+    (
+        REQUESTED.load(Ordering::Relaxed),
+        USABLE.load(Ordering::Relaxed),
+    )
+}
+
 fn usable(p: *mut u8) -> isize {
     // SAFETY: `p` came from System (malloc family on Linux) and is live.
     unsafe { libc::malloc_usable_size(p.cast()) as isize }
@@ -304,10 +312,7 @@ fn engine_heap_per_exchange() -> Heap {
     let uri = format!("coap://{fwd}/");
     let reqs: Vec<Vec<u8>> = (0..EXCHANGES).map(|i| request(i, &uri)).collect();
 
-    let before = (
-        REQUESTED.load(Ordering::Relaxed),
-        USABLE.load(Ordering::Relaxed),
-    );
+    let before = allocated();
     let seeds = Seeds {
         rng: 1,
         hash: [1, 2],
@@ -327,10 +332,7 @@ fn engine_heap_per_exchange() -> Heap {
         }
     }
     assert_eq!(proxy.in_flight(), EXCHANGES as usize);
-    let after = (
-        REQUESTED.load(Ordering::Relaxed),
-        USABLE.load(Ordering::Relaxed),
-    );
+    let after = allocated();
     drop(proxy);
     let n = f64::from(EXCHANGES);
     Heap {
@@ -357,10 +359,7 @@ fn engine_heap_per_cache_entry() -> Heap {
             cache_size,
             ..ProxyConfig::default()
         };
-        let before = (
-            REQUESTED.load(Ordering::Relaxed),
-            USABLE.load(Ordering::Relaxed),
-        );
+        let before = allocated();
         let seeds = Seeds {
             rng: 1,
             hash: [1, 2],
@@ -388,10 +387,7 @@ fn engine_heap_per_cache_entry() -> Heap {
                 }
             }
         }
-        let after = (
-            REQUESTED.load(Ordering::Relaxed),
-            USABLE.load(Ordering::Relaxed),
-        );
+        let after = allocated();
         drop(proxy);
         (after.0 - before.0, after.1 - before.1)
     };

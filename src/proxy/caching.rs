@@ -207,35 +207,26 @@ impl Proxy {
                 None
             }
             CacheUse::Revalidate {
-                keyed,
+                keyed: Keyed { key, block2 },
                 client_has_it,
                 ..
             } => {
-                let Keyed { key, block2 } = keyed;
-                let refreshed = match msg.code() {
-                    Code::VALID if !client_has_it => self
-                        .cache
-                        .revalidated(now, &key, block2, msg)
-                        .and_then(|hit| {
-                            let mut out = Vec::new();
-                            let token = msg.token();
-                            hit.encode(&mut out, MessageType::Ack, 0, token).ok()?;
-                            Some(out)
-                        }),
-                    Code::VALID => {
-                        // The client asked with this ETag too: the 2.03 goes to it as is.
-                        if self.cache.revalidated(now, &key, block2, msg).is_some() {
-                            return None;
-                        }
+                let valid = msg.code() == Code::VALID;
+                match valid.then(|| self.cache.revalidated(now, &key, block2, msg)) {
+                    // The client asked with this ETag too: the 2.03 goes to it as is.
+                    Some(Some(_)) if client_has_it => None,
+                    Some(Some(hit)) => {
+                        let mut out = Vec::new();
+                        let encoded = hit.encode(&mut out, MessageType::Ack, 0, msg.token());
+                        encoded.ok().map(|()| out)
+                    }
+                    // Any other answer, a 2.03 for another ETag included, replaces the entry:
+                    // it is the newer (§5.6.2).
+                    _ => {
+                        let _ = self.cache.store(now, &key, block2, msg);
                         None
                     }
-                    _ => None,
-                };
-                if refreshed.is_none() {
-                    // Any other answer replaces the entry: it is the newer (§5.6.2).
-                    let _ = self.cache.store(now, &key, block2, msg);
                 }
-                refreshed
             }
             CacheUse::Invalidate {
                 target,

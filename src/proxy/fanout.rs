@@ -80,8 +80,10 @@ impl Fanout {
     }
 
     /// Whether `token` on `endpoint` is a group's registration.
+    /// (No group, no hashing: the common case, on every separate response.)
     pub(super) fn has_registration(&self, endpoint: EndpointId, token: &[u8]) -> bool {
-        CoapToken::new(token).is_some_and(|t| self.by_registration.contains_key(&(endpoint, t)))
+        let registered = |t| self.by_registration.contains_key(&(endpoint, t));
+        !self.groups.is_empty() && CoapToken::new(token).is_some_and(registered)
     }
 
     /// Groups alive.
