@@ -19,6 +19,10 @@
 //!   within the configured lifetime.
 //! - Nothing goes upstream for a request after its final answer went to the client, and no
 //!   empty ACK follows a piggybacked answer: no timer acts on a finished exchange.
+//! - With shared resources (`Scenario::resources`), every answer to a GET, relayed or from
+//!   the response cache, was fresh when given: its origin vouched for it (2.05, 4.04, or a
+//!   2.03 naming it) at least Max-Age seconds beyond, and no successful PUT or POST of the
+//!   resource was relayed between that promise and the answer (`sim/freshness.rs`).
 //! - After every deadline: `live_exchanges()`, `pending_timers()` and the gauges are 0, and
 //!   the answer counters match the final answers on the wire.
 //!
@@ -251,4 +255,40 @@ fn the_same_seed_replays_the_same_run() {
     assert_eq!((a.events, a.virtual_time), (b.events, b.virtual_time));
     assert_eq!(a.counters, b.counters);
     assert_eq!(a.outcomes.to_string(), b.outcomes.to_string());
+}
+
+#[test]
+fn with_the_response_cache_on_every_answer_was_fresh_when_given_and_the_invariants_hold() {
+    // Clients share 6 resources per upstream; GETs are served from the cache, revalidated
+    // with its ETag once stale, and PUTs and POSTs invalidate. The ledger checks every answer
+    // to a GET against what the origin promised (`sim/freshness.rs`), besides every invariant
+    // above; a small cache (seed 92) also evicts.
+    let reports = run_seeds(91..=92, |seed| {
+        let mut s = Scenario::new("response-cache", seed, 100_000);
+        s.resources = 6;
+        (s.post_fraction, s.put_fraction) = (0.05, 0.1);
+        s.config.cache_size = if seed == 91 { 256 * 1024 } else { 4 * 1024 };
+        s
+    });
+    for r in &reports {
+        let k = &r.cache;
+        assert!(
+            k.hits > r.requests / 10 && k.revalidated > 0 && k.invalidations > 0,
+            "the cache served too little to be checked: {r}"
+        );
+    }
+    assert!(reports[1].cache.evictions > 0, "{}", reports[1]);
+}
+
+#[test]
+fn with_shared_resources_and_no_cache_every_get_is_forwarded() {
+    // The same clients and origins without a cache: the freshness check passes for relayed
+    // answers on their own, and nothing is served that did not come from upstream.
+    let reports = run_seeds(93..=93, |seed| {
+        let mut s = Scenario::new("shared-no-cache", seed, 50_000);
+        s.resources = 6;
+        s
+    });
+    let r = &reports[0];
+    assert_eq!((r.cache.hits, r.cache.stored), (0, 0), "{r}");
 }

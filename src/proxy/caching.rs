@@ -15,7 +15,7 @@ use crate::coap::{Code, Message, MessageBuilder, MessageType};
 use crate::time::Timestamp;
 
 use super::answer_cache::Replay;
-use super::cache::{Bypass, CacheKey, Etag, Lookup, Resource};
+use super::cache::{Bypass, CacheKey, CachedResponse, Etag, Lookup, Resource};
 use super::clients::ClientSlot;
 use super::engine::{Destination, Proxy};
 use super::exchange::CoapToken;
@@ -33,6 +33,8 @@ pub(super) enum CacheUse {
         keyed: Keyed,
         etag: Etag,
         client_has_it: bool,
+        /// The stale response, for a 2.03 that comes back after its entry went.
+        stale: CachedResponse,
     },
     /// An unsafe request: success makes `resource` stale; a 2.01 also the resource its
     /// Location options name, on the request's authority (§5.9.1.1, §5.10.7).
@@ -123,13 +125,14 @@ impl Proxy {
                 };
                 encoded.is_ok()
             }
-            Lookup::Stale { etag } => {
+            Lookup::Stale { etag, stale } => {
                 self.scratch = buf;
                 let client_has_it = carries_etag(msg, etag);
                 let revalidate = CacheUse::Revalidate {
                     keyed,
                     etag,
                     client_has_it,
+                    stale,
                 };
                 return Consulted::Forward(Some(Box::new(revalidate)));
             }
@@ -189,6 +192,8 @@ impl Proxy {
             _ => Replay::Nothing,
         };
         self.keep_local_answer(now, (from, token, msg.message_id()), replay, slot);
+        // The upstream's answer, relayed from the cache: counted like one relayed at once.
+        self.track_answer_code(Code(answer[1]));
         self.out.push(Destination::Client(from), answer);
     }
 
@@ -208,25 +213,27 @@ impl Proxy {
             }
             CacheUse::Revalidate {
                 keyed: Keyed { key, block2 },
+                etag,
                 client_has_it,
-                ..
+                mut stale,
             } => {
-                let valid = msg.code() == Code::VALID;
-                match valid.then(|| self.cache.revalidated(now, &key, block2, msg)) {
-                    // The client asked with this ETag too: the 2.03 goes to it as is.
-                    Some(Some(_)) if client_has_it => None,
-                    Some(Some(hit)) => {
-                        let mut out = Vec::new();
-                        let encoded = hit.encode(&mut out, MessageType::Ack, 0, msg.token());
-                        encoded.ok().map(|()| out)
-                    }
-                    // Any other answer, a 2.03 for another ETag included, replaces the entry:
-                    // it is the newer (§5.6.2).
-                    _ => {
-                        let _ = self.cache.store(now, &key, block2, msg);
-                        None
-                    }
+                if !carries_etag(msg, etag) || msg.code() != Code::VALID {
+                    // Any other answer, a 2.03 for one of the client's own ETags included,
+                    // replaces the entry: it is the newer (§5.6.2).
+                    let _ = self.cache.store(now, &key, block2, msg);
+                    return None;
                 }
+                let refreshed = self.cache.revalidated(now, &key, block2, msg);
+                if client_has_it {
+                    // The client asked with this ETag too: the 2.03 goes to it as is.
+                    return None;
+                }
+                let mut out = Vec::new();
+                // The entry may have gone while the request was upstream (evicted, or replaced
+                // by a newer response): the 2.03 still validates the copy this request took.
+                let hit = refreshed.or_else(|| stale.validated_alone(now, msg))?;
+                let encoded = hit.encode(&mut out, MessageType::Ack, 0, msg.token());
+                encoded.ok().map(|()| out)
             }
             CacheUse::Invalidate {
                 target,

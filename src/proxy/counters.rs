@@ -15,7 +15,8 @@ pub struct Counters {
     pub client_retransmissions: u64,
     /// Empty ACKs sent to clients (the answer then travels separately).
     pub empty_acks_sent: u64,
-    // Answers relayed to clients by class (the upstream's own codes).
+    // Answers relayed to clients by class (the upstream's own codes, from the response cache
+    // included).
     /// Upstream 2.xx answers relayed to clients.
     pub relayed_2xx: u64,
     /// Upstream 4.xx answers relayed to clients.

@@ -347,6 +347,11 @@ impl Proxy {
             .collect()
     }
 
+    /// What the response cache did so far.
+    pub fn cache_counters(&self) -> CacheCounters {
+        self.cache.counters()
+    }
+
     /// The response cache's counters, entries and bytes, for metrics.
     pub(crate) fn cache_stats(&self) -> (CacheCounters, usize, usize) {
         let c = &self.cache;

@@ -185,7 +185,10 @@ impl Proxy {
             .and_then(|r| r.ok())
             .map(|()| Message::parse(&answer))
         {
-            Some(Ok(answer)) => self.answer_client(now, key, &answer, true),
+            Some(Ok(answer)) => {
+                self.track_answer_code(answer.code());
+                self.answer_client(now, key, &answer, true)
+            }
             _ => self.finish(now, key),
         }
     }

@@ -61,6 +61,7 @@ mod upstream_leg;
 mod validation;
 
 pub use budget::ClientBudget;
+pub use cache::CacheCounters;
 pub use config::{AllowedTarget, ConfigError, ProxyConfig, RetryPolicy, Routing};
 pub use counters::Counters;
 pub use driver::ProxyComponent;

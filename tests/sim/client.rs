@@ -18,6 +18,11 @@ use rand::Rng;
 use super::ledger::{Req, ReqId};
 use super::{upstream_addr, ClientId, Ctx, Event, Hop};
 
+/// The option that carries a request's id when requests share resources: experimental
+/// (RFC 7252 §12.2, 65000..65535), elective, safe to forward and NoCacheKey (`% 32 == 28`,
+/// §5.4.6), so it reaches the upstream but never splits the cache key.
+pub const REQUEST_ID: u16 = 65020;
+
 /// How long a client remembers its requests' MIDs and tokens (and so keeps tokens unique):
 /// longer than any answer can take to arrive.
 const RETENTION: Duration = Duration::from_secs(400);
@@ -147,13 +152,14 @@ impl Client {
             _ => Code::GET,
         };
         let upstream = ctx.rng.random_range(0..upstreams);
+        let resource = (s.resources > 0).then(|| ctx.rng.random_range(0..s.resources));
         let token = self.fresh_token(ctx, partner);
         let mid = self.next_mid;
         self.next_mid = mid.wrapping_add(1);
-        let id = ctx.ledger.open(Req::new(
-            self.id, mid, token, method, con, upstream, ctx.now,
-        ));
-        let bytes = encode_request(id, con, method, mid, token, upstream);
+        let mut req = Req::new(self.id, mid, token, method, con, upstream, ctx.now);
+        req.resource = resource;
+        let id = ctx.ledger.open(req);
+        let bytes = encode_request(id, (con, method, mid, token), upstream, resource);
         self.by_mid.insert(mid, id);
         self.by_token.insert(token, id);
         self.history.push_back((ctx.now, mid, token, id));
@@ -300,15 +306,25 @@ impl Client {
     }
 }
 
-/// A request carrying its id in Uri-Query (and, for PUT/POST, in the payload): through the
-/// reverse proxy for upstream 0, through Proxy-Uri for the others.
-fn encode_request(id: ReqId, con: bool, method: Code, mid: u16, token: Tok, up: u16) -> Vec<u8> {
+/// A request carrying its id (and, for PUT/POST, in the payload too): through the reverse
+/// proxy for upstream 0, through Proxy-Uri for the others. The id is its Uri-Query, so no two
+/// requests name one resource, or, for a shared `resource`, a REQUEST_ID option beside it.
+fn encode_request(
+    id: ReqId,
+    (con, method, mid, token): (bool, Code, u16, Tok),
+    up: u16,
+    resource: Option<u32>,
+) -> Vec<u8> {
     let ty = if con {
         MessageType::Con
     } else {
         MessageType::Non
     };
-    let query = format!("id={id}");
+    let id_text = format!("id={id}");
+    let query = match resource {
+        Some(res) => format!("res={res}"),
+        None => id_text.clone(),
+    };
     let mut out = Vec::with_capacity(48);
     let mut b = MessageBuilder::new(&mut out, ty, method, mid, token.as_bytes());
     if up == 0 {
@@ -318,8 +334,11 @@ fn encode_request(id: ReqId, con: bool, method: Code, mid: u16, token: Tok, up: 
         let uri = format!("coap://{}/r?{query}", upstream_addr(up));
         b.option(PROXY_URI, uri.as_bytes());
     }
+    if resource.is_some() {
+        b.option(REQUEST_ID, id.to_string().as_bytes());
+    }
     if method != Code::GET {
-        b.payload(query.as_bytes());
+        b.payload(id_text.as_bytes());
     }
     b.finish().expect("a valid request");
     out

@@ -12,8 +12,19 @@ use backoffd::proxy::{Counters, Destination, EndpointId, ProxyConfig, RetryPolic
 use backoffd::time::Timestamp;
 
 use super::client::{Client, Tok};
+use super::freshness::{not_found, resource_of, Vouched};
 use super::upstream::request_id;
 use super::{client_id, ClientId};
+
+/// Whether an upstream's answer is request `id`'s own: it echoes the id, or for a GET of a
+/// shared resource it names that resource.
+fn is_its_own(id: ReqId, r: &Req, msg: &Message) -> bool {
+    match (r.resource, r.method, msg.code()) {
+        (Some(res), Code::GET, Code::CONTENT) => resource_of(msg.payload()) == Some(res),
+        (Some(res), Code::GET, Code::NOT_FOUND) => msg.payload() == not_found(res).as_bytes(),
+        _ => msg.payload() == format!("id={id}").as_bytes(),
+    }
+}
 
 /// Index of a client request in the ledger.
 pub type ReqId = u32;
@@ -39,6 +50,8 @@ pub struct Req {
     pub method: Code,
     pub con: bool,
     pub upstream: u16,
+    /// The shared resource it names, if requests share them (`Scenario::resources`).
+    pub resource: Option<u32>,
     pub sent_at: Timestamp,
     pub outcome: Outcome,
     /// First copy delivered to the proxy.
@@ -79,6 +92,7 @@ impl Req {
             method,
             con,
             upstream,
+            resource: None,
             sent_at: now,
             outcome: Outcome::Pending,
             proxy_rx: None,
@@ -147,6 +161,8 @@ pub struct Ledger {
     policy: RetryPolicy,
     non_idempotent: RetryPolicy,
     mid_lifetime: Duration,
+    /// Requests by the token they went upstream with, on their endpoint.
+    up_tokens: HashMap<(EndpointId, u64), ReqId>,
     /// Upstream MIDs in use: (endpoint, MID) -> (request, first send).
     up_mids: HashMap<(EndpointId, u16), (ReqId, Timestamp)>,
     /// When each endpoint last sent a request for the first time (its newest MID).
@@ -155,6 +171,8 @@ pub struct Ledger {
     client_mids: HashMap<(ClientId, u16), (ReqId, Timestamp, MessageType)>,
     /// Final answers the proxy sent, by code (one per request).
     finals: HashMap<Code, u64>,
+    /// What the origins promised about shared resources, for the freshness check.
+    vouched: Vouched,
     tally: Tally,
 }
 
@@ -179,10 +197,12 @@ impl Ledger {
             policy: config.policy,
             non_idempotent: config.non_idempotent,
             mid_lifetime: config.upstream_exchange_lifetime,
+            up_tokens: HashMap::new(),
             up_mids: HashMap::new(),
             endpoint_last_mid: HashMap::new(),
             client_mids: HashMap::new(),
             finals: HashMap::new(),
+            vouched: Vouched::default(),
             tally: Tally::default(),
         }
     }
@@ -258,11 +278,24 @@ impl Ledger {
             code,
             Code::BAD_GATEWAY | Code::SERVICE_UNAVAILABLE | Code::GATEWAY_TIMEOUT
         );
-        if from_upstream && msg.payload() != format!("id={id}").as_bytes() {
+        if from_upstream && !is_its_own(id, r, msg) {
             let text = format!("request {id}: client got another request's answer: {msg:?}");
             self.violation(now, text);
         } else if !from_upstream && !from_proxy {
             self.violation(now, format!("request {id}: unexpected answer code {code}"));
+        }
+    }
+
+    /// A datagram from upstream `up` reached the proxy's endpoint `ep`: an answer to a
+    /// request still waiting is a promise about its resource (one for a request already
+    /// answered goes unused).
+    pub fn proxy_heard(&mut self, now: Timestamp, (up, ep): (u16, EndpointId), bytes: &[u8]) {
+        let Ok(msg) = Message::parse(bytes) else {
+            return;
+        };
+        let request = self.up_tokens.get(&(ep, token_u64(msg.token())));
+        if request.is_some_and(|&id| self.reqs[id as usize].final_at.is_none()) {
+            self.vouched.heard(now, up, &msg);
         }
     }
 
@@ -371,6 +404,7 @@ impl Ledger {
                 }
             }
             self.up_mids.insert((ep, mid), (id, now));
+            self.up_tokens.insert((ep, token), id);
             self.endpoint_last_mid.insert(ep, now);
         }
         let r = &mut self.reqs[id as usize];
@@ -495,7 +529,18 @@ impl Ledger {
             None => {
                 (r.final_at, r.final_hash) = (Some(now), hash);
                 *self.finals.entry(msg.code()).or_default() += 1;
-                None
+                let resource = r.resource.map(|res| (r.upstream, res))?;
+                match (r.method, msg.code()) {
+                    (Code::GET, _) => self
+                        .vouched
+                        .check(now, resource, msg)
+                        .map(|p| format!("request {id}: {p}")),
+                    (_, Code::CHANGED | Code::CREATED) => {
+                        self.vouched.invalidated(now, resource);
+                        None
+                    }
+                    _ => None,
+                }
             }
             Some(_) if r.final_hash == hash => None,
             Some(_) => Some(format!(

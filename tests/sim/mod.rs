@@ -8,6 +8,7 @@
 //! then checks the invariants at the end of a run.
 
 pub mod client;
+pub mod freshness;
 pub mod ledger;
 pub mod net;
 pub mod upstream;
@@ -20,8 +21,8 @@ use std::time::{Duration, Instant};
 
 use backoffd::coap::params::{EXCHANGE_LIFETIME, MAX_TRANSMIT_WAIT};
 use backoffd::proxy::{
-    AllowedTarget, Counters, Destination, EndpointEvent, EndpointId, Proxy, ProxyConfig, Routing,
-    Seeds,
+    AllowedTarget, CacheCounters, Counters, Destination, EndpointEvent, EndpointId, Proxy,
+    ProxyConfig, Routing, Seeds,
 };
 use backoffd::time::Timestamp;
 use rand::rngs::SmallRng;
@@ -107,6 +108,11 @@ pub struct Scenario {
     /// Method fractions; the rest are GET.
     pub post_fraction: f64,
     pub put_fraction: f64,
+    /// 0: every request names a resource of its own (its id is the Uri-Query), so none
+    /// shares a cache key. N: requests go to N resources per upstream, shared by all clients,
+    /// whose answers carry ETag and Max-Age, and the ledger checks that every answer to a GET
+    /// was fresh when given (`freshness.rs`); set `config.cache_size` to cache them.
+    pub resources: u32,
     /// A client waits uniformly up to this long between requests.
     pub think: Duration,
     pub client_leg: Leg,
@@ -156,6 +162,7 @@ impl Scenario {
             non_fraction: 0.15,
             post_fraction: 0.3,
             put_fraction: 0.2,
+            resources: 0,
             think: Duration::from_secs(1),
             client_leg: Leg::random(&mut rng),
             upstream_leg: Leg::random(&mut rng),
@@ -264,6 +271,7 @@ pub struct Report {
     pub requests: u64,
     pub outcomes: ledger::Tally,
     pub counters: Counters,
+    pub cache: CacheCounters,
     pub events: u64,
     /// Datagrams sent, lost and duplicated by the network.
     pub datagrams: (u64, u64, u64),
@@ -332,7 +340,24 @@ impl fmt::Display for Report {
             c.stale_timer_events,
             c.cache_evictions,
             c.client_delivery_failures
-        )
+        )?;
+        let k = &self.cache;
+        if k.stored > 0 {
+            write!(
+                f,
+                "\n  response cache: hits {}, misses {}, revalidations {} ({} answered 2.03), \
+                 invalidations {}, evictions {}, expired {}, stored {}",
+                k.hits,
+                k.misses,
+                k.revalidations,
+                k.revalidated,
+                k.invalidations,
+                k.evictions,
+                k.expired,
+                k.stored
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -469,7 +494,8 @@ impl Sim {
                 }
                 Hop::UpstreamToProxy(ep) => {
                     // A datagram to a closed endpoint finds no socket (the kernel drops it).
-                    if self.endpoints.contains_key(&ep) {
+                    if let Some(&up) = self.endpoints.get(&ep) {
+                        self.ctx.ledger.proxy_heard(now, (up, ep), &bytes);
                         self.proxy.handle_upstream_datagram(now, ep, &bytes)
                     }
                 }
@@ -547,6 +573,7 @@ impl Sim {
             requests: u64::from(self.ctx.started),
             outcomes,
             counters,
+            cache: self.proxy.cache_counters(),
             events: self.events,
             datagrams: (
                 self.ctx.net.sent,

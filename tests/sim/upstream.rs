@@ -5,18 +5,24 @@
 //! executes each request once (RFC 7252 §4.5); the others execute every copy they receive. The
 //! source is the proxy's endpoint (its socket's port) the request came from, and every reply
 //! goes back to it.
+//!
+//! With shared resources (`Scenario::resources`) a server keeps a version per resource: a
+//! GET gets that version's representation with its ETag and a Max-Age drawn per answer (or
+//! 2.03 if it asked with the current ETag, RFC 7252 §5.10.6.2), and a PUT or POST makes the
+//! next version.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
-use backoffd::coap::option::URI_QUERY;
+use backoffd::coap::option::{ETAG, MAX_AGE, URI_QUERY};
 use backoffd::coap::params::{ACK_RANDOM_FACTOR, ACK_TIMEOUT, EXCHANGE_LIFETIME, MAX_RETRANSMIT};
 use backoffd::coap::{empty_ack, rst, Code, Message, MessageBuilder, MessageType};
 use backoffd::proxy::EndpointId;
 use backoffd::time::Timestamp;
 use rand::Rng;
 
-use super::client::Tok;
+use super::client::{Tok, REQUEST_ID};
+use super::freshness::{etag, not_found, representation, resource_of};
 use super::ledger::ReqId;
 use super::{Ctx, Event, Hop, ServerSpec};
 
@@ -113,9 +119,8 @@ pub enum Action {
     Separate {
         to: EndpointId,
         con: bool,
-        code: Code,
+        reply: Reply,
         token: Tok,
-        id: ReqId,
     },
     /// Retransmit the separate CON answer `mid` unless it was ACKed (generation matches).
     Retransmit {
@@ -149,6 +154,18 @@ pub struct Server {
     pending: HashMap<(EndpointId, u16), PendingCon>,
     generation: u32,
     last_unreachable: Option<Timestamp>,
+    /// The current version of each shared resource.
+    versions: HashMap<u32, u32>,
+}
+
+/// What a server answers to one request, whatever message carries it.
+#[derive(Clone, Debug)]
+pub struct Reply {
+    code: Code,
+    etag: Option<[u8; 8]>,
+    /// None: no Max-Age option (RFC 7252 §5.10.5: 60 s).
+    max_age: Option<u32>,
+    payload: Vec<u8>,
 }
 
 impl Server {
@@ -162,6 +179,7 @@ impl Server {
             pending: HashMap::new(),
             generation: 0,
             last_unreachable: None,
+            versions: HashMap::new(),
         }
     }
 
@@ -219,28 +237,24 @@ impl Server {
             return ctx.ledger.violation(ctx.now, text);
         };
         ctx.ledger.executed(id, self.spec.dedup);
-        let code = match msg.code() {
-            Code::POST => Code::CREATED,
-            Code::PUT => Code::CHANGED,
-            _ => Code::CONTENT,
-        };
         let token = Tok::new(msg.token());
         let mix = ctx.scenario.mix;
         let (reply, ready) = match mix.pick(ctx) {
             Behaviour::Piggyback(after) => {
-                (Some(answer(MessageType::Ack, code, mid, token, id)), after)
+                let reply = self.execute(ctx, msg, id);
+                (Some(answer(MessageType::Ack, mid, token, &reply)), after)
             }
             Behaviour::NotFound => {
-                let a = answer(MessageType::Ack, Code::NOT_FOUND, mid, token, id);
+                let reply = not_found_reply(ctx, msg, id);
+                let a = answer(MessageType::Ack, mid, token, &reply);
                 (Some(a), Duration::ZERO)
             }
             Behaviour::Separate { con, after } => {
                 let action = Action::Separate {
                     to: from,
                     con,
-                    code,
+                    reply: self.execute(ctx, msg, id),
                     token,
-                    id,
                 };
                 self.later(ctx, ctx.now + after, action);
                 (Some(encoded(empty_ack, mid)), Duration::ZERO)
@@ -297,9 +311,8 @@ impl Server {
             Action::Separate {
                 to,
                 con,
-                code,
+                reply,
                 token,
-                id,
             } => {
                 let mid = self.next_mid;
                 self.next_mid = mid.wrapping_add(1);
@@ -308,7 +321,7 @@ impl Server {
                 } else {
                     MessageType::Non
                 };
-                let bytes = answer(ty, code, mid, token, id);
+                let bytes = answer(ty, mid, token, &reply);
                 if con {
                     let timeout =
                         ACK_TIMEOUT.mul_f64(ctx.rng.random_range(1.0..=ACK_RANDOM_FACTOR));
@@ -369,20 +382,111 @@ fn encoded(write: fn(&mut Vec<u8>, u16), mid: u16) -> Vec<u8> {
     out
 }
 
-/// An answer echoing the request id, so a client can tell it got its own.
-fn answer(ty: MessageType, code: Code, mid: u16, token: Tok, id: ReqId) -> Vec<u8> {
+impl Server {
+    /// Executes request `id`: an answer echoing its id, so its client can tell it got its
+    /// own; for a shared resource, its representation, or the next version of it.
+    fn execute(&mut self, ctx: &mut Ctx, msg: &Message, id: ReqId) -> Reply {
+        let echo = |code| Reply::echo(code, id);
+        let Some(res) = shared_resource(msg) else {
+            return echo(match msg.code() {
+                Code::POST => Code::CREATED,
+                Code::PUT => Code::CHANGED,
+                _ => Code::CONTENT,
+            });
+        };
+        let version = self.versions.entry(res).or_default();
+        match msg.code() {
+            Code::POST | Code::PUT => {
+                *version += 1;
+                echo(match msg.code() {
+                    Code::POST => Code::CREATED,
+                    _ => Code::CHANGED,
+                })
+            }
+            _ => {
+                let tag = etag(res, *version);
+                let current = msg.options().any(|(n, v)| n == ETAG && v == tag);
+                let (code, payload) = match current {
+                    true => (Code::VALID, Vec::new()),
+                    false => (Code::CONTENT, representation(res, *version).into_bytes()),
+                };
+                Reply {
+                    code,
+                    etag: Some(tag),
+                    max_age: draw_max_age(ctx),
+                    payload,
+                }
+            }
+        }
+    }
+}
+
+impl Reply {
+    fn echo(code: Code, id: ReqId) -> Reply {
+        Reply {
+            code,
+            etag: None,
+            max_age: None,
+            payload: format!("id={id}").into_bytes(),
+        }
+    }
+}
+
+/// A 4.04: echoing the id, or naming the shared resource (then cacheable, §5.6).
+fn not_found_reply(ctx: &mut Ctx, msg: &Message, id: ReqId) -> Reply {
+    match shared_resource(msg) {
+        Some(res) if msg.code() == Code::GET => Reply {
+            code: Code::NOT_FOUND,
+            etag: None,
+            max_age: draw_max_age(ctx),
+            payload: not_found(res).into_bytes(),
+        },
+        _ => Reply::echo(Code::NOT_FOUND, id),
+    }
+}
+
+/// Max-Age 0..=20 s, or (one in eight) no option: the default 60 s.
+fn draw_max_age(ctx: &mut Ctx) -> Option<u32> {
+    match ctx.rng.random_range(0..8) {
+        0 => None,
+        _ => Some(ctx.rng.random_range(0..=20)),
+    }
+}
+
+fn answer(ty: MessageType, mid: u16, token: Tok, reply: &Reply) -> Vec<u8> {
     let mut out = Vec::with_capacity(24);
-    let mut b = MessageBuilder::new(&mut out, ty, code, mid, token.as_bytes());
-    b.payload(format!("id={id}").as_bytes());
+    let mut b = MessageBuilder::new(&mut out, ty, reply.code, mid, token.as_bytes());
+    if let Some(tag) = &reply.etag {
+        b.option(ETAG, tag);
+    }
+    if let Some(age) = reply.max_age {
+        b.option(
+            MAX_AGE,
+            &age.to_be_bytes()[age.leading_zeros() as usize / 8..],
+        );
+    }
+    b.payload(&reply.payload);
     b.finish().expect("a valid answer");
     out
 }
 
-/// The request id from Uri-Query `id=N`.
+/// The request id: the REQUEST_ID option (NoCacheKey, with shared resources), else
+/// Uri-Query `id=N`.
 pub fn request_id(msg: &Message) -> Option<ReqId> {
+    if let Some(id) = msg.option(REQUEST_ID) {
+        return std::str::from_utf8(id).ok()?.parse().ok();
+    }
     let query = msg
         .options()
         .find(|&(n, v)| n == URI_QUERY && v.starts_with(b"id="))?
         .1;
     std::str::from_utf8(&query[3..]).ok()?.parse().ok()
+}
+
+/// The shared resource a request names in Uri-Query `res=K`.
+fn shared_resource(msg: &Message) -> Option<u32> {
+    let (_, query) = msg
+        .options()
+        .find(|&(n, v)| n == URI_QUERY && v.starts_with(b"res="))?;
+    resource_of(query)
 }

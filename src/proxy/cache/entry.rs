@@ -138,7 +138,7 @@ pub(crate) enum Freshness {
 }
 
 /// One stored response and when it was last known current.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct CachedResponse {
     /// Code, options (less [`NOT_STORED`]) and payload, encoded as a message.
     message: Box<[u8]>,
@@ -227,6 +227,13 @@ impl CachedResponse {
         }
         self.refresh(now, seq, max_age);
         true
+    }
+
+    /// This response validated by `valid` (a 2.03 naming it) on its own, outside the cache: for
+    /// a revalidation whose entry was evicted or replaced while it was upstream.
+    pub(crate) fn validated_alone(&mut self, now: Timestamp, valid: &Message) -> Option<Hit<'_>> {
+        self.revalidate(now, 0, valid).then_some(())?;
+        self.hit(self.max_age)
     }
 
     /// The stored message (it was encoded by [`encode_stored`], so it parses).

@@ -74,14 +74,16 @@ pub(crate) enum Lookup<'c> {
     Stale {
         /// The stored response's ETag, to send upstream.
         etag: Etag,
+        /// A copy of it: the 2.03 may come back after the entry went.
+        stale: CachedResponse,
     },
     /// Nothing usable (a stale response without ETag is dropped on the way): forward.
     Miss,
 }
 
-/// What the cache did, for the engine's metrics.
+/// What the response cache did, for metrics and tests ([`crate::proxy::Proxy::cache_counters`]).
 #[derive(Clone, Copy, Default, PartialEq, Eq, Debug)]
-pub(crate) struct CacheCounters {
+pub struct CacheCounters {
     /// Lookups answered fresh.
     pub hits: u64,
     /// Lookups that found nothing usable.
@@ -234,9 +236,10 @@ impl ResponseCache {
                 hit.map_or(Lookup::Miss, Lookup::Fresh)
             }
             (Freshness::Stale, Some(etag)) => {
+                let stale = response.clone();
                 self.lru.touch(id);
                 self.counters.revalidations += 1;
-                Lookup::Stale { etag }
+                Lookup::Stale { etag, stale }
             }
             (Freshness::Stale, None) => {
                 self.remove(id);

@@ -83,7 +83,7 @@ fn found(lookup: Lookup) -> Found {
             hit.encode(&mut out, MessageType::Ack, 1, b"t").unwrap();
             Found::Fresh(hit.max_age_left(), parse(&out).payload().to_vec())
         }
-        Lookup::Stale { etag } => Found::Stale(etag.as_bytes().to_vec()),
+        Lookup::Stale { etag, .. } => Found::Stale(etag.as_bytes().to_vec()),
         Lookup::Miss => Found::Miss,
     }
 }

@@ -210,6 +210,37 @@ fn a_stale_entry_is_revalidated_with_its_etag_and_2_03_serves_the_stored_respons
 }
 
 #[test]
+fn a_2_03_that_returns_after_its_entry_was_replaced_still_serves_what_it_validated() {
+    // Two stale GETs revalidate with v1; the first is answered with a new v2, which
+    // replaces the entry; then the second's 2.03 for v1 comes back. Its client sent no
+    // ETag, so the 2.03 alone means nothing to it (RFC 7252 §5.10.6.2): it gets v1's
+    // representation, which the origin has just vouched for.
+    let mut p = cached_proxy();
+    fill(
+        &mut p,
+        at(0.0),
+        1,
+        &[(ETAG, b"v1"), (MAX_AGE, &[10])],
+        b"one",
+    );
+    let (first, _) = send(&mut p, at(20.0), &req(Code::GET, 2, &[]));
+    let (second, _) = send(&mut p, at(20.0), &req(Code::GET, 3, &[]));
+    assert_eq!(parse(&second[0]).option(ETAG), Some(&b"v1"[..]));
+    let new = [(ETAG, &b"v2"[..]), (MAX_AGE, &[30][..])];
+    answer(&mut p, at(20.1), &first[0], Code::CONTENT, &new, b"two");
+    let valid = [(ETAG, &b"v1"[..]), (MAX_AGE, &[5][..])];
+    let got = answer(&mut p, at(20.2), &second[0], Code::VALID, &valid, b"");
+    let got = parse(&got[0]);
+    assert_eq!(
+        (got.code(), got.payload(), max_age(&got), got.message_id()),
+        (Code::CONTENT, &b"one"[..], Some(5), 3),
+    );
+    let (up, client) = send(&mut p, at(21.0), &req(Code::GET, 4, &[]));
+    assert!(up.is_empty(), "the newer v2 stays the entry");
+    assert_eq!(parse(&client[0]).payload(), b"two");
+}
+
+#[test]
 fn a_stale_entry_answered_with_a_new_representation_is_replaced() {
     let mut p = cached_proxy();
     fill(
