@@ -95,6 +95,7 @@
 
 pub mod coap;
 pub mod grpc;
+pub mod hc;
 pub mod http1;
 pub mod http2;
 pub mod metrics;

@@ -1,0 +1,1 @@
+//! The HTTP request target to CoAP target mapping (RFC 8075 §5).
