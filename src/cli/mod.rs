@@ -2,6 +2,7 @@
 
 pub mod config_file;
 mod demo;
+mod http;
 pub mod flags;
 mod proxy;
 pub mod reconnect_client;

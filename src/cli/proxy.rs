@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use super::flags::{switch, value, DurationArg, Flags, Parsed, SizeArg, Spec, UsageError};
 use super::resolve;
+use backoffd::hc::HttpFrontConfig;
 use backoffd::proxy::{
     AllowedTarget, ClientBudget, ProxyComponent, ProxyConfig, RetryPolicy, Routing,
 };
@@ -84,11 +85,20 @@ Limits and timing:
   --seed N                       seed for jitter, tokens and Message IDs (default: random)
   -h, --help                     this help
 
+HTTP cross-proxy (RFC 8075), off unless --http-listen is given:
+  --http-listen ADDR             also take HTTP/1.1 there: GET http://ADDR/hc/coap://HOST:PORT/path
+                                 reaches an allowed target, GET http://ADDR/path the upstream;
+                                 same routes, retry policy, limits and cache as CoAP clients
+  --http-cors ORIGIN             allow pages from ORIGIN (or *) to fetch and subscribe (CORS)
+  --http-max-body BYTES          largest request or response body (default 1MiB; at most 64MiB)
+  --http-timeout D               an HTTP request's whole CoAP exchange, every block (default 60s)
+  --http-max-connections N       HTTP connections at once (default 256)
+  --http-max-streams N           event streams (Accept: text/event-stream) at once (default 64)
 Durations: 500ms, 2s, 1.5s, 250us, 1m. Sizes: 65536, 64KiB, 4MiB (bytes, or 1024-based
 units). Invalid configuration exits 2 naming the flag.
 ";
 
-pub(super) const SPEC: &[Spec] = &[
+const CORE_SPEC: &[Spec] = &[
     value("listen"),
     value("upstream"),
     switch("forward"),
@@ -131,6 +141,12 @@ pub(super) const SPEC: &[Spec] = &[
     value("metrics"),
 ];
 
+/// Every flag of `backoffd proxy` (and of a `serve` [proxy] section): the proxy's and the
+/// HTTP cross-proxy's.
+pub(super) fn spec() -> Vec<Spec> {
+    CORE_SPEC.iter().chain(super::http::SPEC).copied().collect()
+}
+
 /// A parsed and validated `backoffd proxy` command line.
 #[derive(Debug)]
 pub struct ProxyArgs {
@@ -139,19 +155,20 @@ pub struct ProxyArgs {
     wake: WakeMode,
     drain: Duration,
     metrics: Option<SocketAddr>,
+    http: Option<HttpFrontConfig>,
 }
 
 /// Runs the subcommand; returns the process exit code.
 pub fn main(args: &[String]) -> Result<i32, UsageError> {
     match parse(args)?.or_print_help(HELP) {
-        Some(a) => run(a.listen, a.config, a.wake, a.drain, a.metrics),
+        Some(a) => run(a),
         None => Ok(0),
     }
 }
 
 /// Parses and validates the command line (logging configuration warnings); binds nothing.
 pub fn parse(args: &[String]) -> Result<Parsed<ProxyArgs>, UsageError> {
-    let flags = Flags::parse(args, SPEC)?;
+    let flags = Flags::parse(args, &spec())?;
     if flags.help {
         return Ok(Parsed::Help);
     }
@@ -165,22 +182,26 @@ pub fn parse(args: &[String]) -> Result<Parsed<ProxyArgs>, UsageError> {
         .get_or("drain", DurationArg(Duration::from_secs(5)))?
         .0;
     let metrics = super::metrics_flag(&flags)?;
+    let http = super::http::from_flags(&flags, &config)?;
     Ok(Parsed::Run(ProxyArgs {
         listen,
         config,
         wake,
         drain,
         metrics,
+        http,
     }))
 }
 
-fn run(
-    listen: SocketAddr,
-    config: ProxyConfig,
-    wake: WakeMode,
-    drain: Duration,
-    metrics: Option<SocketAddr>,
-) -> Result<i32, UsageError> {
+fn run(args: ProxyArgs) -> Result<i32, UsageError> {
+    let ProxyArgs {
+        listen,
+        config,
+        wake,
+        drain,
+        metrics,
+        http,
+    } = args;
     let fail = |what: &str, e: std::io::Error| {
         eprintln!("backoffd proxy: {what}: {e}");
         Ok(1)
@@ -189,6 +210,16 @@ fn run(
     let component = match ProxyComponent::bind(listen, config) {
         Ok(c) => c,
         Err(e) => return fail(&format!("cannot bind {listen}"), e),
+    };
+    let component = match http {
+        Some(h) => {
+            let addr = h.addr;
+            match component.with_http(h) {
+                Ok(c) => c,
+                Err(e) => return fail(&format!("cannot bind HTTP listener {addr}"), e),
+            }
+        }
+        None => component,
     };
     let bound = component.local_addr().unwrap_or(listen);
     let mut reactor = match Reactor::new(reactor::Config {

@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use super::config_file::{self, Section};
 use super::flags::{switch, value, DurationArg, Flags, Parsed, SizeArg, Spec, UsageError};
-use super::proxy::{config_from_flags as proxy_config, SPEC as PROXY_SPEC};
+use super::proxy::{config_from_flags as proxy_config, spec as proxy_spec};
+use backoffd::hc::HttpFrontConfig;
 use backoffd::proxy::{ProxyComponent, ProxyConfig};
 use backoffd::reactor::{self, Component, Reactor, WakeMode};
 use backoffd::reconnect::server::{ReconnectServer, ServerConfig};
@@ -52,10 +53,31 @@ const SERVE_ONLY: &[Spec] = &[
     switch("check-config"),
 ];
 
+/// One CoAP proxy listener, and the HTTP cross-proxy in front of it, if any.
+#[derive(Debug)]
+pub struct ProxyPart {
+    pub listen: SocketAddr,
+    pub config: ProxyConfig,
+    pub http: Option<HttpFrontConfig>,
+}
+
+impl ProxyPart {
+    /// The part `flags` describe (a command line, or a [proxy] section).
+    fn from_flags(flags: &Flags) -> Result<ProxyPart, UsageError> {
+        let config = proxy_config(flags)?;
+        warn_all(config.validate().map_err(|e| UsageError(e.0))?);
+        Ok(ProxyPart {
+            listen: flags.get_or("listen", default_listen())?,
+            http: super::http::from_flags(flags, &config)?,
+            config,
+        })
+    }
+}
+
 /// What one `serve` process runs.
 #[derive(Debug, Default)]
 pub struct Plan {
-    pub proxies: Vec<(SocketAddr, ProxyConfig)>,
+    pub proxies: Vec<ProxyPart>,
     pub reconnect: Option<ServerConfig>,
     pub metrics: Option<SocketAddr>,
 }
@@ -88,7 +110,7 @@ pub(super) fn parse(
     args: &[String],
     read_file: &dyn Fn(&str) -> std::io::Result<String>,
 ) -> Result<Parsed<ServeArgs>, UsageError> {
-    let spec: Vec<Spec> = PROXY_SPEC.iter().chain(SERVE_ONLY).copied().collect();
+    let spec: Vec<Spec> = proxy_spec().iter().chain(SERVE_ONLY).copied().collect();
     let flags = Flags::parse(args, &spec)?;
     if flags.help {
         return Ok(Parsed::Help);
@@ -122,10 +144,7 @@ pub(super) fn parse(
 fn plan_from_flags(flags: &Flags) -> Result<Plan, UsageError> {
     let mut plan = Plan::default();
     if flags.has("upstream") || flags.has("forward") {
-        let config = proxy_config(flags)?;
-        warn_all(config.validate().map_err(|e| UsageError(e.0))?);
-        plan.proxies
-            .push((flags.get_or("listen", default_listen())?, config));
+        plan.proxies.push(ProxyPart::from_flags(flags)?);
     }
     if RECONNECT_KEYS.iter().any(|k| flags.has(k)) {
         plan.reconnect = Some(super::reconnect_server::config_from_flags(flags)?);
@@ -150,16 +169,10 @@ pub(super) fn plan_from_text(path: &str, text: &str) -> Result<Plan, UsageError>
         let in_section = |e: UsageError| at(section.line_of(&flag_named_in(&e)), &e);
         match section.kind.as_str() {
             "proxy" => {
-                let flags =
-                    section_flags(section, PROXY_SPEC, &["forward"]).map_err(|e| at(e.0, &e.1))?;
-                let config = proxy_config(&flags).map_err(in_section)?;
-                warn_all(config.validate().map_err(|e| in_section(UsageError(e.0)))?);
-                plan.proxies.push((
-                    flags
-                        .get_or("listen", default_listen())
-                        .map_err(in_section)?,
-                    config,
-                ));
+                let flags = section_flags(section, &proxy_spec(), &["forward"])
+                    .map_err(|e| at(e.0, &e.1))?;
+                plan.proxies
+                    .push(ProxyPart::from_flags(&flags).map_err(in_section)?);
             }
             "reconnect" => {
                 let flags = section_flags(section, &SERVE_ONLY[..RECONNECT_KEYS.len()], &[])
@@ -219,7 +232,12 @@ fn warn_all(warnings: Vec<String>) {
 /// One line per part, for `--check-config` and the start-up log.
 pub fn describe(plan: &Plan) -> String {
     let mut out = String::new();
-    for (listen, c) in &plan.proxies {
+    for ProxyPart {
+        listen,
+        config: c,
+        http,
+    } in &plan.proxies
+    {
         let target = match (&c.routing.upstream, c.routing.forward) {
             (Some(u), false) => format!("reverse to {u}"),
             (Some(u), true) => format!(
@@ -241,6 +259,9 @@ pub fn describe(plan: &Plan) -> String {
             c.sustained_rate_per_upstream(),
             describe_cache(c.cache_size)
         );
+        if let Some(h) = http {
+            out += &format!("  HTTP cross-proxy on http://{} in front of it\n", h.addr);
+        }
     }
     if let Some(r) = &plan.reconnect {
         out += &format!(
@@ -278,17 +299,27 @@ fn run(plan: Plan, wake: WakeMode, drain: Duration) -> i32 {
         Ok(r) => r,
         Err(e) => return fail(format!("cannot start the event loop: {e}")),
     };
-    super::make_room_for_endpoints(plan.proxies.iter().map(|(_, c)| c));
+    super::make_room_for_endpoints(plan.proxies.iter().map(|p| &p.config));
     let mut parts: Vec<(String, Box<dyn Component>)> = Vec::new();
     let mut sources = Vec::new();
-    for (listen, config) in plan.proxies {
-        match ProxyComponent::bind(listen, config) {
+    for ProxyPart {
+        listen,
+        config,
+        http,
+    } in plan.proxies
+    {
+        let bound = ProxyComponent::bind(listen, config);
+        let with_http = |p: ProxyComponent| match http {
+            Some(h) => p.with_http(h),
+            None => Ok(p),
+        };
+        match bound.and_then(with_http) {
             Ok(p) => {
                 let bound = p.local_addr().unwrap_or(listen);
                 let p = super::reported(p, &mut sources);
                 parts.push((format!("CoAP proxy listening on {bound}"), p));
             }
-            Err(e) => return fail(format!("cannot bind CoAP listener {listen}: {e}")),
+            Err(e) => return fail(format!("cannot bind the listeners of {listen}: {e}")),
         }
     }
     if let Some(config) = plan.reconnect {

@@ -30,7 +30,8 @@ use mio::net::UdpSocket;
 
 use super::metrics::{write_cache_metrics, write_proxy_metrics, write_upstream_metrics};
 use super::report::Report;
-use super::{Destination, EndpointEvent, EndpointId, Proxy, ProxyConfig, Seeds};
+use super::{is_local_client, Destination, EndpointEvent, EndpointId, Proxy, ProxyConfig, Seeds};
+use crate::hc::{HttpFront, HttpFrontConfig};
 use crate::metrics::{MetricsSource, MetricsWriter};
 use crate::net::{connected_udp, MAX_UDP_DATAGRAM};
 use crate::reactor::datagram::{Datagram, Received};
@@ -40,6 +41,8 @@ use crate::timer::TimerId;
 
 /// The client-facing socket's registration key; upstream endpoint `id` has key `id + 1`.
 const CLIENTS: u32 = 0;
+/// The HTTP cross-proxy's keys start here (far above any endpoint's).
+const HTTP_KEYS: u32 = 1 << 31;
 
 /// The client-facing socket: bound by [`ProxyComponent::bind`], registered at start.
 enum ClientSocket {
@@ -66,6 +69,10 @@ pub struct ProxyComponent {
     last_now: Timestamp,
     /// Datagrams the kernel would not take (send buffer full): counted, then treated as lost.
     pub send_drops: u64,
+    /// `--http-listen`: the HTTP cross-proxy in front of the engine (issue 15).
+    http: Option<HttpFront>,
+    /// Datagrams from clients claiming an in-process address (`local.rs`): dropped.
+    pub spoofed_local: u64,
 }
 
 impl ProxyComponent {
@@ -87,7 +94,20 @@ impl ProxyComponent {
             buf: vec![0; MAX_UDP_DATAGRAM],
             last_now: Timestamp::ZERO,
             send_drops: 0,
+            http: None,
+            spoofed_local: 0,
         })
+    }
+
+    /// Adds the HTTP cross-proxy (`--http-listen`): its listener is bound now.
+    pub fn with_http(mut self, config: HttpFrontConfig) -> io::Result<Self> {
+        self.http = Some(HttpFront::bind(config, HTTP_KEYS)?);
+        Ok(self)
+    }
+
+    /// The HTTP cross-proxy's address, if it has one.
+    pub fn http_addr(&self) -> Option<SocketAddr> {
+        self.http.as_ref().and_then(|h| h.local_addr().ok())
     }
 
     /// The client-facing address actually bound (useful with port 0).
@@ -104,8 +124,10 @@ impl ProxyComponent {
         let Some(ClientSocket::Open(socket)) = &mut self.clients else {
             return;
         };
-        let (now, engine) = (ctx.now(), &mut self.engine);
+        let (now, engine, spoofed) = (ctx.now(), &mut self.engine, &mut self.spoofed_local);
         let read = socket.recv(ctx, &mut self.buf, |received| match received {
+            // Nobody sends from the discard prefix: a spoofer posing as the cross-proxy.
+            Received::Datagram { from, .. } if is_local_client(&from) => *spoofed += 1,
             Received::Datagram { data, from } => engine.handle_client_datagram(now, from, data),
             // A client's ICMP error: who it was is in the error queue, read below.
             Received::Refused => {}
@@ -191,8 +213,13 @@ impl ProxyComponent {
         let now = ctx.now();
         let _ = self.apply_endpoint_events(ctx, false);
         let (clients, endpoints) = (&self.clients, &self.endpoints);
+        let local = std::cell::RefCell::new(Vec::new());
         let send = |to: Destination, payload: &[u8]| {
             let sent = match (to, clients) {
+                (Destination::Client(addr), _) if is_local_client(&addr) => {
+                    local.borrow_mut().push((addr, payload.to_vec()));
+                    Ok(())
+                }
                 (Destination::Client(addr), Some(ClientSocket::Open(socket))) => {
                     socket.send_to(payload, addr)
                 }
@@ -235,11 +262,36 @@ impl ProxyComponent {
         }
         // Answering an ICMP error can have asked for sockets too.
         let _ = self.apply_endpoint_events(ctx, false);
+        if let Some(http) = self.http.as_mut() {
+            for (to, bytes) in local.into_inner() {
+                http.from_engine(now, to, &bytes);
+            }
+        }
+    }
+
+    /// Moves CoAP datagrams between the cross-proxy and the engine until neither has more,
+    /// then writes the HTTP answers that made.
+    fn shuttle(&mut self, ctx: &mut Ctx<'_>) {
+        let now = ctx.now();
+        loop {
+            if let Some(http) = self.http.as_mut() {
+                while let Some((from, bytes)) = http.to_engine() {
+                    self.engine.handle_client_datagram(now, from, &bytes);
+                }
+            }
+            self.flush(ctx);
+            if !self.http.as_ref().is_some_and(HttpFront::has_to_engine) {
+                break;
+            }
+        }
+        if let Some(http) = self.http.as_mut() {
+            http.write_answers(ctx);
+        }
     }
 
     fn after_input(&mut self, ctx: &mut Ctx<'_>) {
         self.last_now = ctx.now();
-        self.flush(ctx);
+        self.shuttle(ctx);
         let bound = self.engine.max_upstream_endpoints();
         while let Some(event) = self.engine.poll_event() {
             self.report.log(ctx.now(), event, bound);
@@ -256,30 +308,42 @@ impl Component for ProxyComponent {
             let socket = Datagram::register(ctx, socket, CLIENTS)?;
             self.clients = Some(ClientSocket::Open(socket));
         }
+        if let Some(http) = self.http.as_mut() {
+            http.start(ctx)?;
+        }
         self.apply_endpoint_events(ctx, true)
     }
 
-    fn on_ready(&mut self, ctx: &mut Ctx<'_>, key: u32, _: Readiness) {
-        match key.checked_sub(1) {
-            None => self.read_clients(ctx),
-            Some(id) => self.read_upstream(ctx, EndpointId(id)),
+    fn on_ready(&mut self, ctx: &mut Ctx<'_>, key: u32, ready: Readiness) {
+        match (self.http.as_mut(), key.checked_sub(1)) {
+            (Some(http), _) if http.owns(key) => http.on_ready(ctx, key, ready),
+            (_, None) => self.read_clients(ctx),
+            (_, Some(id)) => self.read_upstream(ctx, EndpointId(id)),
         }
         self.after_input(ctx);
     }
 
-    fn on_timer(&mut self, ctx: &mut Ctx<'_>, timer: TimerId, _: u32) {
-        self.timer.fired(timer);
-        self.engine.handle_timeout(ctx.now());
+    fn on_timer(&mut self, ctx: &mut Ctx<'_>, timer: TimerId, key: u32) {
+        match self.http.as_mut() {
+            Some(http) if http.owns(key) => http.on_timer(ctx, timer, key),
+            _ => {
+                self.timer.fired(timer);
+                self.engine.handle_timeout(ctx.now());
+            }
+        }
         self.after_input(ctx);
     }
 
     fn on_shutdown(&mut self, ctx: &mut Ctx<'_>) {
         self.engine.begin_drain();
+        if let Some(http) = self.http.as_mut() {
+            http.shutdown(ctx);
+        }
         self.after_input(ctx);
     }
 
     fn is_drained(&self) -> bool {
-        self.engine.in_flight() == 0
+        self.engine.in_flight() == 0 && self.http.as_ref().is_none_or(|h| h.connections() == 0)
     }
 }
 

@@ -8,6 +8,7 @@ use crate::time::Timestamp;
 
 use super::budget::SendBudget;
 use super::endpoints::EndpointId;
+use super::local::is_local_client;
 use super::validation::SourceValidation;
 
 /// Which socket a datagram leaves through.
@@ -80,20 +81,27 @@ impl Outbox {
     /// dropped and counted there).
     pub(super) fn push(&mut self, to: Destination, payload: &[u8]) {
         if let Destination::Client(addr) = to {
-            let len = payload.len();
-            if let Some(v) = self.validation.as_mut() {
-                if !v.may_send(self.now, addr, len) {
-                    return;
-                }
-            }
-            if let Some(budget) = self.budget.as_mut() {
-                if !budget.admit(self.now, addr, len) {
-                    return;
-                }
+            if !self.admits(addr, payload.len()) {
+                return;
             }
         }
         self.bytes.extend_from_slice(payload);
         self.queue.push_back((to, payload.len()));
+    }
+
+    /// Whether `len` more bytes may go to client `addr`: within its validation allowance and
+    /// its budget, unless it is an in-process client, which no spoofer can be (`local.rs`).
+    fn admits(&mut self, addr: SocketAddr, len: usize) -> bool {
+        if is_local_client(&addr) {
+            return true;
+        }
+        if let Some(v) = self.validation.as_mut() {
+            if !v.may_send(self.now, addr, len) {
+                return false;
+            }
+        }
+        let now = self.now;
+        self.budget.as_mut().is_none_or(|b| b.admit(now, addr, len))
     }
 
     /// Queues what `encode` writes (into a cleared buffer, as the CoAP encoders do) for `to`.

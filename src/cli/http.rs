@@ -1,0 +1,87 @@
+//! The HTTP cross-proxy's flags (issue 15), shared by `backoffd proxy` and `serve`'s [proxy]
+//! sections: `--http-listen` turns it on, the others tune it.
+
+use std::time::Duration;
+
+use super::flags::{value, DurationArg, Flags, SizeArg, Spec, UsageError};
+use backoffd::hc::{HcConfig, HttpFrontConfig};
+use backoffd::http1;
+use backoffd::proxy::ProxyConfig;
+
+/// The flags.
+pub const SPEC: &[Spec] = &[
+    value("http-listen"),
+    value("http-cors"),
+    value("http-max-body"),
+    value("http-timeout"),
+    value("http-max-connections"),
+    value("http-max-streams"),
+];
+
+const MAX_BODY: usize = 64 << 20;
+
+/// The cross-proxy in front of `proxy`, if `--http-listen` asks for it.
+pub fn from_flags(
+    flags: &Flags,
+    proxy: &ProxyConfig,
+) -> Result<Option<HttpFrontConfig>, UsageError> {
+    let Some(addr) = super::addr_flag(flags, "http-listen")? else {
+        return match SPEC[1..].iter().find(|s| flags.has(s.name)) {
+            Some(s) => Err(UsageError(format!("--{}: needs --http-listen", s.name))),
+            None => Ok(None),
+        };
+    };
+    let max_body = flags.get_or("http-max-body", SizeArg(1 << 20))?.0;
+    if max_body > MAX_BODY {
+        return Err(UsageError(format!(
+            "--http-max-body: {max_body} is more than 64MiB"
+        )));
+    }
+    let timeout = flags
+        .get_or("http-timeout", DurationArg(Duration::from_secs(60)))?
+        .0;
+    if timeout.is_zero() {
+        return Err(UsageError("--http-timeout: must be more than 0".into()));
+    }
+    let front = HcConfig {
+        prefix: "/hc/".into(),
+        forward: proxy.routing.forward,
+        reverse: proxy.routing.upstream.is_some(),
+        max_body,
+        max_request: proxy.max_request_size,
+        timeout,
+        cors: cors_flag(flags)?,
+        max_streams: flags.get_or("http-max-streams", 64)?,
+    };
+    Ok(Some(HttpFrontConfig {
+        addr,
+        http: http1::Config {
+            max_body_len: max_body,
+            ..http1::Config::default()
+        },
+        max_connections: positive(flags, "http-max-connections", 256)?,
+        front,
+    }))
+}
+
+/// An origin is written into every answer's Access-Control-Allow-Origin: one visible
+/// token, `*` or `scheme://host[:port]` (Fetch standard, "HTTP responses").
+fn cors_flag(flags: &Flags) -> Result<Option<String>, UsageError> {
+    let Some(origin) = flags.get::<String>("http-cors")? else {
+        return Ok(None);
+    };
+    let visible = !origin.is_empty() && origin.bytes().all(|b| b.is_ascii_graphic());
+    if origin != "*" && !(visible && origin.contains("://")) {
+        return Err(UsageError(format!(
+            "--http-cors: {origin:?} is not an origin (use * or scheme://host[:port])"
+        )));
+    }
+    Ok(Some(origin))
+}
+
+fn positive(flags: &Flags, name: &str, default: usize) -> Result<usize, UsageError> {
+    match flags.get_or(name, default)? {
+        0 => Err(UsageError(format!("--{name}: must be at least 1"))),
+        n => Ok(n),
+    }
+}
