@@ -1,0 +1,532 @@
+//! The interop suites' harness: the independently written peers (aiocoap, libcoap) installed by
+//! tests/interop/setup.sh, child processes guarded and killed with their process group, the
+//! real `backoffd proxy`, taps and clients. Used by tests/coap_interop.rs and
+//! tests/http_cross_proxy.rs.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read};
+use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::{mpsc, Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+pub const MANIFEST_DIR: &str = env!("CARGO_MANIFEST_DIR");
+/// Size of the block-wise bodies.
+pub const BIG: usize = 4096;
+
+// ------------------------------------------------------------------------------------------
+// Peers: installed once per test process by tests/interop/setup.sh.
+// ------------------------------------------------------------------------------------------
+
+pub struct Peers {
+    /// The venv's interpreter, which has aiocoap.
+    pub python: PathBuf,
+}
+
+/// Runs setup.sh on first use; every test fails with its message if it could not install.
+pub fn peers() -> &'static Peers {
+    static PEERS: OnceLock<Result<Peers, String>> = OnceLock::new();
+    match PEERS.get_or_init(install_peers) {
+        Ok(peers) => peers,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+pub fn install_peers() -> Result<Peers, String> {
+    let venv = Path::new(MANIFEST_DIR).join("target").join("interop-venv");
+    let script = Path::new(MANIFEST_DIR).join("tests/interop/setup.sh");
+    let mut setup = Proc::spawn("setup.sh", Command::new("bash").arg(&script).arg(&venv));
+    // A first install runs apt-get and pip: allow it minutes; a later one takes ~0.2 s.
+    let status = setup.wait_exit(Duration::from_secs(900));
+    let log = setup.stderr().join("\n");
+    match status {
+        Some(s) if s.success() => {
+            eprintln!("{}", log.lines().last().unwrap_or_default());
+            Ok(Peers {
+                python: venv.join("bin").join("python"),
+            })
+        }
+        Some(s) => Err(format!(
+            "tests/interop/setup.sh failed ({s}); the interop peers are not installed:\n{log}"
+        )),
+        None => Err(format!(
+            "tests/interop/setup.sh did not finish within 900 s:\n{log}"
+        )),
+    }
+}
+
+pub fn script(name: &str) -> PathBuf {
+    Path::new(MANIFEST_DIR).join("tests/interop").join(name)
+}
+
+/// A per-test scratch directory under Cargo's target tmpdir.
+pub fn scratch(test: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("interop")
+        .join(format!("{test}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The body used for every 4 KiB transfer; aiocoap_server.py's `big_body` builds the same.
+pub fn big_body() -> Vec<u8> {
+    (0..BIG).map(|i| ((i * 31 + i / 256) % 251) as u8).collect()
+}
+
+// ------------------------------------------------------------------------------------------
+// Child processes: one guard each, killed (with its whole process group) on drop.
+// ------------------------------------------------------------------------------------------
+
+pub struct Proc {
+    pub name: String,
+    pub child: Child,
+    /// Held open: the Python peers exit when their stdin closes (if this process dies).
+    pub _stdin: Option<ChildStdin>,
+    pub out: Arc<Mutex<Vec<String>>>,
+    pub err: Arc<Mutex<Vec<String>>>,
+    /// One message per output stream when its reader reached EOF.
+    pub eof: mpsc::Receiver<()>,
+    pub open_streams: usize,
+    pub status: Option<ExitStatus>,
+}
+
+pub fn collect(
+    stream: impl Read + Send + 'static,
+    into: Arc<Mutex<Vec<String>>>,
+    eof: mpsc::Sender<()>,
+) {
+    std::thread::spawn(move || {
+        for line in BufReader::new(stream).lines() {
+            let Ok(line) = line else { break };
+            into.lock().unwrap().push(line);
+        }
+        let _ = eof.send(());
+    });
+}
+
+impl Proc {
+    pub fn spawn(name: &str, cmd: &mut Command) -> Proc {
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
+        // SAFETY: prctl(2) is async-signal-safe. If this test process dies without running
+        // the guards' drops (killed by a CI timeout), the kernel kills the child.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            })
+        };
+        let mut child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
+        let out = Arc::new(Mutex::new(Vec::new()));
+        let err = Arc::new(Mutex::new(Vec::new()));
+        let (eof_tx, eof) = mpsc::channel();
+        collect(
+            child.stdout.take().unwrap(),
+            Arc::clone(&out),
+            eof_tx.clone(),
+        );
+        collect(child.stderr.take().unwrap(), Arc::clone(&err), eof_tx);
+        Proc {
+            name: name.to_string(),
+            _stdin: child.stdin.take(),
+            child,
+            out,
+            err,
+            eof,
+            open_streams: 2,
+            status: None,
+        }
+    }
+
+    pub fn stdout(&self) -> Vec<String> {
+        self.out.lock().unwrap().clone()
+    }
+
+    pub fn stderr(&self) -> Vec<String> {
+        self.err.lock().unwrap().clone()
+    }
+
+    pub fn stdout_text(&self) -> String {
+        self.stdout().join("\n")
+    }
+
+    /// Last lines of both streams, for failure messages.
+    pub fn dump(&self) -> String {
+        let tail = |lines: Vec<String>| {
+            let skip = lines.len().saturating_sub(60);
+            lines[skip..].join("\n    ")
+        };
+        format!(
+            "--- {} (status {:?})\n  stdout:\n    {}\n  stderr:\n    {}",
+            self.name,
+            self.status,
+            tail(self.stdout()),
+            tail(self.stderr())
+        )
+    }
+
+    pub fn exited(&mut self) -> bool {
+        if self.status.is_none() {
+            self.status = self.child.try_wait().unwrap_or(None);
+        }
+        self.status.is_some()
+    }
+
+    /// Waits until `check` finds something in (stdout, stderr); panics on timeout or exit.
+    pub fn wait_for<T>(
+        &mut self,
+        what: &str,
+        timeout: Duration,
+        check: impl Fn(&[String], &[String]) -> Option<T>,
+    ) -> T {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let exited = self.exited();
+            if let Some(found) = check(&self.stdout(), &self.stderr()) {
+                return found;
+            }
+            if exited {
+                self.join_readers();
+                if let Some(found) = check(&self.stdout(), &self.stderr()) {
+                    return found;
+                }
+                panic!("{} exited before {what}\n{}", self.name, self.dump());
+            }
+            if Instant::now() >= deadline {
+                panic!(
+                    "{} did not show {what} within {timeout:?}\n{}",
+                    self.name,
+                    self.dump()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// The first stdout line starting with `prefix`, rest of the line.
+    pub fn wait_stdout(&mut self, prefix: &str, timeout: Duration) -> String {
+        self.wait_for(&format!("{prefix:?} on stdout"), timeout, |out, _| {
+            out.iter()
+                .find_map(|l| l.strip_prefix(prefix).map(|r| r.trim().to_string()))
+        })
+    }
+
+    /// Waits until stdout has `n` lines equal to `line`.
+    pub fn wait_stdout_count(&mut self, line: &str, n: usize, timeout: Duration) {
+        self.wait_for(&format!("{n} x {line:?} on stdout"), timeout, |out, _| {
+            (out.iter().filter(|l| l.trim() == line).count() >= n).then_some(())
+        })
+    }
+
+    /// Waits for exit; on timeout kills the process group and returns `None`.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        while !self.exited() {
+            if Instant::now() >= deadline {
+                self.kill();
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.join_readers();
+        self.status
+    }
+
+    /// Waits for a successful exit within `timeout`; panics with the output otherwise.
+    pub fn finish_ok(&mut self, timeout: Duration) -> &mut Self {
+        match self.wait_exit(timeout) {
+            Some(s) if s.success() => self,
+            Some(s) => panic!("{} failed ({s})\n{}", self.name, self.dump()),
+            None => panic!(
+                "{} did not finish within {timeout:?}\n{}",
+                self.name,
+                self.dump()
+            ),
+        }
+    }
+
+    /// SIGTERM, then the exit within `timeout` (killed otherwise).
+    pub fn terminate(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        if !self.exited() {
+            // SAFETY: kill(2) on our own child's pid.
+            unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        }
+        self.wait_exit(timeout)
+    }
+
+    /// Kills the child's process group (the child and anything it started), then reaps it.
+    pub fn kill(&mut self) {
+        if self.status.is_none() {
+            // SAFETY: kill(2) on the process group we created for our own child.
+            unsafe { libc::kill(-(self.child.id() as i32), libc::SIGKILL) };
+            let _ = self.child.kill();
+            self.status = self.child.wait().ok();
+        }
+        self.join_readers();
+    }
+
+    /// Waits (briefly: a stray grandchild may hold a pipe open) until both output streams
+    /// are read to the end, so that everything the child printed is in `out`/`err`.
+    pub fn join_readers(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while self.open_streams > 0 {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.eof.recv_timeout(left) {
+                Ok(()) => self.open_streams -= 1,
+                Err(_) => return,
+            }
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let running = !self.exited();
+        if running {
+            // SAFETY: kill(2) on the process group we created for our own child.
+            unsafe { libc::kill(-(self.child.id() as i32), libc::SIGKILL) };
+            let _ = self.child.kill();
+            self.status = self.child.wait().ok();
+        }
+        if std::thread::panicking() {
+            eprintln!("{}", self.dump());
+        }
+        // The reader threads end at EOF once the group is dead.
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// Starting peers, the proxy and taps.
+// ------------------------------------------------------------------------------------------
+
+pub const START: Duration = Duration::from_secs(15);
+
+/// tests/interop/aiocoap_server.py on 127.0.0.1 and a kernel-chosen port.
+pub fn aiocoap_server() -> (Proc, u16) {
+    aiocoap_server_with(&[])
+}
+
+/// [`aiocoap_server`] with extra arguments.
+pub fn aiocoap_server_with(args: &[&str]) -> (Proc, u16) {
+    let mut p = Proc::spawn(
+        "aiocoap server",
+        Command::new(&peers().python)
+            .arg(script("aiocoap_server.py"))
+            .args(args),
+    );
+    let port = p.wait_stdout("READY ", START).parse().unwrap();
+    (p, port)
+}
+
+/// A UDP port free on `host` right now (its TCP twin too: coap-server also listens on TCP).
+pub fn free_port(host: &str) -> u16 {
+    loop {
+        let udp = UdpSocket::bind((host, 0)).unwrap();
+        let port = udp.local_addr().unwrap().port();
+        if TcpListener::bind((host, port)).is_ok() {
+            return port;
+        }
+    }
+}
+
+/// An empty CON (CoAP ping) must come back as RST with the same Message ID.
+pub fn answers_ping(addr: SocketAddr) -> bool {
+    let local = if addr.is_ipv4() {
+        "127.0.0.1:0"
+    } else {
+        "[::1]:0"
+    };
+    let sock = UdpSocket::bind(local).unwrap();
+    sock.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let ping = [0x40, 0x00, 0x12, 0x34];
+    if sock.send_to(&ping, addr).is_err() {
+        return false;
+    }
+    let mut buf = [0u8; 64];
+    matches!(sock.recv_from(&mut buf), Ok((4, _)) if buf[0] == 0x70 && buf[2..4] == ping[2..4])
+}
+
+/// libcoap's example server on `host` (127.0.0.1 or ::1) and a free port; ready when it
+/// answers a CoAP ping. It serves `/` (a text naming libcoap), `/time` (observable) and
+/// `/example_data` (GET, and PUT which stores the body; block-wise by libcoap).
+pub fn libcoap_server(host: &str) -> (Proc, u16) {
+    peers();
+    for _ in 0..5 {
+        let port = free_port(host);
+        let mut p = Proc::spawn(
+            "coap-server-notls",
+            Command::new("coap-server-notls").args(["-A", host, "-p", &port.to_string()]),
+        );
+        let addr = SocketAddr::new(host.parse().unwrap(), port);
+        let deadline = Instant::now() + START;
+        while Instant::now() < deadline && !p.exited() {
+            if answers_ping(addr) {
+                return (p, port);
+            }
+        }
+        eprintln!(
+            "coap-server-notls on port {port} did not come up; trying another\n{}",
+            p.dump()
+        );
+    }
+    panic!("coap-server-notls did not start on {host}");
+}
+
+/// `backoffd proxy --listen <listen> <args>`; returns it and its address.
+pub fn proxy(listen: &str, args: &[&str]) -> (Proc, SocketAddr) {
+    let mut p = Proc::spawn(
+        "backoffd proxy",
+        Command::new(env!("CARGO_BIN_EXE_backoffd"))
+            .args(["proxy", "--listen", listen])
+            .args(args)
+            .env("RUST_LOG", "debug"),
+    );
+    const MARKER: &str = "CoAP proxy listening on ";
+    let addr = p.wait_for("the listening line", START, |_, err| {
+        err.iter().find_map(|l| {
+            let rest = &l[l.find(MARKER)? + MARKER.len()..];
+            rest.split_whitespace().next()?.parse::<SocketAddr>().ok()
+        })
+    });
+    (p, addr)
+}
+
+/// An observing relay in front of `target` that logs every datagram on its stderr. Returns
+/// it and the address to send to instead of `target`.
+pub fn tap(name: &str, target: SocketAddr) -> (Proc, SocketAddr) {
+    relay(name, target, &["--loss", "0"])
+}
+
+/// A relay in front of `target` that drops each datagram with probability `loss` (seeded),
+/// the same bytes (a retransmission) at most twice, and logs every datagram.
+pub fn lossy_relay(name: &str, target: SocketAddr, loss: f64, seed: u64) -> (Proc, SocketAddr) {
+    let (loss, seed) = (loss.to_string(), seed.to_string());
+    relay(
+        name,
+        target,
+        &[
+            "--loss",
+            &loss,
+            "--seed",
+            &seed,
+            "--max-drops-per-datagram",
+            "2",
+        ],
+    )
+}
+
+pub fn relay(name: &str, target: SocketAddr, args: &[&str]) -> (Proc, SocketAddr) {
+    let host = if target.is_ipv4() { "127.0.0.1" } else { "::1" };
+    let mut p = Proc::spawn(
+        name,
+        Command::new(&peers().python)
+            .arg(script("lossy_relay.py"))
+            .args(["--host", host, "--target", &target.to_string(), "--trace"])
+            .args(args),
+    );
+    let port: u16 = p.wait_stdout("RELAY ", START).parse().unwrap();
+    (p, SocketAddr::new(target.ip(), port))
+}
+
+/// One datagram seen by a tap.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Seen {
+    /// Toward the relay's target (e.g. client -> proxy), else back toward the source.
+    pub forward: bool,
+    pub dropped: bool,
+    pub ty: String,
+    pub code: String,
+    pub mid: u16,
+    pub token: String,
+    /// The port of the source the relay serves (the client, for a tap in front of the proxy).
+    pub peer: u16,
+}
+
+impl Seen {
+    pub fn is(&self, forward: bool, ty: &str, code: &str) -> bool {
+        self.forward == forward && self.ty == ty && self.code == code
+    }
+}
+
+/// Parses the tap's `--trace` lines: `<t> -> pass CON 0.01 mid=1 tok=ab len=20 peer=4711`.
+pub fn seen(tap: &Proc) -> Vec<Seen> {
+    tap.stderr()
+        .iter()
+        .filter_map(|line| {
+            let w: Vec<&str> = line.split_whitespace().collect();
+            if w.len() < 9 || !(w[1] == "->" || w[1] == "<-") {
+                return None;
+            }
+            Some(Seen {
+                forward: w[1] == "->",
+                dropped: w[2] == "DROP",
+                ty: w[3].to_string(),
+                code: w[4].to_string(),
+                mid: w[5].strip_prefix("mid=")?.parse().ok()?,
+                token: w[6].strip_prefix("tok=")?.to_string(),
+                peer: w[8].strip_prefix("peer=")?.parse().ok()?,
+            })
+        })
+        .collect()
+}
+
+/// Waits until what the tap logged satisfies `pred` (its log trails the relay a little);
+/// returns everything it logged.
+pub fn wait_seen(tap: &Proc, what: &str, pred: impl Fn(&[Seen]) -> bool) -> Vec<Seen> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let all = seen(tap);
+        if pred(&all) {
+            return all;
+        }
+        if Instant::now() >= deadline {
+            panic!("{} never showed {what}; it saw:\n{all:#?}", tap.name);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// Clients.
+// ------------------------------------------------------------------------------------------
+
+/// Runs tests/interop/aiocoap_client.py to completion (success required) within `timeout`.
+pub fn aiocoap_client(args: &[&str], timeout: Duration) -> Proc {
+    let mut p = Proc::spawn(
+        &format!("aiocoap client {}", args.join(" ")),
+        Command::new(&peers().python)
+            .arg(script("aiocoap_client.py"))
+            .args([
+                "--timeout",
+                &(timeout.as_secs_f64() - 1.0).max(1.0).to_string(),
+            ])
+            .args(args),
+    );
+    p.finish_ok(timeout);
+    p
+}
+
+/// Starts `coap-client-notls <args>` (`-B` bounds its own wait).
+pub fn coap_client(args: &[&str]) -> Proc {
+    peers();
+    Proc::spawn(
+        &format!("coap-client-notls {}", args.join(" ")),
+        Command::new("coap-client-notls").args(args),
+    )
+}
+
+/// Runs `coap-client-notls <args>` to a successful exit within `timeout`.
+pub fn coap_client_ok(args: &[&str], timeout: Duration) -> Proc {
+    let mut p = coap_client(args);
+    p.finish_ok(timeout);
+    p
+}
+
