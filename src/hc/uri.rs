@@ -328,7 +328,8 @@ fn push_normalised_escape(decoded: u8, out: &mut String, lowercase: bool) {
     }
 }
 
-fn push_escaped(b: u8, out: &mut String) {
+/// `%XX` with uppercase hex digits (RFC 3986 §2.1, RFC 7252 §6.5).
+pub(super) fn push_escaped(b: u8, out: &mut String) {
     const HEX: &[u8; 16] = b"0123456789ABCDEF";
     out.push('%');
     out.push(char::from(HEX[usize::from(b >> 4)]));
@@ -396,12 +397,12 @@ fn reverse(target: &str) -> Result<CoapTarget, UriError> {
 }
 
 /// RFC 3986 §2.3.
-fn is_unreserved(b: u8) -> bool {
+pub(super) fn is_unreserved(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"-._~".contains(&b)
 }
 
 /// RFC 3986 §2.2.
-fn is_sub_delim(b: u8) -> bool {
+pub(super) fn is_sub_delim(b: u8) -> bool {
     b"!$&'()*+,;=".contains(&b)
 }
 
@@ -416,5 +417,4 @@ fn is_query_char(b: u8) -> bool {
 }
 
 #[cfg(test)]
-#[path = "uri/tests.rs"]
 mod tests;
