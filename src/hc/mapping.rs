@@ -20,14 +20,16 @@ pub const OCTET_STREAM: &str = "application/octet-stream";
 /// The CoAP Content-Formats registry entries with a media type and identity coding (RFC 7252
 /// §12.3), as `(id, media type with parameters)`.
 ///
-/// Checked against RFC text (see docs http-coap.md §3): 0, 16-18, 40-42, 47, 50-52, 60, 63,
-/// 96-98, 101, 102, 110-115, 256, 310, 311. The rest are taken from two copies of the IANA
-/// registry (aiocoap's `numbers/contentformat.py`, RIOT's unicoap header) that agree where they
-/// overlap, and were not checked against the defining RFCs; entries registered for drafts
-/// or only provisionally are left out.
+/// Checked against RFC text: 0, 40-42, 47, 50 (RFC 7252 §12.3); 16-18, 96-98, 101, 102 (RFC
+/// 8152 §16.10); 51, 52 (RFC 8132 §6); 60 (RFC 8075 §6.2); 63 (RFC 8742 §6.2); 110-115, 310,
+/// 311 (RFC 8428 §12.5); 256 (RFC 8075 Appendix A). Not checked against the defining
+/// documents: the rest, taken from two copies of the IANA registry that agree where they
+/// overlap (aiocoap's `numbers/contentformat.py`, RIOT's unicoap header, 2025-26). Entries
+/// IANA marks as provisional (293, 294, 836) are left out.
 ///
-/// An entry with parameters comes before the bare entry of the same type: the first match wins
-/// (`application/yang-data+cbor; id=sid` is 140, not 340).
+/// An entry with parameters comes before the bare entry of the same type, the one with more
+/// parameters first: the first match wins (`application/yang-data+cbor; id=sid` is 140, not
+/// 340).
 const FORMATS: &[(u16, &str)] = &[
     (0, "text/plain; charset=utf-8"),
     (16, "application/cose; cose-type=\"cose-encrypt0\""),
@@ -70,8 +72,36 @@ const FORMATS: &[(u16, &str)] = &[
     (259, "application/pkixcmp"),
     (260, "application/yang-sid+json"),
     (261, "application/ace-groupcomm+cbor"),
+    (262, "application/ace-trl+cbor"),
+    (
+        10003,
+        "application/eat+cwt; eat_profile=\"tag:psacertified.org,2023:psa#tfm\"",
+    ),
+    (
+        10004,
+        "application/eat+cwt; eat_profile=\"tag:psacertified.org,2019:psa#legacy\"",
+    ),
+    (
+        10005,
+        "application/eat+cwt; eat_profile=2.16.840.1.113741.1.16.1",
+    ),
+    (263, "application/eat+cwt"),
+    (264, "application/eat+jwt"),
+    (265, "application/eat-bun+cbor"),
+    (266, "application/eat-bun+json"),
+    (267, "application/eat-ucs+cbor"),
+    (268, "application/eat-ucs+json"),
+    (269, "application/coap-eap"),
+    (270, "application/suit-report+cose"),
     (271, "application/dots+cbor"),
     (272, "application/missing-blocks+cbor-seq"),
+    (273, "application/cmw+cbor"),
+    (274, "application/cmw+json"),
+    (275, "application/cmw+cose"),
+    (276, "application/cmw+jws"),
+    (277, "application/scitt-statement+cose"),
+    (278, "application/scitt-receipt+cose"),
+    (279, "application/statuslist+cwt"),
     (
         280,
         "application/pkcs7-mime; smime-type=server-generated-key",
@@ -81,29 +111,63 @@ const FORMATS: &[(u16, &str)] = &[
     (285, "application/csrattrs"),
     (286, "application/pkcs10"),
     (287, "application/pkix-cert"),
+    (
+        297,
+        "application/aif+cbor;toid=oscore-gname;tperm=oscore-gperm",
+    ),
+    (292, "application/aif+cbor;toid=CRI-local-part"),
     (290, "application/aif+cbor"),
+    (
+        298,
+        "application/aif+json;toid=oscore-gname;tperm=oscore-gperm",
+    ),
     (291, "application/aif+json"),
+    (295, "application/measured-component+cbor"),
+    (296, "application/measured-component+json"),
     (310, "application/senml+xml"),
     (311, "application/sensml+xml"),
     (320, "application/senml-etch+json"),
     (322, "application/senml-etch+cbor"),
     (432, "application/td+json"),
     (433, "application/tm+json"),
+    (434, "application/sdf+json"),
+    (553, "application/dns-message"),
+    (601, "application/uccs+cbor"),
     (10000, "application/vnd.ocf+cbor"),
     (10001, "application/oscore"),
     (10002, "application/javascript"),
+    (10006, "application/vnd.oms.cellular-cose-content+cbor"),
+    (10007, "application/syslog-msg"),
+    (
+        10572,
+        "application/toc+cbor;profile=2.16.840.1.113741.1.16.1",
+    ),
+    (10570, "application/toc+cbor"),
+    (
+        10573,
+        "application/ce+cbor;profile=2.16.840.1.113741.1.16.1",
+    ),
+    (10571, "application/ce+cbor"),
     (11542, "application/vnd.oma.lwm2m+tlv"),
     (11543, "application/vnd.oma.lwm2m+json"),
     (11544, "application/vnd.oma.lwm2m+cbor"),
     (20000, "text/css"),
+    (20001, "application/vnd.as207960.vas.config+jer"),
+    (20002, "application/vnd.as207960.vas.config+uper"),
+    (20003, "application/vnd.as207960.vas.tap+jer"),
+    (20004, "application/vnd.as207960.vas.tap+uper"),
     (30000, "image/svg+xml"),
 ];
 
 /// Registry entries with a content coding other than identity, as `(id, media type, coding)`
-/// (IANA registry copies as above): the HTTP side carries the coding in Content-Encoding.
+/// (from the IANA registry copies above): the HTTP side carries the coding in
+/// Content-Encoding.
 const ENCODED_FORMATS: &[(u16, &str, &str)] = &[
     (11050, "application/json", "deflate"),
     (11060, "application/cbor", "deflate"),
+    (12000, "text/plain; charset=utf-8", "zstd"),
+    (12041, "application/xml", "zstd"),
+    (12050, "application/json", "zstd"),
 ];
 
 /// The media type, with its parameters, of a registered Content-Format (RFC 8075 §6.1).

@@ -39,25 +39,24 @@ fn the_issue_table_of_formats_is_all_there() {
 }
 
 #[test]
-fn ids_are_unique_and_parameterised_entries_precede_their_bare_type() {
-    let all: Vec<u16> = FORMATS
+fn ids_are_unique_and_entries_with_more_parameters_come_first() {
+    let ids = FORMATS
         .iter()
         .map(|f| f.0)
-        .chain(ENCODED_FORMATS.iter().map(|f| f.0))
-        .collect();
-    let mut sorted = all.clone();
-    sorted.sort_unstable();
-    sorted.dedup();
-    assert_eq!(sorted.len(), all.len());
-    for (i, (_, bare)) in FORMATS
-        .iter()
-        .enumerate()
-        .filter(|(_, f)| !f.1.contains(';'))
-    {
+        .chain(ENCODED_FORMATS.iter().map(|f| f.0));
+    let mut ids: Vec<u16> = ids.collect();
+    let count = ids.len();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), count);
+    let essence = |mt: &str| mt.split(';').next().unwrap_or(mt).to_owned();
+    let params = |mt: &str| mt.matches(';').count();
+    for (i, (_, earlier)) in FORMATS.iter().enumerate() {
         for (_, later) in &FORMATS[i + 1..] {
+            let same_type = essence(earlier) == essence(later);
             assert!(
-                !later.starts_with(&format!("{bare};")),
-                "{later} after {bare}"
+                !same_type || params(earlier) >= params(later),
+                "{later} after {earlier}"
             );
         }
     }
@@ -106,6 +105,14 @@ fn a_parameter_the_entry_has_must_be_present() {
         Some(140)
     );
     assert_eq!(content_format(b"application/yang-data+cbor"), Some(340));
+    let aif = b"application/aif+cbor; toid=oscore-gname; tperm=oscore-gperm";
+    assert_eq!(content_format(aif), Some(297));
+    assert_eq!(
+        content_format(b"application/aif+cbor; toid=CRI-local-part"),
+        Some(292)
+    );
+    let psa = b"application/eat+cwt; eat_profile=\"tag:psacertified.org,2019:psa#legacy\"";
+    assert_eq!(content_format(psa), Some(10004));
 }
 
 #[test]
