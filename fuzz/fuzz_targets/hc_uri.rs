@@ -70,7 +70,10 @@ fn check_headers(data: &[u8]) {
         let cf = u16::from_be_bytes([a, b]);
         if let Some(mt) = mapping::media_type(cf) {
             let coding = mapping::content_encoding(cf).map(str::as_bytes);
-            assert_eq!(mapping::content_format_with_encoding(mt.as_bytes(), coding), Some(cf));
+            assert_eq!(
+                mapping::content_format_with_encoding(mt.as_bytes(), coding),
+                Some(cf)
+            );
         }
     }
 }
@@ -88,6 +91,9 @@ fn check_location(data: &[u8]) {
     };
     let segments = path.split(|&b| b == b'/');
     if let Some(loc) = mapping::location(&base, segments, query.split(|&b| b == b'&')) {
-        assert!(loc.is_ascii() && !loc.contains(['[', ']', '#', ' ']), "{loc}");
+        assert!(
+            loc.is_ascii() && !loc.contains(['[', ']', '#', ' ']),
+            "{loc}"
+        );
     }
 }
