@@ -4,7 +4,7 @@
 use crate::coap::option::{decode_uint, CONTENT_FORMAT, ETAG, LOCATION_PATH, LOCATION_QUERY, MAX_AGE};
 use crate::coap::{Code, Message};
 
-use super::mapping;
+use super::mapping::{self, LocationBase};
 use super::request::{CoapRequest, Refusal};
 
 /// What the driver writes to an HTTP connection for one request.
@@ -83,30 +83,33 @@ pub fn content_type(msg: &Message<'_>) -> String {
 }
 
 /// ETag, freshness and Location (RFC 7252 §10.2.2, §10.2.4; RFC 8075 §7 note 8).
-fn response_fields(req: &CoapRequest, msg: &Message<'_>, status: u16) -> Vec<(&'static str, String)> {
+fn response_fields(
+    req: &CoapRequest,
+    msg: &Message<'_>,
+    status: u16,
+) -> Vec<(&'static str, String)> {
     let mut fields = Vec::new();
-    if let Some(etag) = msg.option(ETAG) {
-        fields.push(("ETag", mapping::http_etag(etag)));
+    if let Some(etag) = msg.option(ETAG).and_then(mapping::http_etag) {
+        fields.push(("ETag", etag));
     }
     let max_age = msg.option(MAX_AGE).and_then(|v| decode_uint(v).ok());
-    match msg.code() {
-        Code::CONTENT | Code::VALID => {
-            fields.push(("Cache-Control", mapping::cache_control(max_age)));
-        }
-        Code::SERVICE_UNAVAILABLE => {
-            if let Some(seconds) = max_age {
-                fields.push(("Retry-After", seconds.to_string()));
-            }
-        }
-        _ => {}
+    if matches!(msg.code(), Code::CONTENT | Code::VALID) {
+        // The Max-Age the engine relays is what is left of it (its cache ages it, §5.7.1).
+        fields.push(("Cache-Control", mapping::cache_control(max_age)));
     }
-    let path: Vec<&[u8]> = values(msg, LOCATION_PATH);
-    let query: Vec<&[u8]> = values(msg, LOCATION_QUERY);
+    if let Some(seconds) = mapping::retry_after(msg.code(), max_age) {
+        fields.push(("Retry-After", seconds.to_string()));
+    }
+    let path = values(msg, LOCATION_PATH);
+    let query = values(msg, LOCATION_QUERY);
     if (!path.is_empty() || !query.is_empty()) && status < 400 {
-        fields.push((
-            "Location",
-            mapping::location(&req.location_base, &path, &query),
-        ));
+        let base = match &req.location_root {
+            Some((prefix, authority)) => LocationBase::Forward { prefix, authority },
+            None => LocationBase::Reverse,
+        };
+        if let Some(location) = mapping::location(&base, path, query) {
+            fields.push(("Location", location));
+        }
     }
     fields
 }

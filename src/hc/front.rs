@@ -8,7 +8,7 @@
 //! request is retransmitted like any CON (RFC 7252 §4.2) until acknowledged, and every
 //! exchange has a deadline: no answer in time is a 504.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -99,8 +99,8 @@ struct InFlight {
 /// See the module docs.
 pub struct HcFront {
     config: HcConfig,
-    conns: HashMap<ConnId, Conn>,
-    by_addr: HashMap<SocketAddr, ConnId>,
+    conns: BTreeMap<ConnId, Conn>,
+    by_addr: BTreeMap<SocketAddr, ConnId>,
     slots: Slab<Slot>,
     next_client: u64,
     next_token: u32,
@@ -114,8 +114,8 @@ impl HcFront {
     pub fn new(config: HcConfig) -> Self {
         HcFront {
             config,
-            conns: HashMap::new(),
-            by_addr: HashMap::new(),
+            conns: BTreeMap::new(),
+            by_addr: BTreeMap::new(),
             slots: Slab::new(),
             next_client: 1,
             next_token: 0,

@@ -37,9 +37,9 @@ pub struct CoapRequest {
     /// The HTTP request was conditional (If-None-Match mapped to ETags), so a 2.03 is a 304
     /// (RFC 8075 §7 note 3).
     pub conditional: bool,
-    /// What a Location goes under: the HC prefix and target authority in forward mode
-    /// (`/hc/coap://host:port`), nothing in reverse mode.
-    pub location_base: String,
+    /// What a Location goes under: the HC prefix and the target's authority in forward
+    /// mode (`/hc/coap://host:port/...`), `None` in reverse mode (`/...`).
+    pub location_root: Option<(String, String)>,
 }
 
 /// An HTTP request the cross-proxy answers itself, with this status and a short text.
@@ -59,7 +59,7 @@ const fn refuse(status: u16, text: &'static str) -> Refusal {
 /// §10.2 and RFC 8075 §6.
 pub fn translate(req: &Request, mapping: &Mapping<'_>) -> Result<CoapRequest, Refusal> {
     let (method, mut kind) = method(&req.method)?;
-    let (mut options, location_base) = target_options(&req.target, mapping)?;
+    let (mut options, location_root) = target_options(&req.target, mapping)?;
     if kind == Kind::Plain && method == Code::GET && accepts_events(req) {
         kind = Kind::Events;
     } else if let Some(cf) = req.field("accept").and_then(|a| mapping::coap_accept(&a)) {
@@ -83,7 +83,7 @@ pub fn translate(req: &Request, mapping: &Mapping<'_>) -> Result<CoapRequest, Re
         body: req.body.clone(),
         kind,
         conditional,
-        location_base,
+        location_root,
     })
 }
 
@@ -107,59 +107,58 @@ fn accepts_events(req: &Request) -> bool {
         .is_some_and(|a| mapping::wants_event_stream(&a))
 }
 
-/// The target's options and the base a Location is written under.
-fn target_options(
-    target: &str,
-    mapping: &Mapping<'_>,
-) -> Result<(Vec<(u16, Vec<u8>)>, String), Refusal> {
-    match uri::coap_target(target, mapping).map_err(uri_refusal)? {
+/// The target's options and the root a Location is written under.
+fn target_options(target: &str, mapping: &Mapping<'_>) -> Result<TargetOptions, Refusal> {
+    let target = uri::coap_target(target, mapping).map_err(|e: UriError| Refusal {
+        status: e.http_status(),
+        text: e.text(),
+    })?;
+    match target {
         CoapTarget::Forward { proxy_uri } => {
-            let base = location_base(mapping, &proxy_uri);
-            Ok((vec![(PROXY_URI, proxy_uri.into_bytes())], base))
+            let root = mapping
+                .prefix()
+                .map(|prefix| (prefix.to_string(), authority(&proxy_uri).to_string()));
+            Ok((vec![(PROXY_URI, proxy_uri.into_bytes())], root))
         }
         CoapTarget::Reverse { path, query } => {
             let path = path.into_iter().map(|s| (URI_PATH, s));
             let query = query.into_iter().map(|q| (URI_QUERY, q));
-            Ok((path.chain(query).collect(), String::new()))
+            Ok((path.chain(query).collect(), None))
         }
     }
 }
 
-/// `/hc/coap://host:port`: the scheme and authority of `proxy_uri` under the HC prefix.
-fn location_base(mapping: &Mapping<'_>, proxy_uri: &str) -> String {
-    let after_scheme = proxy_uri.find("://").map_or(0, |i| i + 3);
-    let authority_end = proxy_uri[after_scheme..]
-        .find(['/', '?'])
-        .map_or(proxy_uri.len(), |i| after_scheme + i);
-    format!("{}{}", mapping.prefix(), &proxy_uri[..authority_end])
+type TargetOptions = (Vec<(u16, Vec<u8>)>, Option<(String, String)>);
+
+/// `host[:port]` of a `coap://host[:port]/...` URI.
+fn authority(uri: &str) -> &str {
+    let rest = uri.split_once("://").map_or(uri, |(_, rest)| rest);
+    rest.split(['/', '?']).next().unwrap_or(rest)
 }
 
-fn uri_refusal(e: UriError) -> Refusal {
-    match e.status() {
-        404 => refuse(404, "no CoAP target is mapped at this path"),
-        414 => refuse(414, "the CoAP target URI is too long"),
-        _ => refuse(400, "malformed CoAP target URI"),
-    }
-}
-
-/// If-Match (RFC 9110 §13.1.1, RFC 7252 §5.10.8.1): `*` is an empty If-Match ("exists"),
-/// tags are ours (hex of the CoAP ETag). A tag we never gave cannot match: 412 at once.
+/// If-Match (RFC 9110 §13.1.1, RFC 7252 §5.10.8.1): `*` is an empty If-Match ("exists");
+/// tags are ours (hex of the CoAP ETag), compared strongly. None usable cannot match: 412
+/// at once, nothing forwarded.
 fn if_match(tags: &[u8], options: &mut Vec<(u16, Vec<u8>)>) -> Result<(), Refusal> {
     match mapping::coap_etags(tags) {
         Ok(EntityTags::Any) => options.push((IF_MATCH, Vec::new())),
-        Ok(EntityTags::Tags(tags)) if !tags.is_empty() => {
-            options.extend(tags.into_iter().map(|t| (IF_MATCH, t)));
+        Ok(tags) => {
+            let before = options.len();
+            options.extend(tags.if_match_etags().map(|t| (IF_MATCH, t.to_vec())));
+            if options.len() == before {
+                return Err(refuse(412, "no entity-tag of this proxy in If-Match"));
+            }
         }
-        Ok(EntityTags::Tags(_)) => return Err(refuse(412, "no entity-tag of this proxy")),
         Err(_) => return Err(refuse(400, "malformed If-Match")),
     }
     Ok(())
 }
 
 /// If-None-Match (RFC 9110 §13.1.2): `*` is CoAP's If-None-Match ("create only",
-/// RFC 7252 §5.10.8.2); on GET, tags become ETag options, a validation request whose 2.03
-/// is a 304 (RFC 7252 §5.10.6.2, RFC 8075 §7 note 3). Tags we never gave, or tags on other
-/// methods, have no CoAP form and are left out: the request is then unconditional.
+/// RFC 7252 §5.10.8.2). On GET and FETCH, tags become ETag options, a validation request
+/// whose 2.03 is a 304 (RFC 7252 §5.10.6.2, RFC 8075 §7 note 3); tags we never gave are
+/// left out, and with none left the request is unconditional. On other methods CoAP has
+/// no such precondition: 501, rather than dropping it.
 fn if_none_match(
     tags: &[u8],
     method: Code,
@@ -167,11 +166,12 @@ fn if_none_match(
 ) -> Result<bool, Refusal> {
     match mapping::coap_etags(tags) {
         Ok(EntityTags::Any) => options.push((IF_NONE_MATCH, Vec::new())),
-        Ok(EntityTags::Tags(tags)) if method == Code::GET && !tags.is_empty() => {
-            options.extend(tags.into_iter().map(|t| (ETAG, t)));
-            return Ok(true);
+        Ok(tags) if matches!(method, Code::GET | Code::FETCH) => {
+            let before = options.len();
+            options.extend(tags.if_none_match_etags().map(|t| (ETAG, t.to_vec())));
+            return Ok(options.len() > before);
         }
-        Ok(EntityTags::Tags(_)) => {}
+        Ok(_) => return Err(refuse(501, "If-None-Match with entity-tags has no CoAP form here")),
         Err(_) => return Err(refuse(400, "malformed If-None-Match")),
     }
     Ok(false)

@@ -19,15 +19,11 @@ use std::fmt::Write as _;
 
 use super::mapping;
 
-/// Content-Formats whose payload is text (RFC 7252 §12.3, RFC 8428 §12.5): sent as is, if it
-/// is UTF-8 too.
-const TEXT_FORMATS: &[u16] = &[0, 40, 41, 50, 51, 52, 110, 111, 256, 310, 311];
-
 /// The event for a notification with Observe value `seq`, Content-Format `cf` and `payload`.
 pub fn event(seq: Option<u32>, cf: Option<u16>, payload: &[u8]) -> Vec<u8> {
     let text = std::str::from_utf8(payload)
         .ok()
-        .filter(|_| cf.is_none_or(|cf| TEXT_FORMATS.contains(&cf)));
+        .filter(|_| cf.is_none() || mapping::is_text(cf));
     let mut out = String::with_capacity(payload.len() * 4 / 3 + 64);
     let media = mapping::response_content_type(cf);
     let encoding = if text.is_some() { "text" } else { "base64" };

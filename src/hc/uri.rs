@@ -45,7 +45,8 @@ pub enum Mapping<'a> {
 }
 
 impl Mapping<'_> {
-    fn prefix(&self) -> Option<&str> {
+    /// The HC Proxy URI's path, if the default mapping is on.
+    pub fn prefix(&self) -> Option<&str> {
         match self {
             Mapping::Forward { prefix } | Mapping::Both { prefix } => Some(prefix),
             Mapping::Reverse => None,
@@ -89,11 +90,16 @@ macro_rules! uri_errors {
             pub const fn http_status(self) -> u16 {
                 match self { $(Self::$variant => $status,)* }
             }
+
+            /// The short text for the answer's body.
+            pub const fn text(self) -> &'static str {
+                match self { $(Self::$variant => $text,)* }
+            }
         }
 
         impl fmt::Display for UriError {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(match self { $(Self::$variant => $text,)* })
+                f.write_str(self.text())
             }
         }
     };
