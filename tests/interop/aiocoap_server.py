@@ -18,6 +18,12 @@ then serves until killed. Resources:
               request naming the current ETag gets 2.03 Valid (RFC 7252 §5.10.6.2). Prints
               `TAGGED GET <request ETags in hex, comma-separated, or ->` and, for a 2.03,
               `TAGGED VALID`. PUT: a new value and version, 2.04, prints `TAGGED PUT`
+  /echo       every method (GET, POST, PUT, DELETE, FETCH, PATCH): answers with
+              `<METHOD> <payload length> cf=<Content-Format or ->` as text/plain;charset=utf-8
+              (Content-Format 0), with the code the method's success has (2.05 for GET and
+              FETCH, 2.01 for POST with Location-Path /echo/new, 2.04 for PUT and PATCH,
+              2.02 for DELETE), and prints `ECHO <METHOD>`
+  /json       GET: {"t": 21.5} as application/json (Content-Format 50)
 
 Every stdout line is flushed at once: the Rust test reads them as they come.
 """
@@ -124,6 +130,37 @@ class Tagged(resource.Resource):
         return aiocoap.Message(code=Code.CHANGED)
 
 
+class Echo(resource.Resource):
+    async def answer(self, request, code, method, **extra):
+        say("ECHO", method)
+        cf = request.opt.content_format
+        text = "%s %d cf=%s" % (method, len(request.payload), "-" if cf is None else int(cf))
+        return aiocoap.Message(code=code, payload=text.encode(), content_format=0, **extra)
+
+    async def render_get(self, request):
+        return await self.answer(request, Code.CONTENT, "GET")
+
+    async def render_fetch(self, request):
+        return await self.answer(request, Code.CONTENT, "FETCH")
+
+    async def render_post(self, request):
+        return await self.answer(request, Code.CREATED, "POST", location_path=("echo", "new"))
+
+    async def render_put(self, request):
+        return await self.answer(request, Code.CHANGED, "PUT")
+
+    async def render_patch(self, request):
+        return await self.answer(request, Code.CHANGED, "PATCH")
+
+    async def render_delete(self, request):
+        return await self.answer(request, Code.DELETED, "DELETE")
+
+
+class Json(resource.Resource):
+    async def render_get(self, request):
+        return aiocoap.Message(payload=b'{"t": 21.5}', content_format=50)
+
+
 class Clock(resource.ObservableResource):
     def __init__(self, tick):
         super().__init__()
@@ -162,6 +199,8 @@ async def main():
     site.add_resource(["counter"], Counter())
     site.add_resource(["clock"], clock)
     site.add_resource(["tagged"], Tagged(args.tagged_max_age))
+    site.add_resource(["echo"], Echo())
+    site.add_resource(["json"], Json())
 
     ctx = await aiocoap.Context.create_server_context(
         site, bind=(args.host, 0), transports=["udp6"]

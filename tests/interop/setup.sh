@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the independently written CoAP peers that tests/coap_interop.rs runs against:
 #   - aiocoap (PyPI, pinned) in a virtualenv under the repo's target/ directory;
-#   - Debian's libcoap3-bin (coap-client-notls, coap-server-notls).
+#   - Debian's libcoap3-bin (coap-client-notls, coap-server-notls);
+#   - curl, the HTTP cross-proxy tests' client (tests/http_cross_proxy.rs).
 # Idempotent and quick when both are already there. Never skips: if a peer cannot be
 # installed, it says why and exits non-zero, and the interop tests fail.
 #
@@ -21,6 +22,16 @@ die() {
 mkdir -p "$(dirname "$VENV")"
 exec 9>"$VENV.lock"
 flock -w 600 9 || die "could not lock $VENV.lock within 600 s"
+
+# --- curl (the HTTP cross-proxy tests' client) ----------------------------------------------
+if ! command -v curl >/dev/null; then
+    [ "$(id -u)" = 0 ] || die "curl missing and not root: run 'apt-get install curl' as root"
+    echo "interop setup: installing curl" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get -o DPkg::Lock::Timeout=300 update -q >&2 || die "apt-get update failed"
+    apt-get -o DPkg::Lock::Timeout=300 install -y -q --no-install-recommends curl >&2 \
+        || die "apt-get install curl failed"
+fi
 
 # --- libcoap3-bin --------------------------------------------------------------------------
 if ! command -v coap-client-notls >/dev/null || ! command -v coap-server-notls >/dev/null; then
