@@ -14,6 +14,7 @@ pub mod driver;
 mod exchange;
 pub mod front;
 pub mod mapping;
+pub mod metrics;
 pub mod request;
 pub mod sse;
 pub mod uri;

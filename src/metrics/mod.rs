@@ -85,6 +85,24 @@ impl MetricsWriter {
         }
     }
 
+    /// A counter family with several labels, e.g. HTTP requests by method and status: each
+    /// row is its label values, in the order of `labels`, and its count.
+    pub fn multi_labelled_counter(
+        &mut self,
+        name: &str,
+        help: &str,
+        labels: &[&str],
+        rows: &[(Vec<String>, u64)],
+    ) {
+        self.family(name, help, "counter");
+        for (values, count) in rows {
+            let pairs: Vec<String> = (labels.iter().zip(values))
+                .map(|(l, v)| format!("{l}=\"{}\"", escape(v)))
+                .collect();
+            let _ = writeln!(self.out, "{name}{{{}}} {count}", pairs.join(","));
+        }
+    }
+
     /// A gauge family with one label, e.g. endpoints per upstream.
     pub fn labelled_gauge(&mut self, name: &str, help: &str, label: &str, values: &[(&str, f64)]) {
         self.family(name, help, "gauge");

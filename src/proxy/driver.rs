@@ -352,6 +352,9 @@ impl MetricsSource for ProxyComponent {
         write_proxy_metrics(&self.engine.counters(), self.send_drops, out);
         write_upstream_metrics(&self.engine.upstream_stats(self.last_now), out);
         write_cache_metrics(&self.engine, out);
+        if let Some(http) = &self.http {
+            crate::hc::metrics::write_http_metrics(http, out);
+        }
     }
 }
 
