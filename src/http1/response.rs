@@ -54,7 +54,8 @@ pub(super) fn encode(out: &mut Vec<u8>, answer: &Answer<'_>, framing: Framing) {
 }
 
 /// Appends the head of a streamed answer (its `body` is ignored); the content follows in
-/// [`chunk`]s, or raw when it is delimited by the close.
+/// [`chunk`]s, or raw when it is delimited by the close. `delimiting` is the one a GET would
+/// get, also for HEAD, whose answer has the same fields (RFC 9110 §9.3.2).
 pub(super) fn encode_stream_head(
     out: &mut Vec<u8>,
     answer: &Answer<'_>,

@@ -331,10 +331,16 @@ impl Http1Connection {
         let Some(owed) = self.next_owed() else {
             return false;
         };
-        let delimiting = match (owed.head_only || matches!(status, 204 | 304), owed.http10) {
+        // What a GET would get, announced to HEAD too (RFC 9110 §9.3.2, RFC 9112 §6.1).
+        let announced = match (matches!(status, 204 | 304), owed.http10) {
             (true, _) => Delimiting::Nothing,
             (false, true) => Delimiting::Close,
             (false, false) => Delimiting::Chunked,
+        };
+        let delimiting = if owed.head_only {
+            Delimiting::Nothing
+        } else {
+            announced
         };
         if delimiting == Delimiting::Close {
             // Nothing can follow an answer that the close delimits.
@@ -352,7 +358,7 @@ impl Http1Connection {
             content_type,
             body: b"",
         };
-        response::encode_stream_head(&mut self.output, &answer, delimiting, framing);
+        response::encode_stream_head(&mut self.output, &answer, announced, framing);
         self.stream = Some(OpenStream {
             delimiting,
             gone: self.input_ended,
