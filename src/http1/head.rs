@@ -83,7 +83,7 @@ fn check(req: &httparse::Request<'_, '_>, len: usize, config: &Config) -> Result
             fields: req
                 .headers
                 .iter()
-                .map(|h| (h.name.to_string(), h.value.to_vec()))
+                .map(|h| (h.name.to_string(), h.value.trim_ascii().to_vec()))
                 .collect(),
             body: Vec::new(),
             keep_alive: keep_alive(version, req.headers),

@@ -121,8 +121,8 @@ impl Default for Config {
     }
 }
 
-/// The reason phrase for the status codes backoffd sends (RFC 9110 §15); empty otherwise,
-/// which RFC 9112 §4 allows.
+/// The reason phrase for the status codes backoffd sends (RFC 9110 §15; 429 and 431 from
+/// RFC 6585 §4, §5); empty otherwise, which RFC 9112 §4 allows.
 pub fn reason_phrase(status: u16) -> &'static str {
     match status {
         100 => "Continue",

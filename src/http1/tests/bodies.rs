@@ -58,7 +58,7 @@ fn an_absolute_form_target_is_reduced_to_its_path_and_query() {
 #[test]
 fn repeated_fields_are_combined_in_order_and_names_are_case_insensitive() {
     let mut c = conn();
-    let head = "GET / HTTP/1.1\r\nHost: x\r\nAccept: text/plain\r\nX-One: 1\r\n\
+    let head = "GET / HTTP/1.1\r\nHost: x\r\nAccept: text/plain\r\nX-One:  1 \t\r\n\
                 accept: application/cbor\r\nIf-None-Match: \"a\"\r\n\r\n";
     c.handle_input(at(1), head.as_bytes());
     let r = c.poll_request().unwrap();
@@ -69,6 +69,11 @@ fn repeated_fields_are_combined_in_order_and_names_are_case_insensitive() {
     assert_eq!(r.field_lines("accept").count(), 2);
     assert_eq!(r.field("if-none-match").as_deref(), Some(&b"\"a\""[..]));
     assert_eq!(r.field("x-absent"), None);
+    assert_eq!(
+        r.field("x-one").as_deref(),
+        Some(&b"1"[..]),
+        "without whitespace"
+    );
     assert_eq!(r.fields.len(), 5);
 }
 
