@@ -99,7 +99,8 @@ fn check(req: &httparse::Request<'_, '_>, len: usize, config: &Config) -> Result
 /// - Transfer-Encoding together with Content-Length is 400, as a smuggling attempt (§6.1,
 ///   §6.3 item 3), and so is Transfer-Encoding in HTTP/1.0 (§6.1: "faulty" framing);
 /// - a Content-Length that is not a number, or disagrees with another, is 400 (§6.3 item 5);
-/// - a transfer coding other than chunked is 501 (§6.1), chunked twice or not last is 400;
+/// - a transfer coding other than chunked is 501 (§6.1), wherever it is in the list (we
+///   would not understand the body); an empty list item, or chunked twice (§7), is 400;
 /// - a length over `max_body_len` is 413 (RFC 9110 §15.5.14) before any byte of it is read,
 ///   and with `max_body_len` 0 so is any chunked body (a body we will not read cannot be
 ///   skipped safely, so the connection closes after the refusal).
@@ -121,12 +122,11 @@ fn body_length(
         return Err(400);
     }
     let codings: Vec<&[u8]> = codings.flat_map(list_items).collect();
+    if codings.iter().any(|c| c.is_empty()) {
+        return Err(400);
+    }
     if codings.iter().any(|c| !c.eq_ignore_ascii_case(b"chunked")) {
-        return Err(if codings.iter().any(|c| c.is_empty()) {
-            400
-        } else {
-            501
-        });
+        return Err(501);
     }
     match codings.len() {
         1 if max_body_len == 0 => Err(413),

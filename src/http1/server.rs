@@ -434,9 +434,11 @@ impl Http1Connection {
                 Receiving::Between => {}
             }
         }
-        let streaming = self.stream.is_some_and(|s| !s.gone);
-        let idle = self.owed.is_empty() && self.refusal.is_none() && !streaming;
-        idle.then(|| (Timer::Idle, self.last_activity + self.config.idle_timeout))
+        // A stream whose client is gone does not hold the connection, even if the
+        // application never ends it.
+        let idle = self.owed.is_empty() && self.refusal.is_none() && self.stream.is_none();
+        (idle || self.stream_gone())
+            .then(|| (Timer::Idle, self.last_activity + self.config.idle_timeout))
     }
 
     /// Input arrived between requests: the next head's timer starts.

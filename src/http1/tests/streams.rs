@@ -87,6 +87,7 @@ fn a_refused_next_request_during_a_stream_reports_the_stream_gone() {
     c.start_stream(200, &[], SSE);
     c.handle_input(at(2), b"GET / HTTP/1.1\r\nbad\r\n\r\n");
     assert!(c.stream_gone());
+    assert_eq!(c.poll_timeout(), Some(at(62)), "the idle timer runs again");
     c.end_stream();
     assert_eq!(statuses(&sent(&mut c)), ["200", "400"]);
     assert!(c.is_closed());
