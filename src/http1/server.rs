@@ -187,8 +187,8 @@ impl Http1Connection {
 
     /// Answers the oldest request handed out by [`poll_request`](Self::poll_request) and not
     /// answered yet; false if there is none. For HEAD the body is measured, not sent; 204 and
-    /// 304 send none (see [`response::encode`]). While a stream is open, the answer is held
-    /// until it ends.
+    /// 304 send none (RFC 9110 §8.6, §15.3.5, §15.4.5). While a stream is open, the answer is
+    /// held until it ends.
     pub fn respond(&mut self, status: u16, content_type: &str, body: &[u8]) -> bool {
         self.respond_with(status, &[], content_type, body)
     }
