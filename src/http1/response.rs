@@ -210,7 +210,8 @@ mod tests {
         assert_eq!(
             String::from_utf8(out).unwrap(),
             format!(
-                "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n1a\r\n{}\r\n0\r\n\r\n",
+                "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\
+                 Transfer-Encoding: chunked\r\n\r\n1a\r\n{}\r\n0\r\n\r\n",
                 "x".repeat(26)
             )
         );
