@@ -8,17 +8,27 @@
 //! [`poll_timeout`](Http1Connection::poll_timeout). Once [`is_closed`](Http1Connection::is_closed)
 //! and the output is written, it closes the socket.
 //!
-//! Refused requests (400, 408, 413, 431) are answered by the connection itself, after the
-//! answers still owed to earlier pipelined requests, and end the connection: after such an
-//! error the rest of the byte stream cannot be trusted to hold request boundaries. Input is
-//! parsed when a line feed arrives (no head can end without one), so a slowloris dribble costs
-//! no re-parse per byte; a malformed head is noticed at its next line feed, at the head limit,
-//! at the end of input, or at the header timeout (then it is a 408).
+//! Refused requests (400, 408, 413, 417, 431, 501) are answered by the connection itself,
+//! after the answers still owed to earlier pipelined requests, and end the connection: after
+//! such an error the rest of the byte stream cannot be trusted to hold request boundaries.
+//! Heads are parsed when a line feed arrives (no head can end without one), so a slowloris
+//! dribble costs no re-parse per byte; a malformed head is noticed at its next line feed, at
+//! the head limit, at the end of input, or at the header timeout (then it is a 408). A body is
+//! read by a state machine that keeps its place ([`BodyReader`]), so it costs one look per byte
+//! whatever the pieces; a request is handed out once its body is complete.
+//!
+//! A streamed answer ([`start_stream`](Http1Connection::start_stream), for Server-Sent Events)
+//! answers the oldest owed request and stays open until
+//! [`end_stream`](Http1Connection::end_stream). Meanwhile later requests are still parsed and
+//! handed out, and their answers are held (bounded like the output) until the stream ends,
+//! since answers go in order (RFC 9112 §9.3.2).
 
 use std::collections::VecDeque;
+use std::mem;
 
-use super::head::{self, Head};
-use super::response::{self, Answer, Framing};
+use super::body::{BodyReader, Limits};
+use super::head::{self, Head, Parsed};
+use super::response::{self, Answer, Delimiting, Framing};
 use super::{reason_phrase, Config, Request};
 use crate::time::Timestamp;
 
@@ -27,7 +37,54 @@ use crate::time::Timestamp;
 struct Owed {
     head_only: bool,
     keep_alive: bool,
+    /// An HTTP/1.0 client: no chunked answers (RFC 9112 §6.1).
+    http10: bool,
     http10_keep_alive: bool,
+}
+
+/// What the input is in the middle of.
+#[derive(Debug)]
+enum Receiving {
+    /// Between requests: nothing of the next one has arrived.
+    Between,
+    /// A head began at `since` (the first one: when the connection opened).
+    Head { since: Timestamp },
+    /// A head was parsed and its body is arriving.
+    Body(Box<BodyInProgress>),
+}
+
+/// A request whose head is parsed and whose body is not complete yet.
+#[derive(Debug)]
+struct BodyInProgress {
+    /// The request; its `body` fills as the bytes arrive.
+    request: Request,
+    owed: Owed,
+    reader: BodyReader,
+    /// When the head completed: the body is due by `since + body_timeout`.
+    since: Timestamp,
+    /// The client waits for `100 Continue` before sending the body, and it has not been sent
+    /// (RFC 9110 §10.1.1). Cleared once any of the body arrives: then it did not wait.
+    continue_due: bool,
+}
+
+/// A streamed answer in progress; it answers the request taken from `owed` when it started.
+#[derive(Clone, Copy, Debug)]
+struct OpenStream {
+    delimiting: Delimiting,
+    /// The client went away (it closed its side, or broke the next request): nothing more of
+    /// the stream is written, and the application should end it.
+    gone: bool,
+}
+
+/// The deadline the connection waits for.
+#[derive(Clone, Copy, Debug)]
+enum Timer {
+    /// A head is being received (RFC 9110 §15.5.9: 408 when late).
+    Header,
+    /// A body is being received (408 when late).
+    Body,
+    /// Nothing in progress and nothing owed (RFC 9112 §9.5).
+    Idle,
 }
 
 /// See the module docs.
@@ -35,6 +92,7 @@ pub struct Http1Connection {
     config: Config,
     /// Received bytes not parsed yet.
     input: Vec<u8>,
+    receiving: Receiving,
     /// Parsed requests not yet handed to the application.
     ready: VecDeque<Request>,
     /// Every parsed request not yet answered, oldest first (`ready` are its newest).
@@ -42,6 +100,10 @@ pub struct Http1Connection {
     output: Vec<u8>,
     /// Bytes at the start of `output` already written to the socket.
     written: usize,
+    /// The answer being streamed, if any.
+    stream: Option<OpenStream>,
+    /// Answers given while a stream is open: they follow it when it ends.
+    held: Vec<u8>,
     /// No more bytes are coming: the peer closed its side, or overran the input bound.
     input_ended: bool,
     /// No more requests will be parsed (close requested, error, shutdown, time-out).
@@ -50,8 +112,6 @@ pub struct Http1Connection {
     refusal: Option<u16>,
     /// A refusal sent and not yet reported by [`poll_refusal`](Self::poll_refusal).
     refused: Option<u16>,
-    /// When the head being received started; `None` while no request is in progress.
-    head_started: Option<Timestamp>,
     /// The last input or answer, for the idle timeout.
     last_activity: Timestamp,
     /// The latest `now` the connection was given (answers are timed by it).
@@ -65,22 +125,24 @@ impl Http1Connection {
         Http1Connection {
             config,
             input: Vec::new(),
+            receiving: Receiving::Head { since: now },
             ready: VecDeque::new(),
             owed: VecDeque::new(),
             output: Vec::new(),
             written: 0,
+            stream: None,
+            held: Vec::new(),
             input_ended: false,
             stopped: false,
             refusal: None,
             refused: None,
-            head_started: Some(now),
             last_activity: now,
             now,
         }
     }
 
-    /// Bytes read from the socket. Parses every complete head it can (pipelining), up to the
-    /// backlog bound; input after the connection stopped reading is discarded.
+    /// Bytes read from the socket. Parses every complete request it can (pipelining), up to
+    /// the backlog bound; input after the connection stopped reading is discarded.
     pub fn handle_input(&mut self, now: Timestamp, bytes: &[u8]) {
         self.now = now;
         if self.stopped || self.input_ended || bytes.is_empty() {
@@ -89,10 +151,11 @@ impl Http1Connection {
         self.last_activity = now;
         self.input.extend_from_slice(bytes);
         // A head cannot end without a line feed; skip re-parsing slowloris dribbles.
-        if bytes.contains(&b'\n') || self.input.len() >= self.config.max_head_len {
-            self.parse_heads();
+        let in_body = matches!(self.receiving, Receiving::Body(_));
+        if in_body || bytes.contains(&b'\n') || self.input.len() >= self.config.max_head_len {
+            self.parse_input();
         } else {
-            self.head_started.get_or_insert(now);
+            self.head_begun();
         }
         if self.input.len() > self.config.max_buffered_input {
             // The driver read while told not to: refuse to keep it. Owed answers still go out.
@@ -102,10 +165,12 @@ impl Http1Connection {
     }
 
     /// The peer closed its sending side: complete requests are still answered (a client may
-    /// half-close after its last request), then the connection closes (RFC 9112 §9.6).
+    /// half-close after its last request), then the connection closes (RFC 9112 §9.6). An
+    /// open stream's client is taken to be gone ([`stream_gone`](Self::stream_gone)).
     pub fn handle_eof(&mut self) {
         self.input_ended = true;
-        self.parse_heads();
+        self.stream_client_left();
+        self.parse_input();
     }
 
     /// Whether the driver should read more: false while the backlog or the output is full,
@@ -114,18 +179,22 @@ impl Http1Connection {
         !self.input_ended && self.may_parse()
     }
 
-    /// The next request, oldest first. Answer each with [`respond`](Self::respond) in order.
+    /// The next request, oldest first, with its whole body. Answer each in order, with
+    /// [`respond`](Self::respond) or [`start_stream`](Self::start_stream).
     pub fn poll_request(&mut self) -> Option<Request> {
         self.ready.pop_front()
     }
 
     /// Answers the oldest request handed out by [`poll_request`](Self::poll_request) and not
-    /// answered yet; false if there is none. For HEAD the body is measured, not sent.
+    /// answered yet; false if there is none. For HEAD the body is measured, not sent; 204 and
+    /// 304 send none (RFC 9110 §8.6, §15.3.5, §15.4.5). While a stream is open, the answer is
+    /// held until it ends.
     pub fn respond(&mut self, status: u16, content_type: &str, body: &[u8]) -> bool {
         self.respond_with(status, &[], content_type, body)
     }
 
-    /// [`respond`](Self::respond) with extra fields, e.g. `("Allow", "GET, HEAD")`.
+    /// [`respond`](Self::respond) with extra fields, e.g. `("Allow", "GET, HEAD")`. An empty
+    /// `content_type` writes no Content-Type.
     pub fn respond_with(
         &mut self,
         status: u16,
@@ -133,27 +202,24 @@ impl Http1Connection {
         content_type: &str,
         body: &[u8],
     ) -> bool {
-        if self.owed.len() == self.ready.len() {
-            return false;
-        }
-        let Some(owed) = self.owed.pop_front() else {
+        let Some(owed) = self.next_owed() else {
             return false;
         };
-        let framing = Framing {
-            head_only: owed.head_only,
-            close: !owed.keep_alive || self.is_last_answer(),
-            confirm_keep_alive: owed.http10_keep_alive,
-        };
+        let framing = self.framing_for(owed);
         let answer = Answer {
             status,
             fields,
             content_type,
             body,
         };
-        response::encode(&mut self.output, &answer, framing);
+        let sink = if self.stream.is_some() {
+            &mut self.held
+        } else {
+            &mut self.output
+        };
+        response::encode(sink, &answer, framing);
         self.last_activity = self.now;
-        self.send_refusal_when_due();
-        self.parse_heads();
+        self.after_answer();
         true
     }
 
@@ -162,63 +228,67 @@ impl Http1Connection {
         self.output.get(self.written..).unwrap_or_default()
     }
 
+    /// Answer bytes not written yet: the pending output, and the answers held behind an open
+    /// stream. A streaming application skips events while a client's figure stays high.
+    pub fn unsent_len(&self) -> usize {
+        self.pending_output().len() + self.held.len()
+    }
+
     /// `n` bytes of [`pending_output`](Self::pending_output) were written.
     pub fn consume_output(&mut self, n: usize) {
         self.written = (self.written + n).min(self.output.len());
         if self.written == self.output.len() {
             self.output.clear();
             self.written = 0;
-            self.parse_heads();
+            self.parse_input();
         }
     }
 
-    /// When [`handle_timeout`](Self::handle_timeout) must run: the header deadline while a
-    /// head is being received, else the idle deadline while nothing is owed.
+    /// When [`handle_timeout`](Self::handle_timeout) must run: the header or body deadline
+    /// while a request is being received, else the idle deadline while nothing is owed and
+    /// no stream is open (a stream whose client is gone does not hold the connection).
     pub fn poll_timeout(&self) -> Option<Timestamp> {
-        if self.is_closed() && self.pending_output().is_empty() {
-            return None;
-        }
-        if let Some(started) = self.head_timer() {
-            return Some(started + self.config.header_timeout);
-        }
-        let idle = self.owed.is_empty() && self.refusal.is_none();
-        idle.then(|| self.last_activity + self.config.idle_timeout)
+        self.timer().map(|(_, at)| at)
     }
 
-    /// A header timeout answers 408 (RFC 9110 §15.5.9), or closes silently if the peer never
-    /// sent a byte; an idle timeout closes and drops unread output. Early calls are no-ops.
+    /// A header or body timeout answers 408 (RFC 9110 §15.5.9), or closes silently if the peer
+    /// never sent a byte; an idle timeout closes and drops unread output. Early calls are
+    /// no-ops.
     pub fn handle_timeout(&mut self, now: Timestamp) {
         self.now = now;
-        if self.poll_timeout().is_none_or(|at| at > now) {
+        let Some((timer, at)) = self.timer() else {
+            return;
+        };
+        if at > now {
             return;
         }
-        match self.head_timer() {
-            Some(_) if !self.input.is_empty() => self.refuse(408),
-            Some(_) => self.stop(),
-            None => self.abort(),
+        match timer {
+            Timer::Header if self.input.is_empty() => self.stop(),
+            Timer::Header | Timer::Body => self.refuse(408),
+            Timer::Idle => self.abort(),
         }
     }
 
     /// Graceful close: parse nothing more, answer what is owed (the last answer says
-    /// `Connection: close`), then close.
+    /// `Connection: close`), then close. An open stream must still be ended.
     pub fn close_after_answers(&mut self) {
         self.stop();
     }
 
     /// Nothing more will be read or answered: close the socket once the output is written.
     pub fn is_closed(&self) -> bool {
-        self.stopped && self.owed.is_empty() && self.refusal.is_none()
+        self.stopped && self.owed.is_empty() && self.refusal.is_none() && self.stream.is_none()
     }
 
-    /// The status of a refusal the connection answered by itself (400, 408, 413 or 431),
-    /// reported once, for the driver's counters.
+    /// The status of a refusal the connection answered by itself (400, 408, 413, 417, 431 or
+    /// 501), reported once, for the driver's counters.
     pub fn poll_refusal(&mut self) -> Option<u16> {
         self.refused.take()
     }
 
     /// Bytes held in buffers, for tests of the memory bounds.
     pub fn buffered(&self) -> usize {
-        self.input.len() + self.output.len()
+        self.input.len() + self.output.len() + self.held.len()
     }
 
     /// Since when the connection has been idle between requests, if it is: kept alive after
@@ -226,8 +296,11 @@ impl Http1Connection {
     /// connection cap may close such a connection for a new one (RFC 9112 §9.5: a server may
     /// close an idle connection at any time; the client retries on a new one).
     pub fn idle_since(&self) -> Option<Timestamp> {
-        let between = self.head_started.is_none() && self.input.is_empty();
-        let quiet = self.owed.is_empty() && self.refusal.is_none() && !self.stopped;
+        let between = matches!(self.receiving, Receiving::Between) && self.input.is_empty();
+        let quiet = self.owed.is_empty()
+            && self.refusal.is_none()
+            && self.stream.is_none()
+            && !self.stopped;
         (between && quiet && self.pending_output().is_empty()).then_some(self.last_activity)
     }
 
@@ -235,48 +308,229 @@ impl Http1Connection {
     pub fn backlog(&self) -> usize {
         self.owed.len()
     }
+}
 
+/// Streamed answers (Server-Sent Events, WHATWG HTML §9.2), delimited by chunked coding
+/// (RFC 9112 §7.1) for HTTP/1.1 clients and by the close for HTTP/1.0 ones (§6.3 item 8).
+impl Http1Connection {
+    /// Answers the oldest owed request (as [`respond_with`](Self::respond_with) would) with a
+    /// head whose content follows in [`stream_data`](Self::stream_data) until
+    /// [`end_stream`](Self::end_stream). False if no request is owed or a stream is already
+    /// open. For HEAD (and 204, 304) only the head is sent; the stream is still open until
+    /// ended, so end it at once. To an HTTP/1.0 client the content is unframed and the
+    /// connection closes when the stream ends: requests parsed after it are dropped.
+    pub fn start_stream(
+        &mut self,
+        status: u16,
+        fields: &[(&str, &str)],
+        content_type: &str,
+    ) -> bool {
+        if self.stream.is_some() {
+            return false;
+        }
+        let Some(owed) = self.next_owed() else {
+            return false;
+        };
+        // What a GET would get, announced to HEAD too (RFC 9110 §9.3.2, RFC 9112 §6.1).
+        let announced = match (matches!(status, 204 | 304), owed.http10) {
+            (true, _) => Delimiting::Nothing,
+            (false, true) => Delimiting::Close,
+            (false, false) => Delimiting::Chunked,
+        };
+        let delimiting = if owed.head_only {
+            Delimiting::Nothing
+        } else {
+            announced
+        };
+        if delimiting == Delimiting::Close {
+            // Nothing can follow an answer that the close delimits.
+            self.stop();
+            self.ready.clear();
+            self.owed.clear();
+            self.refusal = None;
+        }
+        let mut framing = self.framing_for(owed);
+        framing.close |= delimiting == Delimiting::Close;
+        framing.confirm_keep_alive &= !framing.close;
+        let answer = Answer {
+            status,
+            fields,
+            content_type,
+            body: b"",
+        };
+        response::encode_stream_head(&mut self.output, &answer, announced, framing);
+        self.stream = Some(OpenStream {
+            delimiting,
+            gone: self.input_ended,
+        });
+        self.last_activity = self.now;
+        true
+    }
+
+    /// Appends `data` to the open stream (one chunk; an empty slice writes nothing and does
+    /// not end it). False, and nothing written, when no stream is open, its client is gone,
+    /// or the unwritten output already fills [`Config::max_pending_output`]: a client that
+    /// does not read loses data rather than growing our memory.
+    pub fn stream_data(&mut self, data: &[u8]) -> bool {
+        let Some(stream) = self.stream else {
+            return false;
+        };
+        if stream.gone || self.pending_output().len() >= self.config.max_pending_output {
+            return false;
+        }
+        match stream.delimiting {
+            Delimiting::Chunked => response::chunk(&mut self.output, data),
+            Delimiting::Close => self.output.extend_from_slice(data),
+            Delimiting::Nothing => {}
+        }
+        self.last_activity = self.now;
+        true
+    }
+
+    /// Ends the open stream (the last chunk, for a chunked one); the answers held behind it
+    /// follow, then parsing resumes. False if no stream is open.
+    pub fn end_stream(&mut self) -> bool {
+        let Some(stream) = self.stream.take() else {
+            return false;
+        };
+        if stream.delimiting == Delimiting::Chunked {
+            self.output.extend_from_slice(response::LAST_CHUNK);
+        }
+        self.output.append(&mut self.held);
+        self.last_activity = self.now;
+        self.after_answer();
+        true
+    }
+
+    /// Whether the open stream's client went away: it closed its side, or sent something
+    /// the connection refused (then the connection ends after the stream). The application
+    /// should deregister and [`end_stream`](Self::end_stream).
+    pub fn stream_gone(&self) -> bool {
+        self.stream.is_some_and(|s| s.gone)
+    }
+}
+
+impl Http1Connection {
     fn may_parse(&self) -> bool {
         !self.stopped
             && self.owed.len() < self.config.max_pipelined
-            && self.output.len() < self.config.max_pending_output
+            && self.output.len() + self.held.len() < self.config.max_pending_output
     }
 
-    /// The start of the head in progress, while its timer runs (not while parsing is paused:
-    /// then it is us, not the peer, who is slow).
-    fn head_timer(&self) -> Option<Timestamp> {
-        self.head_started.filter(|_| self.may_parse())
+    /// The deadline that applies now. Header and body deadlines run only while parsing is
+    /// not paused: then it is us, not the peer, who is slow.
+    fn timer(&self) -> Option<(Timer, Timestamp)> {
+        if self.is_closed() && self.pending_output().is_empty() {
+            return None;
+        }
+        if self.may_parse() {
+            match &self.receiving {
+                Receiving::Head { since } => {
+                    return Some((Timer::Header, *since + self.config.header_timeout));
+                }
+                Receiving::Body(body) => {
+                    return Some((Timer::Body, body.since + self.config.body_timeout));
+                }
+                Receiving::Between => {}
+            }
+        }
+        // A stream whose client is gone does not hold the connection, even if the
+        // application never ends it.
+        let idle = self.owed.is_empty() && self.refusal.is_none() && self.stream.is_none();
+        (idle || self.stream_gone())
+            .then(|| (Timer::Idle, self.last_activity + self.config.idle_timeout))
     }
 
-    /// Parses complete heads off the input while the bounds allow.
-    fn parse_heads(&mut self) {
+    /// Input arrived between requests: the next head's timer starts.
+    fn head_begun(&mut self) {
+        if matches!(self.receiving, Receiving::Between) && !self.input.is_empty() {
+            self.receiving = Receiving::Head { since: self.now };
+        }
+    }
+
+    /// Parses complete requests off the input while the bounds allow.
+    fn parse_input(&mut self) {
         while self.may_parse() {
-            match head::parse(&self.input, &self.config) {
-                Head::Complete {
-                    request,
-                    len,
-                    http10,
-                } => self.accept(request, len, http10),
-                Head::Partial if self.input_ended => self.stop(),
-                Head::Partial => {
-                    if !self.input.is_empty() {
-                        self.head_started.get_or_insert(self.now);
-                    }
+            if matches!(self.receiving, Receiving::Body(_)) {
+                if !self.read_body() {
                     return;
                 }
+                continue;
+            }
+            match head::parse(&self.input, &self.config) {
+                Head::Complete(parsed) => self.accept_head(*parsed),
+                Head::Partial if self.input_ended => self.stop(),
+                Head::Partial => return self.head_begun(),
                 Head::Invalid(status) => self.refuse(status),
             }
         }
     }
 
-    fn accept(&mut self, request: Request, len: usize, http10: bool) {
-        self.input.drain(..len);
-        self.head_started = None;
-        self.owed.push_back(Owed {
-            head_only: request.method == "HEAD",
-            keep_alive: request.keep_alive,
-            http10_keep_alive: http10 && request.keep_alive,
-        });
+    /// A head is complete: the request is ready, or its body is to be read.
+    fn accept_head(&mut self, parsed: Parsed) {
+        self.input.drain(..parsed.len);
+        let owed = Owed {
+            head_only: parsed.request.method == "HEAD",
+            keep_alive: parsed.request.keep_alive,
+            http10: parsed.http10,
+            http10_keep_alive: parsed.http10 && parsed.request.keep_alive,
+        };
+        let Some(reader) = BodyReader::new(parsed.body) else {
+            return self.accept(parsed.request, owed);
+        };
+        self.receiving = Receiving::Body(Box::new(BodyInProgress {
+            request: parsed.request,
+            owed,
+            reader,
+            since: self.now,
+            continue_due: parsed.expects_continue,
+        }));
+        self.send_continue_when_due();
+    }
+
+    /// Moves the input into the body being read; true when it completed, so that the
+    /// input after it (the next pipelined request) may be parsed.
+    fn read_body(&mut self) -> bool {
+        let limits = Limits {
+            max_body: self.config.max_body_len,
+            max_trailers: self.config.max_head_len,
+        };
+        let Receiving::Body(body) = &mut self.receiving else {
+            return true;
+        };
+        if self.input.is_empty() {
+            if self.input_ended {
+                self.stop();
+            }
+            return false;
+        }
+        body.continue_due = false;
+        match body
+            .reader
+            .read(&self.input, &mut body.request.body, limits)
+        {
+            Err(status) => {
+                self.refuse(status);
+                false
+            }
+            Ok(progress) => {
+                self.input.drain(..progress.used);
+                if progress.done {
+                    if let Receiving::Body(body) =
+                        mem::replace(&mut self.receiving, Receiving::Between)
+                    {
+                        self.accept(body.request, body.owed);
+                    }
+                }
+                progress.done
+            }
+        }
+    }
+
+    /// A whole request, ready for the application.
+    fn accept(&mut self, request: Request, owed: Owed) {
+        self.receiving = Receiving::Between;
+        self.owed.push_back(owed);
         // RFC 9112 §9.6: no further requests are processed after one that closes.
         if !request.keep_alive {
             self.stop();
@@ -284,15 +538,59 @@ impl Http1Connection {
         self.ready.push_back(request);
     }
 
+    /// The oldest owed request that was handed out, to answer now.
+    fn next_owed(&mut self) -> Option<Owed> {
+        if self.owed.len() == self.ready.len() {
+            return None;
+        }
+        self.owed.pop_front()
+    }
+
+    fn framing_for(&self, owed: Owed) -> Framing {
+        Framing {
+            head_only: owed.head_only,
+            close: !owed.keep_alive || self.is_last_answer(),
+            confirm_keep_alive: owed.http10_keep_alive,
+        }
+    }
+
+    /// After an answer: what waited for the owed ones, then more parsing.
+    fn after_answer(&mut self) {
+        self.send_refusal_when_due();
+        self.send_continue_when_due();
+        self.parse_input();
+    }
+
+    /// `100 Continue` for a body whose client waits, once no earlier answer is owed:
+    /// interim answers go in order like the others (RFC 9110 §15.2). Until then the client
+    /// waits (curl sends the body anyway after a second).
+    fn send_continue_when_due(&mut self) {
+        if !self.owed.is_empty() || self.stream.is_some() {
+            return;
+        }
+        if let Receiving::Body(body) = &mut self.receiving {
+            if mem::take(&mut body.continue_due) {
+                self.output.extend_from_slice(response::CONTINUE);
+            }
+        }
+    }
+
     /// Queues a refusal after the owed answers and stops parsing.
     fn refuse(&mut self, status: u16) {
         self.refusal = Some(status);
         self.stop();
+        self.stream_client_left();
         self.send_refusal_when_due();
     }
 
+    fn stream_client_left(&mut self) {
+        if let Some(stream) = &mut self.stream {
+            stream.gone = true;
+        }
+    }
+
     fn send_refusal_when_due(&mut self) {
-        if !self.owed.is_empty() {
+        if !self.owed.is_empty() || self.stream.is_some() {
             return;
         }
         let Some(status) = self.refusal.take() else {
@@ -321,15 +619,18 @@ impl Http1Connection {
     fn stop(&mut self) {
         self.stopped = true;
         self.input = Vec::new();
-        self.head_started = None;
+        self.receiving = Receiving::Between;
     }
 
-    /// Gives up on the peer: unread output and unanswered requests are dropped.
+    /// Gives up on the peer: unread output, unanswered requests and a stream whose client
+    /// is gone are dropped.
     fn abort(&mut self) {
         self.stop();
         self.ready.clear();
         self.owed.clear();
         self.refusal = None;
+        self.stream = None;
+        self.held = Vec::new();
         self.output = Vec::new();
         self.written = 0;
     }

@@ -1,28 +1,31 @@
 //! One test per rule of the HTTP/1.1 server connection, in virtual time.
 
+mod bodies;
+mod streams;
+
 use std::time::Duration;
 
 use super::{Config, Http1Connection, Request};
 use crate::time::Timestamp;
 
-const GET: &[u8] = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
+pub(super) const GET: &[u8] = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
 
-fn at(secs: u64) -> Timestamp {
+pub(super) fn at(secs: u64) -> Timestamp {
     Timestamp::ZERO + Duration::from_secs(secs)
 }
 
-fn conn() -> Http1Connection {
+pub(super) fn conn() -> Http1Connection {
     Http1Connection::new(at(0), Config::default())
 }
 
 /// Takes everything the connection wants to send.
-fn sent(c: &mut Http1Connection) -> String {
+pub(super) fn sent(c: &mut Http1Connection) -> String {
     let out = String::from_utf8_lossy(c.pending_output()).into_owned();
     c.consume_output(out.len());
     out
 }
 
-fn answer_all(c: &mut Http1Connection) -> Vec<Request> {
+pub(super) fn answer_all(c: &mut Http1Connection) -> Vec<Request> {
     let mut seen = Vec::new();
     while let Some(r) = c.poll_request() {
         assert!(c.respond(200, "text/plain", r.path.as_bytes()));
@@ -31,7 +34,7 @@ fn answer_all(c: &mut Http1Connection) -> Vec<Request> {
     seen
 }
 
-fn statuses(out: &str) -> Vec<&str> {
+pub(super) fn statuses(out: &str) -> Vec<&str> {
     out.match_indices("HTTP/1.1 ")
         .map(|(i, _)| &out[i + 9..i + 12])
         .collect()
