@@ -22,7 +22,13 @@ fn http_proxy(args: &[&str]) -> (Proc, SocketAddr) {
     let mut p = Proc::spawn(
         "backoffd proxy",
         Command::new(env!("CARGO_BIN_EXE_backoffd"))
-            .args(["proxy", "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"])
+            .args([
+                "proxy",
+                "--listen",
+                "127.0.0.1:0",
+                "--http-listen",
+                "127.0.0.1:0",
+            ])
             .args(args)
             .env("RUST_LOG", "debug"),
     );
@@ -141,7 +147,8 @@ fn curl(args: &[&str]) -> Response {
 /// The last response of a raw HTTP/1.1 byte stream with Content-Length framing.
 fn parse_http(raw: &[u8]) -> Response {
     let mut all = split_responses(raw);
-    all.pop().unwrap_or_else(|| panic!("no response in {raw:?}"))
+    all.pop()
+        .unwrap_or_else(|| panic!("no response in {raw:?}"))
 }
 
 /// Every response in a raw byte stream (Content-Length framed), 1xx included.
@@ -150,7 +157,14 @@ fn split_responses(mut raw: &[u8]) -> Vec<Response> {
     while let Some(end) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
         let head = String::from_utf8_lossy(&raw[..end]).into_owned();
         let mut lines = head.split("\r\n");
-        let status = lines.next().unwrap().split(' ').nth(1).unwrap().parse().unwrap();
+        let status = lines
+            .next()
+            .unwrap()
+            .split(' ')
+            .nth(1)
+            .unwrap()
+            .parse()
+            .unwrap();
         let headers: Vec<(String, String)> = lines
             .filter_map(|l| l.split_once(": "))
             .map(|(n, v)| (n.to_string(), v.to_string()))
@@ -211,10 +225,18 @@ fn every_method_reaches_the_coap_server_with_its_status_and_content_type_mapped(
             got[i]
         );
     }
-    assert_eq!(got[9].status, 501, "OPTIONS has no CoAP method: {:?}", got[9]);
+    assert_eq!(
+        got[9].status, 501,
+        "OPTIONS has no CoAP method: {:?}",
+        got[9]
+    );
     let text_plain = Some("text/plain; charset=utf-8");
     assert_eq!(got[0].header("content-type"), text_plain);
-    assert_eq!(got[1].header("content-length"), Some("10"), "HEAD measures the GET");
+    assert_eq!(
+        got[1].header("content-length"),
+        Some("10"),
+        "HEAD measures the GET"
+    );
     assert_eq!(got[2].header("location"), Some("/echo/new"));
     assert_eq!(got[7].header("content-type"), Some("application/json"));
     assert_eq!(got[7].header("cache-control"), Some("max-age=60"));
@@ -225,7 +247,12 @@ fn an_unknown_content_type_is_415_and_nothing_reaches_the_server() {
     let (server, _proxy, http, _) = proxy_to_aiocoap(&[]);
     let (got, _) = python_client(
         http,
-        &[Req("PUT", "/echo", &[("Content-Type", "application/x-unknown")], b"x")],
+        &[Req(
+            "PUT",
+            "/echo",
+            &[("Content-Type", "application/x-unknown")],
+            b"x",
+        )],
     );
     assert_eq!(got[0].status, 415, "{:?}", got[0]);
     assert!(!server.stdout().iter().any(|l| l.starts_with("ECHO")));
@@ -238,11 +265,17 @@ fn libcoap_content_formats_map_to_content_types() {
     let (_proxy, http) = http_proxy(&["--upstream", &target]);
     let links = curl(&[&format!("http://{http}/.well-known/core")]);
     assert_eq!(links.status, 200, "{links:?}");
-    assert_eq!(links.header("content-type"), Some("application/link-format"));
+    assert_eq!(
+        links.header("content-type"),
+        Some("application/link-format")
+    );
     assert!(links.text().contains("</time>"), "{}", links.text());
     // libcoap's index carries no Content-Format, and a Max-Age of its own.
     let index = curl(&[&format!("http://{http}/")]);
-    assert_eq!(index.header("content-type"), Some("application/octet-stream"));
+    assert_eq!(
+        index.header("content-type"),
+        Some("application/octet-stream")
+    );
     assert_eq!(index.header("cache-control"), Some("max-age=196607"));
     assert!(index.text().contains("libcoap"), "{}", index.text());
     let put = curl(&[
@@ -281,7 +314,10 @@ fn a_4k_body_goes_both_ways_block_wise_byte_for_byte() {
     assert_eq!((put.status, put.text().as_str()), (200, "stored 4096"));
     assert!(server.stdout().iter().any(|l| l == "UPLOAD 4096"));
     let back = curl(&[&format!("http://{http}/upload")]);
-    assert_eq!(back.body, body, "what went up in Block1 blocks comes back whole");
+    assert_eq!(
+        back.body, body,
+        "what went up in Block1 blocks comes back whole"
+    );
 }
 
 #[test]
@@ -314,10 +350,17 @@ fn a_silent_upstream_is_504_and_a_refused_one_is_502() {
 fn a_target_not_allowed_is_403_and_a_malformed_one_is_400() {
     let (_server, _proxy, http, port) = proxy_to_aiocoap(&[]);
     let allowed = curl(&[&format!("http://{http}/hc/coap://127.0.0.1:{port}/hello")]);
-    assert_eq!((allowed.status, allowed.text().as_str()), (200, "hello from aiocoap"));
+    assert_eq!(
+        (allowed.status, allowed.text().as_str()),
+        (200, "hello from aiocoap")
+    );
     let other = curl(&[&format!("http://{http}/hc/coap://127.0.0.2:{port}/hello")]);
     assert_eq!(other.status, 403, "{other:?}");
-    for bad in ["/hc/coap://127.0.0.1:99999/x", "/hc/127.0.0.1/x", "/hc/coap://h/%zz"] {
+    for bad in [
+        "/hc/coap://127.0.0.1:99999/x",
+        "/hc/127.0.0.1/x",
+        "/hc/coap://h/%zz",
+    ] {
         let got = curl(&["--path-as-is", &format!("http://{http}{bad}")]);
         assert_eq!(got.status, 400, "{bad}: {got:?}");
     }
@@ -363,10 +406,17 @@ fn an_event_stream_delivers_notifications_and_deregisters_when_the_client_goes()
             .collect();
         (ids.len() >= 3).then_some(ids)
     });
-    let data = events.stdout().iter().filter(|l| l.starts_with("data: ")).count();
+    let data = events
+        .stdout()
+        .iter()
+        .filter(|l| l.starts_with("data: "))
+        .count();
     assert!(data >= 3, "{}", events.stdout_text());
     let seqs: Vec<u64> = ids.iter().map(|i| i.parse().unwrap()).collect();
-    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "Observe ids rise: {seqs:?}");
+    assert!(
+        seqs.windows(2).all(|w| w[0] < w[1]),
+        "Observe ids rise: {seqs:?}"
+    );
     server.wait_stdout_count("OBSERVERS 1", 1, T20);
     events.kill();
     server.wait_stdout_count("OBSERVERS 0", 1, T20);

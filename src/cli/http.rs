@@ -18,7 +18,13 @@ pub const SPEC: &[Spec] = &[
     value("http-max-streams"),
 ];
 
+/// Bodies are held whole (a request's until sent, a response's until reassembled), so what
+/// one peer may pin is about `PIPELINED x 2 x max body` per connection: with the defaults,
+/// 4 x 2 x 256 KiB = 2 MiB per connection, 256 MiB for 128 connections.
+const DEFAULT_MAX_BODY: usize = 256 << 10;
 const MAX_BODY: usize = 64 << 20;
+/// Requests one connection may have parsed and unanswered (HTTP/1.1 pipelining, bounded).
+const PIPELINED: usize = 4;
 
 /// The cross-proxy in front of `proxy`, if `--http-listen` asks for it.
 pub fn from_flags(
@@ -31,7 +37,7 @@ pub fn from_flags(
             None => Ok(None),
         };
     };
-    let max_body = flags.get_or("http-max-body", SizeArg(1 << 20))?.0;
+    let max_body = flags.get_or("http-max-body", SizeArg(DEFAULT_MAX_BODY))?.0;
     if max_body > MAX_BODY {
         return Err(UsageError(format!(
             "--http-max-body: {max_body} is more than 64MiB"
@@ -57,9 +63,10 @@ pub fn from_flags(
         addr,
         http: http1::Config {
             max_body_len: max_body,
+            max_pipelined: PIPELINED,
             ..http1::Config::default()
         },
-        max_connections: positive(flags, "http-max-connections", 256)?,
+        max_connections: positive(flags, "http-max-connections", 128)?,
         front,
     }))
 }

@@ -2,8 +2,8 @@
 
 pub mod config_file;
 mod demo;
-mod http;
 pub mod flags;
+mod http;
 mod proxy;
 pub mod reconnect_client;
 pub mod reconnect_server;

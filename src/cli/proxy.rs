@@ -90,9 +90,10 @@ HTTP cross-proxy (RFC 8075), off unless --http-listen is given:
                                  reaches an allowed target, GET http://ADDR/path the upstream;
                                  same routes, retry policy, limits and cache as CoAP clients
   --http-cors ORIGIN             allow pages from ORIGIN (or *) to fetch and subscribe (CORS)
-  --http-max-body BYTES          largest request or response body (default 1MiB; at most 64MiB)
+  --http-max-body BYTES          largest request or response body (default 256KiB; at most 64MiB)
   --http-timeout D               an HTTP request's whole CoAP exchange, every block (default 60s)
-  --http-max-connections N       HTTP connections at once (default 256)
+  --http-max-connections N       HTTP connections at once, each with up to 4 pipelined requests
+                                 (default 128)
   --http-max-streams N           event streams (Accept: text/event-stream) at once (default 64)
 Durations: 500ms, 2s, 1.5s, 250us, 1m. Sizes: 65536, 64KiB, 4MiB (bytes, or 1024-based
 units). Invalid configuration exits 2 naming the flag.

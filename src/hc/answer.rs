@@ -1,7 +1,9 @@
 //! A CoAP response as the HTTP answer it becomes (RFC 8075 §6-§7, RFC 7252 §10.2): status,
 //! header fields from options, and the body reassembled from its blocks.
 
-use crate::coap::option::{decode_uint, CONTENT_FORMAT, ETAG, LOCATION_PATH, LOCATION_QUERY, MAX_AGE};
+use crate::coap::option::{
+    decode_uint, CONTENT_FORMAT, ETAG, LOCATION_PATH, LOCATION_QUERY, MAX_AGE,
+};
 use crate::coap::{Code, Message};
 
 use super::mapping::{self, LocationBase};

@@ -108,7 +108,9 @@ impl Exchange {
         }
         let payload = match &self.transfer {
             Transfer::Asking => self.observe(&mut b, 0).then_some(&r.body[..]),
-            Transfer::Uploading { offset, szx } => Some(upload_block(&mut b, &r.body, *offset, *szx)),
+            Transfer::Uploading { offset, szx } => {
+                Some(upload_block(&mut b, &r.body, *offset, *szx))
+            }
             Transfer::Downloading { next, szx, .. } => {
                 let block = BlockValue::new(*next, false, *szx).encode();
                 b.option(BLOCK2, &block.unwrap_or(encode_uint(0)));
@@ -303,7 +305,12 @@ fn block_szx(room: usize) -> u8 {
 }
 
 /// Adds Block1 (and Size1 on the first, RFC 7959 §4) for the block at `offset`; its bytes.
-fn upload_block<'b>(b: &mut MessageBuilder<'_>, body: &'b [u8], offset: usize, szx: u8) -> &'b [u8] {
+fn upload_block<'b>(
+    b: &mut MessageBuilder<'_>,
+    body: &'b [u8],
+    offset: usize,
+    szx: u8,
+) -> &'b [u8] {
     let size = 16usize << szx;
     let end = (offset + size).min(body.len());
     let num = (offset / size) as u32;

@@ -174,7 +174,9 @@ impl HcFront {
         }
         let translated = request::translate(req, &self.mapping());
         let request = match translated {
-            Ok(r) if r.kind == request::Kind::Events && self.streams() >= self.config.max_streams => {
+            Ok(r)
+                if r.kind == request::Kind::Events && self.streams() >= self.config.max_streams =>
+            {
                 let refusal = Refusal {
                     status: 503,
                     text: "too many event streams",
@@ -259,7 +261,9 @@ impl HcFront {
             self.expire(key);
         }
         let resend: Vec<usize> = (self.slots.iter())
-            .filter(|(_, s)| (s.out.as_ref()).is_some_and(|o| o.retransmit_at.is_some_and(|t| t <= now)))
+            .filter(|(_, s)| {
+                (s.out.as_ref()).is_some_and(|o| o.retransmit_at.is_some_and(|t| t <= now))
+            })
             .map(|(k, _)| k)
             .collect();
         for key in resend {
@@ -304,7 +308,11 @@ impl HcFront {
     /// A CORS preflight, answered here when CORS is on; without it OPTIONS is 501 like any
     /// method CoAP lacks (RFC 7252 §10.2.1).
     fn preflight(&self, req: &Request) -> Option<HttpAnswer> {
-        let origin = self.config.cors.as_ref().filter(|_| req.method == "OPTIONS")?;
+        let origin = self
+            .config
+            .cors
+            .as_ref()
+            .filter(|_| req.method == "OPTIONS")?;
         let fields = vec![
             ("Access-Control-Allow-Origin", origin.clone()),
             (
@@ -325,7 +333,13 @@ impl HcFront {
         })
     }
 
-    fn insert(&mut self, now: Timestamp, conn: ConnId, method: &'static str, exchange: Exchange) -> usize {
+    fn insert(
+        &mut self,
+        now: Timestamp,
+        conn: ConnId,
+        method: &'static str,
+        exchange: Exchange,
+    ) -> usize {
         self.next_token = self.next_token.wrapping_add(1);
         let entry = self.slots.vacant_entry();
         let key = entry.key();
@@ -455,11 +469,14 @@ impl HcFront {
     /// Writes what the connection's front exchanges have ready, in order.
     fn flush(&mut self, conn: ConnId) {
         loop {
-            let front = self.conns.get_mut(&conn).and_then(|c| match c.queue.front() {
-                Some(Queued::Exchange(key)) => Some(Ok(*key)),
-                Some(Queued::Answer(..)) => c.queue.pop_front().map(Err),
-                None => None,
-            });
+            let front = self
+                .conns
+                .get_mut(&conn)
+                .and_then(|c| match c.queue.front() {
+                    Some(Queued::Exchange(key)) => Some(Ok(*key)),
+                    Some(Queued::Answer(..)) => c.queue.pop_front().map(Err),
+                    None => None,
+                });
             match front {
                 None => return self.forget_if_done(conn),
                 Some(Ok(key)) if !self.flush_front(conn, key) => return,
@@ -504,7 +521,8 @@ impl HcFront {
                 if !*head_sent {
                     *head_sent = true;
                     *self.counters.answers.entry((s.method, 200)).or_default() += 1;
-                    self.answers.push_back((conn, HttpAnswer::StreamStart { fields: extra }));
+                    self.answers
+                        .push_back((conn, HttpAnswer::StreamStart { fields: extra }));
                 }
                 if !pending.is_empty() {
                     let data = pending.drain(..).flatten().collect();
@@ -570,7 +588,9 @@ impl HcFront {
 
 /// The method as a metrics label: CoAP's methods and OPTIONS by name, the rest "other".
 fn method_label(method: &str) -> &'static str {
-    const KNOWN: [&str; 8] = ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "FETCH", "OPTIONS"];
+    const KNOWN: [&str; 8] = [
+        "GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "FETCH", "OPTIONS",
+    ];
     KNOWN.into_iter().find(|&m| m == method).unwrap_or("other")
 }
 

@@ -171,7 +171,12 @@ fn if_none_match(
             options.extend(tags.if_none_match_etags().map(|t| (ETAG, t.to_vec())));
             return Ok(options.len() > before);
         }
-        Ok(_) => return Err(refuse(501, "If-None-Match with entity-tags has no CoAP form here")),
+        Ok(_) => {
+            return Err(refuse(
+                501,
+                "If-None-Match with entity-tags has no CoAP form here",
+            ))
+        }
         Err(_) => return Err(refuse(400, "malformed If-None-Match")),
     }
     Ok(false)

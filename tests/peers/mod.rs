@@ -529,4 +529,3 @@ pub fn coap_client_ok(args: &[&str], timeout: Duration) -> Proc {
     p.finish_ok(timeout);
     p
 }
-
