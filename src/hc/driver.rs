@@ -229,6 +229,8 @@ impl HttpFront {
     /// Stops accepting; every connection finishes what it owes and closes.
     pub fn shutdown(&mut self, ctx: &mut Ctx<'_>) {
         self.listener.close(ctx);
+        self.front.end_streams();
+        self.write_answers(ctx);
         let keys: Vec<usize> = self.conns.iter().map(|(k, _)| k).collect();
         for key in keys {
             self.conns[key].core_mut().http.close_after_answers();

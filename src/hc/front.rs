@@ -165,6 +165,20 @@ impl HcFront {
         self.forget_if_done(conn);
     }
 
+    /// Shutting down: every event stream ends now (its HTTP answer is completed), so its
+    /// connection can close within the drain time; requests in flight still get answers.
+    pub fn end_streams(&mut self) {
+        let conns: Vec<ConnId> = self.conns.keys().copied().collect();
+        for (_, s) in self.slots.iter_mut() {
+            if let Transfer::Streaming { ended, .. } = &mut s.exchange.transfer {
+                *ended = true;
+            }
+        }
+        for conn in conns {
+            self.flush(conn);
+        }
+    }
+
     /// An HTTP request on `conn`, in the connection's order.
     pub fn request(&mut self, now: Timestamp, conn: ConnId, req: &Request) {
         let method = method_label(&req.method);

@@ -17,6 +17,8 @@ pub mod mapping;
 pub mod metrics;
 pub mod request;
 pub mod sse;
+#[cfg(test)]
+mod tests;
 pub mod uri;
 
 pub use answer::HttpAnswer;
