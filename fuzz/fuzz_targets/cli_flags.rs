@@ -11,8 +11,8 @@
 #[path = "../../src/cli/mod.rs"]
 mod cli;
 
-use cli::parse_only;
 use backoffd::time::parse_duration;
+use cli::parse_only;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -24,10 +24,17 @@ fuzz_target!(|data: &[u8]| {
     // Options in reverse order (repeats in order): the builder defers and sorts them.
     let mut options: Vec<_> = msg.options().collect();
     options.sort_by_key(|&(n, _)| std::cmp::Reverse(n));
-    let mut b = MessageBuilder::new(&mut out, msg.msg_type(), msg.code(), msg.message_id(), token);
+    let mut b = MessageBuilder::new(
+        &mut out,
+        msg.msg_type(),
+        msg.code(),
+        msg.message_id(),
+        token,
+    );
     b.payload(msg.payload());
     options.iter().for_each(|&(n, v)| _ = b.option(n, v));
-    b.finish().expect("a parsed message re-encodes in any order");
+    b.finish()
+        .expect("a parsed message re-encodes in any order");
     assert_eq!(out, data, "options out of order encode canonically");
     // Echo (RFC 9175), the untrusted-input path of address validation: decoding checks the
     // length, and verifying a value never panics, and only a value of the issued shape verifies.
@@ -40,7 +47,11 @@ fuzz_target!(|data: &[u8]| {
                 assert!((1..=echo::MAX_ECHO_LEN).contains(&value.len()));
                 let fresh = key.verify(e, client, now, std::time::Duration::from_secs(60));
                 if fresh.is_ok() {
-                    assert_eq!(value.len(), echo::ISSUED_LEN, "only an issued value verifies");
+                    assert_eq!(
+                        value.len(),
+                        echo::ISSUED_LEN,
+                        "only an issued value verifies"
+                    );
                 }
             }
             Err(_) => assert!(value.is_empty() || value.len() > echo::MAX_ECHO_LEN),

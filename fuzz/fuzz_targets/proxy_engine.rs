@@ -16,27 +16,27 @@ fuzz_target!(|data: &[u8]| {
     };
     let mut proxy = Proxy::new(
         ProxyConfig {
-        // Reverse to the upstream, and forward (Proxy-Uri decomposed) to the same address.
-        routing: Routing {
-            upstream: Some("127.0.0.1:5684".parse().unwrap()),
-            allow: vec![AllowedTarget {
-                host: "127.0.0.1".into(),
-                port: 5684,
-                addr: "127.0.0.1:5684".parse().unwrap(),
-            }],
-            forward: true,
-        },
-        max_inflight: 64,
-        max_cached: 64,
-        // The response cache on, small: hits, revalidations, invalidations and evictions.
-        cache_size: 16 << 10,
-        // Small limits, so that the fuzzer reaches every refusal (4.13, 4.02, 5.03 for bytes)
-        // and the shares' evictions out of order and compactions.
-        max_request_size: 128,
-        max_options: 8,
-        max_inflight_bytes: 1024,
-        max_cached_per_client: 8,
-        ..ProxyConfig::default()
+            // Reverse to the upstream, and forward (Proxy-Uri decomposed) to the same address.
+            routing: Routing {
+                upstream: Some("127.0.0.1:5684".parse().unwrap()),
+                allow: vec![AllowedTarget {
+                    host: "127.0.0.1".into(),
+                    port: 5684,
+                    addr: "127.0.0.1:5684".parse().unwrap(),
+                }],
+                forward: true,
+            },
+            max_inflight: 64,
+            max_cached: 64,
+            // The response cache on, small: hits, revalidations, invalidations and evictions.
+            cache_size: 16 << 10,
+            // Small limits, so that the fuzzer reaches every refusal (4.13, 4.02, 5.03 for bytes)
+            // and the shares' evictions out of order and compactions.
+            max_request_size: 128,
+            max_options: 8,
+            max_inflight_bytes: 1024,
+            max_cached_per_client: 8,
+            ..ProxyConfig::default()
         },
         seeds,
     );
