@@ -1,4 +1,4 @@
-//! The cross-proxy's metrics under `backoffd_http_*` (Prometheus text exposition).
+//! The cross-proxy's metrics under `backoffd_hc_*` (Prometheus text exposition).
 
 use crate::metrics::MetricsWriter;
 
@@ -11,7 +11,7 @@ pub fn write_http_metrics(http: &HttpFront, out: &mut MetricsWriter) {
         .map(|((method, status), n)| (vec![method.to_string(), status.to_string()], *n))
         .collect();
     out.multi_labelled_counter(
-        "backoffd_http_requests_total",
+        "backoffd_hc_requests_total",
         "HTTP requests answered by the cross-proxy, by method and status (an event stream counts \
          once, as its 200).",
         &["method", "status"],
@@ -19,27 +19,27 @@ pub fn write_http_metrics(http: &HttpFront, out: &mut MetricsWriter) {
     );
     let (in_flight, streams) = front.in_flight();
     out.gauge(
-        "backoffd_http_requests_in_flight",
+        "backoffd_hc_requests_in_flight",
         "HTTP requests being served (event streams included).",
         in_flight as f64,
     );
     out.gauge(
-        "backoffd_http_event_streams",
+        "backoffd_hc_event_streams",
         "Event streams (Accept: text/event-stream) registered or registering.",
         streams as f64,
     );
     out.gauge(
-        "backoffd_http_connections",
+        "backoffd_hc_connections",
         "HTTP connections open.",
         http.connections() as f64,
     );
     out.counter(
-        "backoffd_http_connections_total",
+        "backoffd_hc_connections_total",
         "HTTP connections accepted.",
         http.accepted,
     );
     out.counter(
-        "backoffd_http_connections_refused_total",
+        "backoffd_hc_connections_refused_total",
         "HTTP connections closed at once: the cap was reached and none was idle.",
         http.refused,
     );
