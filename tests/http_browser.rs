@@ -112,34 +112,45 @@ struct PageView {
 /// screenshot when the page has no fetch pending any more.
 fn chromium(dir: &Path, url: &str) -> PageView {
     browser();
-    let profile = dir.join("chromium-profile");
+    // Everything this run of Chromium writes, its crash handler's database included, and
+    // nothing in ~/.config or ~/.cache: a fresh profile per run, and a path that names its
+    // processes (see `processes_using`).
+    let own = dir.join("chromium");
     let screenshot = dir.join("page.png");
     let mut p = Proc::spawn(
         "chromium",
-        Command::new("chromium").args([
-            "--headless=new",
-            // As root in a container Chromium's sandbox cannot start.
-            "--no-sandbox",
-            "--disable-gpu",
-            &format!("--user-data-dir={}", profile.display()),
-            // Loopback only: no proxy, no name resolution, no background traffic.
-            "--no-proxy-server",
-            "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--no-first-run",
-            "--no-default-browser-check",
-            // Virtual time: a budget that only runs while no fetch is pending (see the top).
-            "--virtual-time-budget=10000",
-            "--window-size=800,600",
-            &format!("--screenshot={}", screenshot.display()),
-            "--dump-dom",
-            url,
-        ]),
+        Command::new("chromium")
+            .env("XDG_CONFIG_HOME", own.join("config"))
+            .env("XDG_CACHE_HOME", own.join("cache"))
+            .env("BREAKPAD_DUMP_LOCATION", own.join("crash"))
+            .args([
+                "--headless=new",
+                // As root in a container Chromium's sandbox cannot start.
+                "--no-sandbox",
+                "--disable-gpu",
+                &format!("--user-data-dir={}", own.join("profile").display()),
+                // Loopback only: no proxy, no name resolution, no background traffic.
+                "--no-proxy-server",
+                "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+                "--no-default-browser-check",
+                // Virtual time: a budget that only runs while no fetch is pending (see the top).
+                "--virtual-time-budget=10000",
+                "--window-size=800,600",
+                &format!("--screenshot={}", screenshot.display()),
+                "--dump-dom",
+                url,
+            ]),
     );
     let started = Instant::now();
-    match p.wait_exit(CHROMIUM_LIMIT) {
+    let status = p.wait_exit(CHROMIUM_LIMIT);
+    // The crash handlers run in process groups of their own, so killing chromium's group on a
+    // timeout does not reach them: they are found by their command line.
+    let left = kill_processes_using(&own);
+    match status {
         Some(s) if s.success() => {}
         Some(s) => panic!("chromium failed ({s})\n{}", p.dump()),
         None => panic!(
@@ -148,26 +159,31 @@ fn chromium(dir: &Path, url: &str) -> PageView {
             p.dump()
         ),
     }
+    assert!(
+        left.is_empty(),
+        "chromium exited but left processes behind (now killed):\n{}",
+        left.join("\n")
+    );
     eprintln!(
         "chromium ran {:.1} s; screenshot: {}",
         started.elapsed().as_secs_f64(),
         screenshot.display()
     );
-    no_process_left(&profile);
-    let _ = std::fs::remove_dir_all(&profile);
+    let _ = std::fs::remove_dir_all(&own);
     PageView {
         dom: p.stdout_text(),
         screenshot,
     }
 }
 
-/// Every process running with `profile` in its command line (Chromium passes its
-/// `--user-data-dir` on to its helpers, crashpad included).
-fn processes_using(profile: &Path) -> Vec<String> {
-    let needle = profile.display().to_string();
+/// Every live process with `path` in its command line (Chromium passes its
+/// `--user-data-dir` on to its helpers; its crash handlers get `--database=<path>/crash`).
+/// Zombies have an empty command line: they are dead, and their new parent reaps them.
+fn processes_using(path: &Path) -> Vec<(i32, String)> {
+    let needle = path.display().to_string();
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
             continue;
         };
         let Ok(raw) = std::fs::read(entry.path().join("cmdline")) else {
@@ -175,31 +191,30 @@ fn processes_using(profile: &Path) -> Vec<String> {
         };
         let cmdline = String::from_utf8_lossy(&raw).replace('\0', " ");
         if cmdline.contains(&needle) {
-            found.push(format!("{pid}: {cmdline}"));
+            found.push((pid, cmdline));
         }
     }
     found
 }
 
-/// Chromium exited: within a few seconds none of its processes may be left.
-fn no_process_left(profile: &Path) {
+/// Gives the processes using `path` 5 s to exit after Chromium did, then kills the rest (they
+/// are this run's: the path is). Returns those it had to kill.
+fn kill_processes_using(path: &Path) -> Vec<String> {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let left = processes_using(profile);
+        let left = processes_using(path);
         if left.is_empty() {
-            return;
+            return Vec::new();
         }
         if Instant::now() >= deadline {
-            for line in &left {
-                let pid: i32 = line.split(':').next().unwrap().parse().unwrap();
-                // SAFETY: kill(2) on a process started by our own chromium (its profile dir is
-                // this run's).
-                unsafe { libc::kill(pid, libc::SIGKILL) };
+            for (pid, _) in &left {
+                // SAFETY: kill(2) on a process that our own chromium started.
+                unsafe { libc::kill(*pid, libc::SIGKILL) };
             }
-            panic!(
-                "chromium left processes behind (now killed):\n{}",
-                left.join("\n")
-            );
+            return left
+                .iter()
+                .map(|(pid, cmd)| format!("{pid}: {cmd}"))
+                .collect();
         }
         std::thread::sleep(Duration::from_millis(50));
     }
