@@ -29,12 +29,14 @@ const CHROMIUM_LIMIT: Duration = Duration::from_secs(60);
 fn browser() {
     static BROWSER: OnceLock<Result<(), String>> = OnceLock::new();
     let installed = BROWSER.get_or_init(|| {
-        let lock_dir = Path::new(MANIFEST_DIR).join("target");
+        // The lock setup.sh takes (peers() uses the default venv), so that the two never run
+        // apt-get at once.
+        let lock = Path::new(MANIFEST_DIR).join("target/interop-venv.lock");
         let mut setup = Proc::spawn(
             "setup_browser.sh",
             Command::new("bash")
                 .arg(script("setup_browser.sh"))
-                .arg(&lock_dir),
+                .arg(&lock),
         );
         // A first install runs apt-get (about 25 s); a later one takes ~0.2 s.
         let status = setup.wait_exit(Duration::from_secs(900));
@@ -248,6 +250,7 @@ fn serve_page(test: &str) -> (PathBuf, Proc, u16) {
 
 #[test]
 fn a_browser_page_fetches_a_coap_resource_and_follows_live_notifications() {
+    peers();
     browser();
     let (dir, _pages, page_port) = serve_page("browser");
     let (mut coap, coap_port) = aiocoap_server_with(&["--tick", "0.2"]);
@@ -294,6 +297,7 @@ fn a_browser_page_fetches_a_coap_resource_and_follows_live_notifications() {
 
 #[test]
 fn without_http_cors_the_page_from_another_origin_reads_nothing() {
+    peers();
     browser();
     let (dir, _pages, page_port) = serve_page("browser-no-cors");
     let (_coap, coap_port) = aiocoap_server_with(&["--tick", "0.2"]);

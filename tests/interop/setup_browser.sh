@@ -3,21 +3,22 @@
 # Idempotent and quick when it is already there. Never skips: if it cannot be installed or
 # does not run, it says why and exits non-zero, and the browser test fails.
 #
-# Usage: tests/interop/setup_browser.sh [LOCK_DIR]   (default: <repo>/target)
+# Usage: tests/interop/setup_browser.sh [LOCK_FILE]
+#   (default: <repo>/target/interop-venv.lock, the lock setup.sh takes for its default venv)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-LOCK_DIR="${1:-$ROOT/target}"
+LOCK="${1:-$ROOT/target/interop-venv.lock}"
 
 die() {
     echo "browser setup FAILED: $*" >&2
     exit 1
 }
 
-# Serialise concurrent runs, and with setup.sh's apt-get through dpkg's own lock timeout.
-mkdir -p "$LOCK_DIR"
-exec 9>"$LOCK_DIR/browser-setup.lock"
-flock -w 900 9 || die "could not lock $LOCK_DIR/browser-setup.lock within 900 s"
+# Serialise concurrent runs, and with setup.sh (same lock): their apt-get runs never overlap.
+mkdir -p "$(dirname "$LOCK")"
+exec 9>"$LOCK"
+flock -w 900 9 || die "could not lock $LOCK within 900 s"
 
 if ! command -v chromium >/dev/null; then
     [ "$(id -u)" = 0 ] || die "chromium missing and not root: run 'apt-get install chromium' as root"
@@ -30,8 +31,8 @@ if ! command -v chromium >/dev/null; then
     command -v chromium >/dev/null || die "chromium installed but not on PATH"
 fi
 
-# It must start, not just be on PATH (a missing shared library shows here).
-version="$(timeout 60 chromium --headless=new --no-sandbox --version 2>&1)" \
-    || die "chromium --version failed: $version"
+# The binary must load, not just be on PATH (a missing shared library shows here). Debian's
+# launcher script may print a warning of its own first: the version is the last line.
+out="$(timeout 60 chromium --version 2>&1)" || die "chromium --version failed: $out"
 
-echo "browser setup: ok ($version)" >&2
+echo "browser setup: ok ($(printf '%s\n' "$out" | tail -n 1))" >&2
