@@ -57,31 +57,6 @@ fn browser() {
     }
 }
 
-/// `backoffd proxy` with `--http-listen 127.0.0.1:0` and `args`; it, and its HTTP address.
-fn http_proxy(args: &[&str]) -> (Proc, String) {
-    let mut p = Proc::spawn(
-        "backoffd proxy",
-        Command::new(env!("CARGO_BIN_EXE_backoffd"))
-            .args([
-                "proxy",
-                "--listen",
-                "127.0.0.1:0",
-                "--http-listen",
-                "127.0.0.1:0",
-            ])
-            .args(args)
-            .env("RUST_LOG", "debug"),
-    );
-    const MARKER: &str = "HTTP cross-proxy listening on ";
-    let addr = p.wait_for("the HTTP listening line", START, |_, err| {
-        err.iter().find_map(|l| {
-            let rest = &l[l.find(MARKER)? + MARKER.len()..];
-            Some(rest.split_whitespace().next()?.to_string())
-        })
-    });
-    (p, addr)
-}
-
 /// Python's `http.server` on 127.0.0.1 and a kernel-chosen port, serving `dir` (the page's
 /// origin); it, and the port.
 fn static_server(dir: &Path) -> (Proc, u16) {

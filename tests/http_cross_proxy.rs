@@ -17,31 +17,6 @@ use peers::*;
 
 const T20: Duration = Duration::from_secs(20);
 
-/// `backoffd proxy` with `--http-listen 127.0.0.1:0` and `args`; it, and its HTTP address.
-fn http_proxy(args: &[&str]) -> (Proc, SocketAddr) {
-    let mut p = Proc::spawn(
-        "backoffd proxy",
-        Command::new(env!("CARGO_BIN_EXE_backoffd"))
-            .args([
-                "proxy",
-                "--listen",
-                "127.0.0.1:0",
-                "--http-listen",
-                "127.0.0.1:0",
-            ])
-            .args(args)
-            .env("RUST_LOG", "debug"),
-    );
-    const MARKER: &str = "HTTP cross-proxy listening on ";
-    let addr = p.wait_for("the HTTP listening line", START, |_, err| {
-        err.iter().find_map(|l| {
-            let rest = &l[l.find(MARKER)? + MARKER.len()..];
-            rest.split_whitespace().next()?.parse::<SocketAddr>().ok()
-        })
-    });
-    (p, addr)
-}
-
 /// The proxy in front of an aiocoap server, reverse to it and forward to it when allowed.
 fn proxy_to_aiocoap(extra: &[&str]) -> (Proc, Proc, SocketAddr, u16) {
     let (server, port) = aiocoap_server();

@@ -382,21 +382,38 @@ pub fn libcoap_server(host: &str) -> (Proc, u16) {
 
 /// `backoffd proxy --listen <listen> <args>`; returns it and its address.
 pub fn proxy(listen: &str, args: &[&str]) -> (Proc, SocketAddr) {
-    let mut p = Proc::spawn(
+    let mut p = backoffd_proxy(&["--listen", listen], args);
+    let addr = logged_addr(&mut p, "CoAP proxy listening on ");
+    (p, addr)
+}
+
+/// `backoffd proxy` with `--http-listen 127.0.0.1:0` and `args`; it, and its HTTP address.
+pub fn http_proxy(args: &[&str]) -> (Proc, SocketAddr) {
+    let listen = ["--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"];
+    let mut p = backoffd_proxy(&listen, args);
+    let addr = logged_addr(&mut p, "HTTP cross-proxy listening on ");
+    (p, addr)
+}
+
+fn backoffd_proxy(listen: &[&str], args: &[&str]) -> Proc {
+    Proc::spawn(
         "backoffd proxy",
         Command::new(env!("CARGO_BIN_EXE_backoffd"))
-            .args(["proxy", "--listen", listen])
+            .arg("proxy")
+            .args(listen)
             .args(args)
             .env("RUST_LOG", "debug"),
-    );
-    const MARKER: &str = "CoAP proxy listening on ";
-    let addr = p.wait_for("the listening line", START, |_, err| {
+    )
+}
+
+/// The address a `<marker>ADDR` line on its stderr names.
+fn logged_addr(p: &mut Proc, marker: &str) -> SocketAddr {
+    p.wait_for(&format!("{marker:?} on stderr"), START, |_, err| {
         err.iter().find_map(|l| {
-            let rest = &l[l.find(MARKER)? + MARKER.len()..];
+            let rest = &l[l.find(marker)? + marker.len()..];
             rest.split_whitespace().next()?.parse::<SocketAddr>().ok()
         })
-    });
-    (p, addr)
+    })
 }
 
 /// An observing relay in front of `target` that logs every datagram on its stderr. Returns
