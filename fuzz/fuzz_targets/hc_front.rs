@@ -111,28 +111,11 @@ fn settle(
                 answer,
                 HttpAnswer::Full { .. } | HttpAnswer::StreamStart { .. }
             ));
-            write(http, answer);
+            answer.write(http);
         }
         if !moved {
             return answered;
         }
-    }
-}
-
-fn write(http: &mut Http1Connection, answer: HttpAnswer) {
-    match answer {
-        HttpAnswer::Full {
-            status,
-            fields,
-            content_type,
-            body,
-        } => {
-            let f: Vec<(&str, &str)> = fields.iter().map(|(n, v)| (*n, v.as_str())).collect();
-            http.respond_with(status, &f, &content_type, &body);
-        }
-        HttpAnswer::StreamStart { .. } => _ = http.start_stream(200, &[], "text/event-stream"),
-        HttpAnswer::StreamData(d) => _ = http.stream_data(&d),
-        HttpAnswer::StreamEnd => _ = http.end_stream(),
     }
 }
 

@@ -5,6 +5,7 @@ use crate::coap::option::{
     decode_uint, CONTENT_FORMAT, ETAG, LOCATION_PATH, LOCATION_QUERY, MAX_AGE,
 };
 use crate::coap::{Code, Message};
+use crate::http1::Http1Connection;
 
 use super::mapping::{self, LocationBase};
 use super::request::{CoapRequest, Refusal};
@@ -35,6 +36,26 @@ pub enum HttpAnswer {
 }
 
 impl HttpAnswer {
+    /// Writes the answer to its HTTP connection (an event stream's head says `no-cache`:
+    /// each event is news, HTML Living Standard §9.2.5).
+    pub fn write(self, http: &mut Http1Connection) {
+        match self {
+            HttpAnswer::Full {
+                status,
+                fields,
+                content_type,
+                body,
+            } => _ = http.respond_with(status, &borrowed(&fields), &content_type, &body),
+            HttpAnswer::StreamStart { fields } => {
+                let mut fields = borrowed(&fields);
+                fields.push(("Cache-Control", "no-cache"));
+                http.start_stream(200, &fields, "text/event-stream");
+            }
+            HttpAnswer::StreamData(data) => _ = http.stream_data(&data),
+            HttpAnswer::StreamEnd => _ = http.end_stream(),
+        }
+    }
+
     /// The cross-proxy's own answer: a short text body (the issue's "errors the proxy makes
     /// itself get a short text body").
     pub fn refusal(r: Refusal, fields: Vec<(&'static str, String)>) -> Self {
@@ -114,6 +135,10 @@ fn response_fields(
         }
     }
     fields
+}
+
+fn borrowed<'f>(fields: &'f [(&'static str, String)]) -> Vec<(&'static str, &'f str)> {
+    fields.iter().map(|(n, v)| (*n, v.as_str())).collect()
 }
 
 fn values<'m>(msg: &Message<'m>, number: u16) -> Vec<&'m [u8]> {

@@ -16,6 +16,7 @@ use slab::Slab;
 
 use crate::coap::params::{ACK_TIMEOUT, MAX_RETRANSMIT};
 use crate::coap::{empty_ack, rst, Message, MessageType};
+use crate::http1::driver::ConnId;
 use crate::http1::Request;
 use crate::proxy::local_client;
 use crate::time::Timestamp;
@@ -24,11 +25,6 @@ use super::answer::HttpAnswer;
 use super::exchange::{Exchange, Next, Transfer};
 use super::request::{self, Refusal};
 use super::uri::Mapping;
-
-/// An HTTP connection, as the driver names it: never reused, so a late answer for a closed
-/// connection cannot reach the next one.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ConnId(pub u64);
 
 /// The cross-proxy's settings.
 #[derive(Clone, Debug)]

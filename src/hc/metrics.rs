@@ -36,11 +36,11 @@ pub fn write_http_metrics(http: &HttpFront, out: &mut MetricsWriter) {
     out.counter(
         "backoffd_hc_connections_total",
         "HTTP connections accepted.",
-        http.accepted,
+        http.counts().accepted,
     );
     out.counter(
         "backoffd_hc_connections_refused_total",
         "HTTP connections closed at once: the cap was reached and none was idle.",
-        http.refused,
+        http.counts().refused,
     );
 }

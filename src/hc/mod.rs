@@ -21,6 +21,7 @@ pub mod sse;
 mod tests;
 pub mod uri;
 
+pub use crate::http1::driver::ConnId;
 pub use answer::HttpAnswer;
 pub use driver::{HttpFront, HttpFrontConfig};
-pub use front::{ConnId, HcConfig, HcCounters, HcFront};
+pub use front::{HcConfig, HcCounters, HcFront};

@@ -1,5 +1,7 @@
-//! HTTP/1.1 (RFC 9112) for the metrics endpoint, sans-IO: a server connection that takes `now`
-//! and bytes and hands back requests, answers to send and when to be woken.
+//! HTTP/1.1 (RFC 9112) for the metrics endpoint and the HTTP cross-proxy, sans-IO: a server
+//! connection that takes `now` and bytes and hands back requests, answers to send and when to
+//! be woken. [`driver`] (the one I/O file here) is the listener and its connections on the
+//! loop, shared by both.
 //!
 //! Deliberately small: request bodies with a length or chunked (RFC 9112 §6, §7.1) up to a
 //! limit, `Expect: 100-continue`, answers with a known length, and streamed answers (chunked,
@@ -9,6 +11,7 @@
 //! more memory or time than its [`Config`] says.
 
 mod body;
+pub mod driver;
 mod head;
 mod response;
 mod server;

@@ -179,6 +179,11 @@ impl Http1Connection {
         !self.input_ended && self.may_parse()
     }
 
+    /// Whether [`poll_request`](Self::poll_request) has a request.
+    pub fn has_request(&self) -> bool {
+        !self.ready.is_empty()
+    }
+
     /// The next request, oldest first, with its whole body. Answer each in order, with
     /// [`respond`](Self::respond) or [`start_stream`](Self::start_stream).
     pub fn poll_request(&mut self) -> Option<Request> {
