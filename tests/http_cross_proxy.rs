@@ -6,6 +6,7 @@
 //! (tests/interop/aiocoap_server.py) and libcoap's `coap-server`. Everything binds loopback;
 //! every child is guarded (tests/peers).
 
+mod common;
 mod peers;
 
 use std::io::{Read, Write};
@@ -395,4 +396,102 @@ fn an_event_stream_delivers_notifications_and_deregisters_when_the_client_goes()
     server.wait_stdout_count("OBSERVERS 1", 1, T20);
     events.kill();
     server.wait_stdout_count("OBSERVERS 0", 1, T20);
+}
+
+#[test]
+fn answers_are_counted_by_method_and_status_in_the_metrics() {
+    let (_server, mut proxy, http, _) = proxy_to_aiocoap(&["--metrics", "127.0.0.1:0"]);
+    let metrics = logged_addr(&mut proxy, "metrics listening on ");
+    for path in ["/hello", "/hello", "/nothing"] {
+        curl(&[&format!("http://{http}{path}")]);
+    }
+    let doc = common::exposition::scrape(metrics);
+    let get = |status| {
+        doc.get(&format!(
+            "backoffd_hc_requests_total{{method=\"GET\",status=\"{status}\"}}"
+        ))
+    };
+    assert_eq!((get(200), get(404)), (2.0, 1.0));
+    assert_eq!(doc.get("backoffd_hc_connections_total"), 3.0);
+    assert_eq!(doc.get("backoffd_hc_requests_in_flight"), 0.0);
+    // The cross-proxy's requests went through the engine like any client's.
+    assert_eq!(doc.get("backoffd_coap_requests_total"), 3.0);
+}
+
+#[test]
+fn a_cross_proxy_flag_without_http_listen_exits_2_with_one_line() {
+    for flags in [
+        &["--http-cors", "*"][..],
+        &["--http-listen", "127.0.0.1:0", "--http-max-body", "65MiB"][..],
+        &[
+            "--http-listen",
+            "127.0.0.1:0",
+            "--http-cors",
+            "not an origin",
+        ][..],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_backoffd"))
+            .args(["proxy", "--upstream", "127.0.0.1:5683"])
+            .args(flags)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flags:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{flags:?}: {err}");
+        assert!(err.contains("--http-"), "{flags:?}: {err}");
+    }
+}
+
+#[test]
+fn a_serve_config_proxy_section_runs_the_cross_proxy_too() {
+    let file = scratch("http-serve").join("backoffd.conf");
+    let conf =
+        "[proxy]\nlisten = 127.0.0.1:0\nupstream = 127.0.0.1:5683\nhttp-listen = 127.0.0.1:0\n\
+                http-cors = *\n";
+    std::fs::write(&file, conf).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_backoffd"))
+        .args([
+            "serve",
+            "--config",
+            &file.display().to_string(),
+            "--check-config",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        text.contains("HTTP cross-proxy on http://127.0.0.1:0"),
+        "{text}"
+    );
+}
+
+#[test]
+fn sigterm_ends_the_event_streams_and_the_process_exits_0() {
+    let (_server, mut proxy, http, _) = proxy_to_aiocoap(&[]);
+    let mut events = Proc::spawn(
+        "curl event stream",
+        Command::new("curl").args([
+            "-s",
+            "-N",
+            "--max-time",
+            "20",
+            "-H",
+            "Accept: text/event-stream",
+            &format!("http://{http}/clock"),
+        ]),
+    );
+    events.wait_for("an event", T20, |out, _| {
+        out.iter().any(|l| l.starts_with("data: ")).then_some(())
+    });
+    let status = proxy.terminate(Duration::from_secs(10));
+    assert_eq!(status.and_then(|s| s.code()), Some(0), "{}", proxy.dump());
+    // The stream was ended properly (the last chunk), so curl exits 0 at once.
+    let curl_status = events.wait_exit(Duration::from_secs(5));
+    assert_eq!(
+        curl_status.and_then(|s| s.code()),
+        Some(0),
+        "{}",
+        events.dump()
+    );
 }

@@ -122,31 +122,41 @@ const COUNTERS: &[(&str, &str, fn(&Counters) -> u64)] = &[
 
 /// Per-upstream gauges: endpoints open and Message IDs reserved.
 pub(super) fn write_upstream_metrics(stats: &[UpstreamStats], out: &mut MetricsWriter) {
-    let names: Vec<String> = stats.iter().map(|s| s.addr.to_string()).collect();
-    let gauge = |f: fn(&UpstreamStats) -> f64| -> Vec<(&str, f64)> {
-        names
-            .iter()
-            .map(String::as_str)
-            .zip(stats.iter().map(f))
-            .collect()
+    // The reverse upstream and an allowed forward target may be one address with a pool of
+    // endpoints each: one series per address, the pools summed (a label value may not repeat).
+    let mut by_addr: Vec<(String, [f64; 3])> = Vec::new();
+    for s in stats {
+        let name = s.addr.to_string();
+        let values = [
+            s.endpoints as f64,
+            s.mids_reserved as f64,
+            s.in_flight as f64,
+        ];
+        match by_addr.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, sum)) => (0..3).for_each(|i| sum[i] += values[i]),
+            None => by_addr.push((name, values)),
+        }
+    }
+    let gauge = |i: usize| -> Vec<(&str, f64)> {
+        by_addr.iter().map(|(n, v)| (n.as_str(), v[i])).collect()
     };
     out.labelled_gauge(
         "backoffd_coap_upstream_endpoints",
         "Sockets of the proxy's own open towards each upstream (each its own Message ID space).",
         "upstream",
-        &gauge(|s| s.endpoints as f64),
+        &gauge(0),
     );
     out.labelled_gauge(
         "backoffd_coap_upstream_mids_reserved",
         "Message IDs handed out towards each upstream less than a lifetime ago.",
         "upstream",
-        &gauge(|s| s.mids_reserved as f64),
+        &gauge(1),
     );
     out.labelled_gauge(
         "backoffd_coap_upstream_in_flight",
         "Requests waiting on each upstream.",
         "upstream",
-        &gauge(|s| s.in_flight as f64),
+        &gauge(2),
     );
 }
 

@@ -407,7 +407,7 @@ fn backoffd_proxy(listen: &[&str], args: &[&str]) -> Proc {
 }
 
 /// The address a `<marker>ADDR` line on its stderr names.
-fn logged_addr(p: &mut Proc, marker: &str) -> SocketAddr {
+pub fn logged_addr(p: &mut Proc, marker: &str) -> SocketAddr {
     p.wait_for(&format!("{marker:?} on stderr"), START, |_, err| {
         err.iter().find_map(|l| {
             let rest = &l[l.find(marker)? + marker.len()..];
