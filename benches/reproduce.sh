@@ -2,7 +2,7 @@
 # Reproduces every table of docs/benchmarks.md on this host, in one run, and keeps the raw
 # output under target/bench-results/<UTC timestamp>/ (one file per benchmark).
 #
-# Usage: benches/reproduce.sh [NAME...]   NAME: proxy_throughput proxy_memory retry_listener
+# Usage: benches/reproduce.sh [NAME...]   NAME: proxy_throughput http_throughput proxy_memory retry_listener
 #                                               wheel wake_precision (default: all)
 # Peers (Debian libcoap3-bin, PyPI aiocoap) are installed by tests/interop/setup.sh when
 # missing (root needed for apt). Close other work first: the harnesses pin themselves to
@@ -11,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-ALL=(proxy_throughput proxy_memory retry_listener wheel wake_precision)
+ALL=(proxy_throughput http_throughput proxy_memory retry_listener wheel wake_precision)
 NAMES=("${@:-${ALL[@]}}")
 OUT="target/bench-results/$(date -u +%Y%m%dT%H%M%SZ)"
 mkdir -p "$OUT"
