@@ -12,7 +12,8 @@
 //! Both reach the same upstream through the same engine, so the difference is what the
 //! HTTP side costs: parsing, translation, the in-process CoAP leg. ROUNDS rounds alternate
 //! the two at full speed; then both run with one request outstanding, for latency (p50, p99)
-//! without queueing: the HTTP round trip less the CoAP one is the latency the cross-proxy adds.
+//! without queueing, each from a busy loop written alike (a plain UDP socket for CoAP): the
+//! HTTP round trip less the CoAP one is the latency the cross-proxy adds.
 //!
 //! `cargo bench --bench http_throughput`. Environment: SECONDS (per run, default 3), CONNS
 //! (default 16), ROUNDS (default 3).
@@ -46,7 +47,7 @@ fn main() {
     let pinned = pin(0, 0);
     let mut upstream = FastUpstream::bind("127.0.0.1:0".parse().unwrap()).expect("upstream");
     let up = upstream.local_addr().unwrap();
-    let (_proxy, coap, http) = start_proxy(up, pinned);
+    let (proxy, coap, http) = start_proxy(up, pinned);
     let run = Duration::from_secs_f64(seconds);
     wait_until_answering(coap, &mut upstream);
     eprintln!(
@@ -61,18 +62,64 @@ fn main() {
     coap_run(coap, conns, run / 3, &mut upstream);
     http_run(http, conns, run / 3, &mut upstream);
     let (mut coap_rates, mut http_rates) = (Vec::new(), Vec::new());
+    let (mut coap_cpu, mut http_cpu) = (Vec::new(), Vec::new());
+    let pid = proxy.0.id();
     for round in 1..=rounds {
+        let before = cpu_seconds(pid);
         let c = coap_run(coap, conns, run, &mut upstream);
+        let between = cpu_seconds(pid);
         let h = http_run(http, conns, run, &mut upstream);
-        eprintln!("round {round}: coap {:.0}/s, http {:.0}/s", c.0, h.0);
+        let after = cpu_seconds(pid);
+        // The proxy's CPU time per answer: what each path costs it, whatever bounds the rate.
+        let per = |cpu: f64, rate: f64| cpu * 1e6 / (rate * (run.as_secs_f64() + 0.2));
+        coap_cpu.push(per(between - before, c.0));
+        http_cpu.push(per(after - between, h.0));
+        eprintln!(
+            "round {round}: coap {:.0}/s ({:.1} µs CPU each), http {:.0}/s ({:.1} µs CPU each)",
+            c.0,
+            coap_cpu[round - 1],
+            h.0,
+            http_cpu[round - 1]
+        );
         coap_rates.push(c.0);
         http_rates.push(h.0);
     }
+    // One request at a time, both clients written alike (a busy loop that also serves the
+    // upstream), so their round trips compare.
     let (c1, h1) = (
-        coap_run(coap, 1, run, &mut upstream),
+        (0.0, coap_one_at_a_time(coap, run, &mut upstream)),
         http_run(http, 1, run, &mut upstream),
     );
     report(&coap_rates, &http_rates, (c1, h1), conns);
+    println!("\n| path | proxy CPU per request, µs (median) | range |");
+    println!("|---|---:|---|");
+    println!(
+        "| CoAP | {:.1} | {} |",
+        median(&coap_cpu),
+        range(&coap_cpu, 1)
+    );
+    println!(
+        "| HTTP | {:.1} | {} |",
+        median(&http_cpu),
+        range(&http_cpu, 1)
+    );
+}
+
+/// User and system CPU time of process `pid` so far (`/proc/PID/stat`, fields 14 and 15).
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc/PID/stat");
+    let after_name = &stat[stat.rfind(')').expect("(comm)") + 2..];
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    // After "pid (comm) ", field 3 (state) is index 0: utime is field 14, stime 15.
+    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
+    // SAFETY: sysconf has no preconditions.
+    ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+}
+
+fn range(v: &[f64], decimals: usize) -> String {
+    let lo = v.iter().copied().fold(f64::MAX, f64::min);
+    let hi = v.iter().copied().fold(0.0, f64::max);
+    format!("{lo:.decimals$}..{hi:.decimals$}")
 }
 
 /// Starts the proxy on the target CPU; it, its CoAP and its HTTP address.
@@ -136,6 +183,14 @@ fn coap_run(
 ) -> (f64, Summary) {
     let spec = coap_spec(to, window, duration);
     let r = loadgen::run(&spec, Some(upstream)).expect("coap run");
+    if r.errors + r.lost > 0 {
+        eprintln!(
+            "coap: {} errors, {} lost of {}",
+            r.errors,
+            r.lost,
+            r.answered + r.errors + r.lost
+        );
+    }
     (r.rate(), r.latency)
 }
 
@@ -150,6 +205,41 @@ fn coap_spec(to: SocketAddr, window: usize, duration: Duration) -> LoadSpec {
         timeout: Duration::from_secs(1),
         burst: 16,
     }
+}
+
+/// CON GETs one at a time from a plain socket, in a loop like [`http_run`]'s: round trips.
+fn coap_one_at_a_time(to: SocketAddr, duration: Duration, upstream: &mut FastUpstream) -> Summary {
+    let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    socket.connect(to).unwrap();
+    socket.set_nonblocking(true).unwrap();
+    let measure_from = Instant::now() + Duration::from_millis(200);
+    let end = measure_from + duration;
+    let (mut mid, mut trips, mut buf) = (0u16, Vec::new(), [0u8; 256]);
+    while Instant::now() < end {
+        mid = mid.wrapping_add(1);
+        let mut request = Vec::with_capacity(16);
+        let ty = backoffd::coap::MessageType::Con;
+        let code = backoffd::coap::Code::GET;
+        let mut b = backoffd::coap::MessageBuilder::new(&mut request, ty, code, mid, &[1, 2]);
+        b.option(URI_PATH, b"bench");
+        b.finish().unwrap();
+        let sent = Instant::now();
+        socket.send(&request).unwrap();
+        loop {
+            upstream.serve(16).expect("upstream");
+            match socket.recv(&mut buf) {
+                Ok(n) if n >= 4 && u16::from_be_bytes([buf[2], buf[3]]) == mid => break,
+                Ok(_) => {}
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                Err(e) => panic!("recv: {e}"),
+            }
+            assert!(Instant::now() < end + Duration::from_secs(1), "no answer");
+        }
+        if sent >= measure_from {
+            trips.push((Instant::now() - sent).as_nanos() as i64);
+        }
+    }
+    Summary::from_nanos(&mut trips)
 }
 
 /// One keep-alive connection with at most one request outstanding.
