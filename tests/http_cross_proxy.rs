@@ -320,6 +320,14 @@ fn a_silent_upstream_is_504_and_a_refused_one_is_502() {
     assert!(started.elapsed() < Duration::from_secs(15));
     let refused = curl(&[&format!("http://{http}/hc/coap://{closed_addr}/x")]);
     assert_eq!(refused.status, 502, "{refused:?}");
+    // The proxy's diagnostic payload (RFC 7252 §5.5.2) is the body, as text.
+    for answer in [&timed_out, &refused] {
+        assert_eq!(
+            answer.header("content-type"),
+            Some("text/plain; charset=utf-8")
+        );
+        assert!(!answer.body.is_empty(), "{answer:?}");
+    }
 }
 
 #[test]

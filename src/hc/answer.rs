@@ -96,13 +96,18 @@ pub fn http_answer(
     }
 }
 
-/// The Content-Type of a response payload (RFC 8075 §6.1, §6.2).
+/// The Content-Type of a response payload (RFC 8075 §6.1, §6.2). An error's payload without
+/// a Content-Format is a diagnostic message, UTF-8 text (RFC 7252 §5.5.2), which RFC 8075
+/// §6.5.3 copies into the body: text/plain.
 pub fn content_type(msg: &Message<'_>) -> String {
     let cf = msg
         .option(CONTENT_FORMAT)
         .and_then(|v| decode_uint(v).ok())
         .and_then(|v| u16::try_from(v).ok());
-    mapping::response_content_type(cf).into_owned()
+    match cf {
+        None if msg.code().class() >= 4 => "text/plain; charset=utf-8".into(),
+        _ => mapping::response_content_type(cf).into_owned(),
+    }
 }
 
 /// ETag, freshness and Location (RFC 7252 §10.2.2, §10.2.4; RFC 8075 §7 note 8).
