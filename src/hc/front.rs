@@ -204,7 +204,7 @@ impl HcFront {
         self.send(now, key);
     }
 
-    /// A datagram the engine sent to `to`, an address [`HcFront::owns`].
+    /// A datagram the engine sent to `to`, an in-process client's address.
     pub fn from_engine(&mut self, now: Timestamp, to: SocketAddr, bytes: &[u8]) {
         let Ok(msg) = Message::parse(bytes) else {
             return;
@@ -218,11 +218,14 @@ impl HcFront {
             }
             MessageType::Con | MessageType::Non if msg.code().is_response() => {
                 let key = self.by_token(msg.token());
-                if msg.msg_type() == MessageType::Con {
-                    let reply = match key {
-                        Some(_) => empty_ack,
-                        None => rst,
-                    };
+                // A CON is acknowledged; one for nobody here, CON or NON, is reset, which ends
+                // an observation whose HTTP client went before it was set up (RFC 7641 §3.6).
+                let reply: Option<fn(&mut Vec<u8>, u16)> = match (key, msg.msg_type()) {
+                    (Some(_), MessageType::Con) => Some(empty_ack),
+                    (Some(_), _) => None,
+                    (None, _) => Some(rst),
+                };
+                if let Some(reply) = reply {
                     let mut out = Vec::with_capacity(4);
                     reply(&mut out, msg.message_id());
                     self.to_engine.push_back((to, out));

@@ -338,7 +338,7 @@ fn an_event_stream_relays_notifications_and_deregisters_when_its_client_goes() {
 }
 
 #[test]
-fn a_con_for_no_exchange_of_ours_is_reset() {
+fn a_notification_for_no_exchange_of_ours_is_reset() {
     let mut f = front();
     f.request(at(0.0), C, &request("GET", "/a", &[], b""));
     let (to, _) = sent(&mut f).remove(0);
