@@ -369,10 +369,9 @@ fn pipelined_requests_are_answered_in_order() {
     assert_eq!(got[2].body, big_body());
 }
 
-#[test]
-fn an_event_stream_delivers_notifications_and_deregisters_when_the_client_goes() {
-    let (mut server, _proxy, http, _) = proxy_to_aiocoap(&[]);
-    let mut events = Proc::spawn(
+/// `curl -N` following the event stream of `path` through the cross-proxy at `http`.
+fn event_stream(http: SocketAddr, path: &str) -> Proc {
+    Proc::spawn(
         "curl event stream",
         Command::new("curl").args([
             "-s",
@@ -381,9 +380,15 @@ fn an_event_stream_delivers_notifications_and_deregisters_when_the_client_goes()
             "20",
             "-H",
             "Accept: text/event-stream",
-            &format!("http://{http}/clock"),
+            &format!("http://{http}{path}"),
         ]),
-    );
+    )
+}
+
+#[test]
+fn an_event_stream_delivers_notifications_and_deregisters_when_the_client_goes() {
+    let (mut server, _proxy, http, _) = proxy_to_aiocoap(&[]);
+    let mut events = event_stream(http, "/clock");
     let ids = events.wait_for("3 events", T20, |out, _| {
         let ids: Vec<String> = (out.iter())
             .filter_map(|l| l.strip_prefix("id: ").map(str::to_string))
@@ -477,18 +482,7 @@ fn a_serve_config_proxy_section_runs_the_cross_proxy_too() {
 #[test]
 fn sigterm_ends_the_event_streams_and_the_process_exits_0() {
     let (_server, mut proxy, http, _) = proxy_to_aiocoap(&[]);
-    let mut events = Proc::spawn(
-        "curl event stream",
-        Command::new("curl").args([
-            "-s",
-            "-N",
-            "--max-time",
-            "20",
-            "-H",
-            "Accept: text/event-stream",
-            &format!("http://{http}/clock"),
-        ]),
-    );
+    let mut events = event_stream(http, "/clock");
     events.wait_for("an event", T20, |out, _| {
         out.iter().any(|l| l.starts_with("data: ")).then_some(())
     });

@@ -107,7 +107,10 @@ impl Exchange {
             b.option(ECHO, echo);
         }
         let payload = match &self.transfer {
-            Transfer::Asking => self.observe(&mut b, 0).then_some(&r.body[..]),
+            Transfer::Asking => {
+                self.observe(&mut b, 0);
+                Some(&r.body[..])
+            }
             Transfer::Uploading { offset, szx } => {
                 Some(upload_block(&mut b, &r.body, *offset, *szx))
             }
@@ -116,7 +119,10 @@ impl Exchange {
                 b.option(BLOCK2, &block.unwrap_or(encode_uint(0)));
                 (r.method == Code::FETCH).then_some(&r.body[..])
             }
-            Transfer::Leaving => self.observe(&mut b, 1).then_some(&[][..]),
+            Transfer::Leaving => {
+                self.observe(&mut b, 1);
+                None
+            }
             Transfer::Streaming { .. } | Transfer::Answered(_) => None,
         };
         if let Some(p) = payload.filter(|p| !p.is_empty()) {
@@ -126,12 +132,11 @@ impl Exchange {
         out
     }
 
-    /// Adds Observe `value` for an event stream; true (the request goes on).
-    fn observe(&self, b: &mut MessageBuilder<'_>, value: u32) -> bool {
+    /// Adds Observe `value` (0 registers, 1 deregisters) for an event stream.
+    fn observe(&self, b: &mut MessageBuilder<'_>, value: u32) {
         if self.request.kind == Kind::Events {
             b.option(OBSERVE, &encode_uint(value));
         }
-        true
     }
 
     /// The engine's final answer to the request out. `extra` are fields every HTTP answer
