@@ -26,10 +26,10 @@
 //! SCHED_FIFO at this priority, needs CAP_SYS_NICE: separates the server's own latency from
 //! queueing behind other processes on a shared machine; default off, as users run it).
 
-// The timer-precision harness is the `timer-bench` command's, built in from the binary's source.
+// The host knobs are the `timer-bench` command's, built in from the binary's source.
 #[allow(dead_code)]
-#[path = "../src/cli/timer_bench/harness.rs"]
-mod timer_bench;
+#[path = "../src/cli/timer_bench/host.rs"]
+mod host;
 
 use std::io::{self, Read};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -48,9 +48,9 @@ use backoffd::reconnect::server::{ReconnectServer, ServerConfig};
 use backoffd::stats::Summary;
 use backoffd::time::Timestamp;
 use backoffd::timer::TimerId;
+use host::set_fifo_priority;
 use mio::Interest;
 use prost::Message as _;
-use timer_bench::set_fifo_priority;
 
 const START: &str = "/grpc.testing.ReconnectService/Start";
 /// Answered at once with UNIMPLEMENTED and touches no session state: safe as background load.

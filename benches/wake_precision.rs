@@ -1,22 +1,25 @@
-//! Wake-up precision, side by side in one run: the reactor with a timerfd, the reactor with the
-//! plain epoll timeout, and `tokio::time::sleep_until` on a current-thread runtime. Rounds of
-//! each alternate so machine noise hits all three alike.
+//! Wake-up precision, side by side in one run: the reactor with each of its wake-ups (timerfd,
+//! the plain epoll timeout, epoll_pwait2 where the kernel has it), the bare `clock_nanosleep`
+//! baseline, and `tokio::time::sleep_until` on a current-thread runtime. Rounds of each
+//! alternate so machine noise hits them alike.
 //!
 //! Run: `cargo bench --bench wake_precision` (env TIMERS=N to change samples per source,
 //! FIFO_PRIORITY=P to run under SCHED_FIFO like cyclictest -p, which needs root).
 
 // The timer-precision harness is the `timer-bench` command's, built in from the binary's source.
 #[allow(dead_code)]
+#[path = "../src/cli/timer_bench/host.rs"]
+mod host;
+#[allow(dead_code)]
 #[path = "../src/cli/timer_bench/harness.rs"]
 mod timer_bench;
 
 use std::time::{Duration, Instant};
 
-use backoffd::reactor::WakeMode;
 use backoffd::stats::Summary;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use timer_bench::Options;
+use timer_bench::{Options, Schedule, Source};
 
 const ROUND: usize = 500;
 
@@ -30,46 +33,51 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok());
     if let Some(p) = fifo {
-        timer_bench::set_fifo_priority(p).expect("SCHED_FIFO (needs root or CAP_SYS_NICE)");
+        host::set_fifo_priority(p).expect("SCHED_FIFO (needs root or CAP_SYS_NICE)");
     }
     let base = Options {
         timers: ROUND,
         ..Options::default()
     };
-    let mut samples: [Vec<i64>; 3] = Default::default();
+    let Schedule::Random { min, max, inflight } = base.schedule else {
+        unreachable!("the default schedule is random");
+    };
+    let sources: Vec<Source> = Source::ALL
+        .into_iter()
+        .filter(|&s| timer_bench::available(s).unwrap_or(false))
+        .collect();
+    let mut names: Vec<String> = sources.iter().map(|s| format!("backoffd {s}")).collect();
+    names.push("tokio sleep_until".into());
+    let mut samples: Vec<Vec<i64>> = vec![Vec::new(); names.len()];
     let mut seed = 1;
-    while samples[2].len() < timers {
-        for (i, wake) in [WakeMode::Timerfd, WakeMode::Epoll].into_iter().enumerate() {
-            let options = Options {
-                sources: vec![wake],
-                seed,
-                ..base.clone()
-            };
-            let mut r = timer_bench::run(&options).expect("reactor round");
-            samples[i].append(&mut r[0].lateness_ns);
+    while samples[sources.len()].len() < timers {
+        let options = Options {
+            sources: sources.clone(),
+            seed,
+            ..base.clone()
+        };
+        let rounds = timer_bench::run(&options).expect("reactor round");
+        for (all, mut r) in samples.iter_mut().zip(rounds) {
+            all.append(&mut r.lateness_ns);
         }
-        samples[2].extend(tokio_round(&base, seed));
+        samples[sources.len()].extend(tokio_round(ROUND, min, max, inflight, seed));
         seed += 1;
     }
     println!(
-        "wake precision: {timers} timers per source, deadlines {:?}..{:?}, {} in flight, {}",
-        base.min,
-        base.max,
-        base.inflight,
+        "wake precision: {timers} timers per source, deadlines {min:?}..{max:?}, {inflight} in flight, {}",
         fifo.map_or("default scheduler".into(), |p| format!("SCHED_FIFO {p}"))
     );
     println!(
         "{:<22} {:>8} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9}   (lateness, us)",
         "source", "samples", "early", "p50", "p90", "p99", "p99.9", "max"
     );
-    let names = ["backoffd timerfd", "backoffd epoll", "tokio sleep_until"];
-    let mut p50 = [0.0; 3];
-    for (i, s) in samples.iter_mut().enumerate() {
+    let mut p50 = Vec::new();
+    for (name, s) in names.iter().zip(samples.iter_mut()) {
         let sum = Summary::from_nanos(s);
-        p50[i] = sum.p50_us;
+        p50.push(sum.p50_us);
         println!(
             "{:<22} {:>8} {:>6} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1}",
-            names[i],
+            name,
             sum.samples,
             sum.early,
             sum.p50_us,
@@ -79,23 +87,30 @@ fn main() {
             sum.max_us
         );
     }
-    println!(
-        "p50 ratios: tokio/timerfd {:.1}x, epoll/timerfd {:.1}x",
-        p50[2] / p50[0],
-        p50[1] / p50[0]
-    );
+    let ratios: Vec<String> = names
+        .iter()
+        .zip(&p50)
+        .skip(1)
+        .map(|(n, p)| format!("{n}/timerfd {:.1}x", p / p50[0]))
+        .collect();
+    println!("p50 ratios: {}", ratios.join(", "));
 }
 
 /// `inflight` tasks on a current-thread runtime, each sleeping until random deadlines.
-fn tokio_round(o: &Options, seed: u64) -> Vec<i64> {
+fn tokio_round(
+    timers: usize,
+    min: Duration,
+    max: Duration,
+    inflight: usize,
+    seed: u64,
+) -> Vec<i64> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()
         .expect("tokio runtime");
-    let per_task = o.timers.div_ceil(o.inflight);
-    let (min, max) = (o.min, o.max);
+    let per_task = timers.div_ceil(inflight);
     rt.block_on(async move {
-        let tasks: Vec<_> = (0..o.inflight as u64)
+        let tasks: Vec<_> = (0..inflight as u64)
             .map(|t| {
                 tokio::spawn(async move {
                     let mut rng = SmallRng::seed_from_u64(seed * 1000 + t);
@@ -117,7 +132,7 @@ fn tokio_round(o: &Options, seed: u64) -> Vec<i64> {
         for t in tasks {
             all.extend(t.await.expect("task"));
         }
-        all.truncate(o.timers);
+        all.truncate(timers);
         all
     })
 }

@@ -49,8 +49,9 @@ impl Timestamp {
         (self.0 as i128 - other.0 as i128).clamp(i64::MIN as i128, i64::MAX as i128) as i64
     }
 
-    /// The timespec `timerfd_settime` wants for this absolute deadline.
-    pub(crate) fn to_timespec(self) -> libc::timespec {
+    /// This instant as the absolute `CLOCK_MONOTONIC` timespec that `timerfd_settime` and
+    /// `clock_nanosleep(TIMER_ABSTIME)` take.
+    pub fn to_timespec(self) -> libc::timespec {
         libc::timespec {
             tv_sec: (self.0 / 1_000_000_000) as libc::time_t,
             tv_nsec: (self.0 % 1_000_000_000) as libc::c_long,

@@ -25,9 +25,10 @@
 //! have had theirs (the kernel would not report the edge again).
 //!
 //! One iteration of [`Reactor::run`]:
-//! 1. ask the wheel for its earliest deadline and arm the wake source for it (a `timerfd` re-armed
-//!    only when that deadline changes, or the `epoll_wait` timeout; see [`WakeMode`]);
-//! 2. wait in `Poll::poll`, then read the clock;
+//! 1. ask the wheel for its earliest deadline and sleep until it or an event (a `timerfd`
+//!    re-armed only when that deadline changes, `epoll_pwait2`'s nanosecond timeout, or the
+//!    `epoll_wait` timeout; see [`WakeMode`]);
+//! 2. read the clock: that instant is [`Ctx::woke_at`];
 //! 3. hand each readiness event to the component that registered its source, with its key
 //!    (sources are edge-triggered: a component must read or accept until `WouldBlock`, or
 //!    call [`Ctx::ready_again`]), then the sources that asked to be called again (the wait
@@ -191,6 +192,8 @@ struct Core {
     again: Vec<Token>,
     timers: TimerWheel<Target>,
     now: Timestamp,
+    /// When the last wait returned: what the kernel's part of a timer's lateness ends at.
+    woke: Timestamp,
     state: RunState,
     /// How late timers were dispatched (now - deadline), for metrics.
     lateness: LatencyHistogram,
@@ -206,6 +209,12 @@ impl Ctx<'_> {
     /// The loop's notion of now: read right after the wake-up (and again before timers fire).
     pub fn now(&self) -> Timestamp {
         self.core.now
+    }
+
+    /// When the loop's wait last returned (the clock read first thing after it). A timer's
+    /// lateness splits there: up to it is the kernel's wake-up, after it the loop's dispatch.
+    pub fn woke_at(&self) -> Timestamp {
+        self.core.woke
     }
 
     /// Registers a source; [`Component::on_ready`] receives `key` when it is ready. Keys are
@@ -316,10 +325,18 @@ pub struct Reactor {
 
 impl Reactor {
     /// Creates the `Poll`, the wake source and (if `config.signals`) the signalfd; no components.
+    /// A wake source this kernel lacks (`epoll_pwait2` before Linux 5.11) falls back to timerfd
+    /// with a warning; [`wake_mode`](Self::wake_mode) says which one runs.
     pub fn new(config: Config) -> io::Result<Self> {
         let poll = Poll::new()?;
         let registry = poll.registry().try_clone()?;
-        let waker = Waker::new(config.wake, &registry, WAKE_TOKEN)?;
+        let waker = match Waker::new(config.wake, &poll, WAKE_TOKEN) {
+            Err(e) if e.kind() == io::ErrorKind::Unsupported => {
+                log::warn!("{e}; waking for timers with a timerfd instead");
+                Waker::new(WakeMode::Timerfd, &poll, WAKE_TOKEN)?
+            }
+            other => other?,
+        };
         let signals = match config.signals {
             true => Some(Signals::new(&registry, SIGNAL_TOKEN)?),
             false => None,
@@ -333,6 +350,7 @@ impl Reactor {
                 again: Vec::new(),
                 timers: TimerWheel::new(),
                 now: Timestamp::now(),
+                woke: Timestamp::now(),
                 state: RunState::Running,
                 lateness: LatencyHistogram::default(),
             },
@@ -358,6 +376,11 @@ impl Reactor {
         Ok(id as usize)
     }
 
+    /// The wake source in use: the one configured, unless this kernel lacked it.
+    pub fn wake_mode(&self) -> WakeMode {
+        self.waker.mode()
+    }
+
     /// A component by index and type, e.g. to read a report after [`run`](Self::run) returned.
     pub fn component<T: Component>(&self, index: usize) -> Option<&T> {
         let c: &dyn Component = self.components.get(index)?.as_ref();
@@ -372,17 +395,14 @@ impl Reactor {
             if self.core.state == RunState::Stopped {
                 return Ok(());
             }
-            let mut timeout = self.waker.prepare(self.next_wake(), self.core.now)?;
-            if !self.core.again.is_empty() {
-                timeout = Some(Duration::ZERO);
-            }
-            if let Err(e) = self.poll.poll(&mut self.events, timeout) {
-                if e.kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(e);
-            }
-            self.core.now = Timestamp::now();
+            let wake = match self.core.again.is_empty() {
+                true => self.next_wake(),
+                false => Some(self.core.now),
+            };
+            let (poll, events) = (&mut self.poll, &mut self.events);
+            self.waker.wait(poll, events, wake, self.core.now)?;
+            self.core.woke = Timestamp::now();
+            self.core.now = self.core.woke;
             self.dispatch_io();
             self.core.now = Timestamp::now();
             self.fire_timers();
