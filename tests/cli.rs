@@ -52,34 +52,108 @@ fn every_command_has_help() {
 }
 
 #[test]
-fn timer_bench_json_reports_both_sources_with_no_early_timers() {
+fn timer_bench_json_reports_every_source_beside_the_baseline_with_no_early_timers() {
+    let plot = std::env::temp_dir().join(format!("timer-bench-{}.svg", std::process::id()));
     let out = backoffd(&[
         "timer-bench",
         "--timers=300",
         "--max=3ms",
         "--round=100",
+        "--histogram=50",
         "--json",
+        "--plot",
+        plot.to_str().unwrap(),
     ]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
     let stdout = String::from_utf8(out.stdout).unwrap();
-    let lines: Vec<&str> = stdout.lines().collect();
-    assert_eq!(lines.len(), 2);
-    for (line, source) in lines.iter().zip(["timerfd", "epoll"]) {
-        assert!(
-            line.starts_with(&format!(
-                "{{\"source\":\"{source}\",\"samples\":300,\"early\":0,"
-            )),
-            "{line}"
-        );
-        for key in ["p50_us", "p99_us", "p999_us", "max_us"] {
+    let sources: Vec<&str> = stdout
+        .lines()
+        .map(|l| l.split('"').nth(3).unwrap_or(""))
+        .collect();
+    // pwait2 is left out, with a warning, on kernels before 5.11.
+    let expected: Vec<&str> = ["timerfd", "epoll", "pwait2", "nanosleep"]
+        .into_iter()
+        .filter(|s| *s != "pwait2" || !stderr.contains("pwait2 is not available"))
+        .collect();
+    assert_eq!(sources, expected, "{stdout}");
+    for line in stdout.lines() {
+        assert!(line.contains("\"samples\":300,\"early\":0,"), "{line}");
+        for key in [
+            "p50_us",
+            "p99_us",
+            "p999_us",
+            "max_us",
+            "histogram",
+            "in_effect",
+        ] {
             assert!(line.contains(&format!("\"{key}\":")), "{line}");
         }
+        let reactor = !line.starts_with("{\"source\":\"nanosleep\"");
+        for key in [
+            "overhead_p50_us",
+            "overhead_p99_us",
+            "kernel_p50_us",
+            "dispatch_p99_us",
+        ] {
+            assert_eq!(line.contains(&format!("\"{key}\":")), reactor, "{line}");
+        }
     }
+    let svg = std::fs::read_to_string(&plot).expect("--plot wrote its file");
+    let _ = std::fs::remove_file(&plot);
+    assert!(svg.contains("<svg") && svg.trim_end().ends_with("</svg>"));
+    assert_eq!(
+        svg.matches("<path").count(),
+        sources.len(),
+        "one series per source"
+    );
+}
+
+/// Without root, every host knob is a warning and the run goes on; `--json` says what held.
+#[test]
+fn timer_bench_without_privileges_warns_and_reports_what_was_in_effect() {
+    let tools = ["setpriv", "prlimit"].iter().all(|t| {
+        Command::new(t)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    });
+    // SAFETY: geteuid has no preconditions.
+    if !tools || unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root to drop from, and util-linux's setpriv and prlimit");
+        return;
+    }
+    let out = Command::new("prlimit")
+        .args(["--memlock=0:0", "setpriv", "--reuid=65534", "--regid=65534"])
+        .args([
+            "--clear-groups",
+            env!("CARGO_BIN_EXE_backoffd"),
+            "timer-bench",
+        ])
+        .args([
+            "--timers=50",
+            "--max=2ms",
+            "--wake=timerfd,nanosleep",
+            "--json",
+        ])
+        .args(["--fifo-priority=80", "--timerslack-ns=1"])
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    for knob in ["SCHED_FIFO 80", "/dev/cpu_dma_latency", "mlockall"] {
+        assert!(
+            stderr
+                .lines()
+                .any(|l| l.contains("warning: cannot") && l.contains(knob)),
+            "{knob}: {stderr}"
+        );
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(stdout.lines().count(), 2, "{stdout}");
+    assert!(stdout.lines().all(|l| l.ends_with(
+        "\"in_effect\":{\"policy\":\"SCHED_OTHER\",\"priority\":null,\"mlockall\":false,\"affinity\":null,\"timerslack_ns\":1,\"cpu_dma_latency_us\":null}}"
+    )), "{stdout}");
 }
 
 #[test]
@@ -93,6 +167,8 @@ fn demo_runs_everything_on_loopback_and_passes() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(stdout.contains("Result: PASSED"), "{stdout}");
+    assert!(stdout.contains("(the bare-kernel baseline)"), "{stdout}");
+    assert!(stdout.contains("over nanosleep p50"), "{stdout}");
     assert!(
         stdout.contains("requests executed twice upstream           0"),
         "{stdout}"

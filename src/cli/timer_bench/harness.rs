@@ -85,7 +85,7 @@ impl Schedule {
     }
 
     /// The deadline that follows one due at `last`, its timer having run at `now`.
-    fn next(&self, rng: &mut SmallRng, last: Timestamp, now: Timestamp) -> Timestamp {
+    pub fn next(&self, rng: &mut SmallRng, last: Timestamp, now: Timestamp) -> Timestamp {
         match *self {
             Schedule::Random { min, max, .. } => now + rng.random_range(min..=max.max(min)),
             Schedule::Periodic { interval } => {
@@ -172,7 +172,7 @@ impl SourceSamples {
     }
 
     /// Records one sample: the deadline, the wait's return (reactor only) and the callback.
-    fn record(&mut self, deadline: Timestamp, woke: Timestamp, ran: Timestamp) {
+    pub fn record(&mut self, deadline: Timestamp, woke: Timestamp, ran: Timestamp) {
         self.lateness_ns.push(ran.signed_nanos_since(deadline));
         if let Some(b) = &mut self.breakdown {
             let split = woke.max(deadline);

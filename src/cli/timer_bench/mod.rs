@@ -10,6 +10,8 @@ pub mod harness;
 pub mod host;
 pub mod plot;
 pub mod report;
+#[cfg(test)]
+mod tests;
 
 use std::time::Duration;
 
