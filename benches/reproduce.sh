@@ -3,7 +3,7 @@
 # output under target/bench-results/<UTC timestamp>/ (one file per benchmark).
 #
 # Usage: benches/reproduce.sh [NAME...]   NAME: proxy_throughput http_throughput proxy_memory retry_listener
-#                                               wheel wake_precision (default: all)
+#                                               wheel wake_precision timer_vs_cyclictest (default: all)
 # Peers (Debian libcoap3-bin, PyPI aiocoap) are installed by tests/interop/setup.sh when
 # missing (root needed for apt). Close other work first: the harnesses pin themselves to
 # CPU 0 and the system under test to CPU 1, and anything else running skews the numbers.
@@ -11,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-ALL=(proxy_throughput http_throughput proxy_memory retry_listener wheel wake_precision)
+ALL=(proxy_throughput http_throughput proxy_memory retry_listener wheel wake_precision timer_vs_cyclictest)
 NAMES=("${@:-${ALL[@]}}")
 OUT="target/bench-results/$(date -u +%Y%m%dT%H%M%SZ)"
 mkdir -p "$OUT"
@@ -29,6 +29,9 @@ mkdir -p "$OUT"
 cargo bench --no-run --benches >/dev/null
 for name in "${NAMES[@]}"; do
     echo "== $name" >&2
-    cargo bench --bench "$name" 2>"$OUT/$name.log" | tee "$OUT/$name.md"
+    case "$name" in
+        timer_vs_cyclictest) benches/timer_vs_cyclictest.sh 2>"$OUT/$name.log" | tee "$OUT/$name.md" ;;
+        *) cargo bench --bench "$name" 2>"$OUT/$name.log" | tee "$OUT/$name.md" ;;
+    esac
 done
 echo "results in $OUT" >&2

@@ -62,13 +62,23 @@ impl Component for Echo {
 
 #[test]
 fn routes_udp_readiness_to_the_owning_component() {
+    echo_fifty_datagrams(WakeMode::Timerfd);
+}
+
+/// With epoll_pwait2 the loop sleeps on a second epoll that watches mio's: I/O still arrives.
+#[test]
+fn routes_udp_readiness_through_the_outer_epoll_with_pwait2() {
+    echo_fifty_datagrams(WakeMode::Pwait2);
+}
+
+fn echo_fifty_datagrams(wake: WakeMode) {
     let server = UdpSocket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let addr = server.local_addr().unwrap();
     let client = StdUdp::bind("127.0.0.1:0").unwrap();
     for i in 0..50u8 {
         client.send_to(&[i; 10], addr).unwrap();
     }
-    let mut reactor = Reactor::new(config(WakeMode::Timerfd)).unwrap();
+    let mut reactor = Reactor::new(config(wake)).unwrap();
     reactor
         .add(Box::new(Echo {
             socket: server,
@@ -87,9 +97,9 @@ fn routes_udp_readiness_to_the_owning_component() {
     }
 }
 
-type Log = Rc<RefCell<Vec<(u32, Timestamp, Timestamp)>>>;
+type Log = Rc<RefCell<Vec<(u32, Timestamp, Timestamp, Timestamp)>>>;
 
-/// Arms timers at given offsets, cancels some, and logs (key, deadline, fired-at).
+/// Arms timers at given offsets, cancels some, and logs (key, deadline, woke-at, fired-at).
 struct Timers {
     offsets_us: Vec<u64>,
     cancel: Vec<usize>,
@@ -116,7 +126,7 @@ impl Component for Timers {
     fn on_timer(&mut self, ctx: &mut Ctx<'_>, _: TimerId, key: u32) {
         self.log
             .borrow_mut()
-            .push((key, self.deadlines[key as usize], ctx.now()));
+            .push((key, self.deadlines[key as usize], ctx.woke_at(), ctx.now()));
         if self.log.borrow().len() == self.offsets_us.len() - self.cancel.len() {
             ctx.shutdown();
         }
@@ -143,8 +153,12 @@ fn fire_in_order(wake: WakeMode) {
         vec![6, 1, 2, 8, 4, 7, 0, 9],
         "deadline order, ties by insertion"
     );
-    for &(key, deadline, fired) in log.iter() {
+    for &(key, deadline, woke, fired) in log.iter() {
         assert!(fired >= deadline, "timer {key} fired early");
+        assert!(
+            woke <= fired,
+            "timer {key}: the wait returned before the dispatch"
+        );
     }
 }
 
@@ -156,6 +170,35 @@ fn timers_fire_in_deadline_order_never_early_with_timerfd() {
 #[test]
 fn timers_fire_in_deadline_order_never_early_with_epoll() {
     fire_in_order(WakeMode::Epoll);
+}
+
+#[test]
+fn timers_fire_in_deadline_order_never_early_with_pwait2() {
+    fire_in_order(WakeMode::Pwait2);
+}
+
+/// epoll_pwait2 is Linux 5.11+; elsewhere the reactor says it fell back to timerfd.
+#[test]
+fn a_reactor_reports_the_wake_source_it_runs() {
+    let kernel_has_pwait2 = {
+        // SAFETY: an invalid fd and no buffers: the kernel answers EBADF if it knows the call.
+        let rc = unsafe { libc::syscall(libc::SYS_epoll_pwait2, -1, 0, 1, 0, 0, 0) };
+        rc < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::ENOSYS)
+    };
+    for (wake, expected) in [
+        (WakeMode::Timerfd, WakeMode::Timerfd),
+        (WakeMode::Epoll, WakeMode::Epoll),
+        (
+            WakeMode::Pwait2,
+            match kernel_has_pwait2 {
+                true => WakeMode::Pwait2,
+                false => WakeMode::Timerfd,
+            },
+        ),
+    ] {
+        let reactor = Reactor::new(config(wake)).unwrap();
+        assert_eq!(reactor.wake_mode(), expected);
+    }
 }
 
 /// Never drains: the loop must still stop when the drain time runs out.

@@ -81,7 +81,8 @@ Limits and timing:
   --drain D                      on SIGINT/SIGTERM, time to finish requests in flight (default 5s)
   --metrics HOST:PORT            serve GET /metrics (Prometheus text) and /healthz over HTTP/1.1
                                  there, e.g. 127.0.0.1:9102 (keep it on loopback or a private net)
-  --wake timerfd|epoll           timer wake-up source (default timerfd)
+  --wake SRC                     timer wake-up source: timerfd (default), epoll, or pwait2
+                                 (Linux 5.11+, else timerfd)
   --seed N                       seed for jitter, tokens and Message IDs (default: random)
   -h, --help                     this help
 

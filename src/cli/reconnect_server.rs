@@ -28,7 +28,8 @@ Options:
                          control-port connections open at once; more are closed at once
                          (default 64)
   --drain D              on SIGINT/SIGTERM, time to say goodbye (default 2s)
-  --wake timerfd|epoll   timer wake-up source (default timerfd)
+  --wake SRC             timer wake-up source: timerfd (default), epoll, or pwait2 (Linux
+                         5.11+, else timerfd)
   --metrics HOST:PORT    serve GET /metrics (Prometheus text) and /healthz over HTTP/1.1 there,
                          e.g. 127.0.0.1:9102 (keep it on loopback or a private net)
   -h, --help             this help

@@ -33,7 +33,8 @@ Options:
   --config FILE        read the parts from FILE instead of flags
   --check-config       validate and print what would run, without binding anything
   --drain D            on SIGINT/SIGTERM, time to finish in-flight work (default 5s)
-  --wake timerfd|epoll timer wake-up source (default timerfd)
+  --wake SRC           timer wake-up source: timerfd (default), epoll, or pwait2 (Linux
+                       5.11+, else timerfd)
   -h, --help           this help
 ";
 

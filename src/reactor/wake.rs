@@ -103,7 +103,9 @@ impl Waker {
             _ if due => poll.poll(events, Some(Duration::ZERO)),
             Waker::Timerfd(fd) => fd.arm(deadline).and_then(|()| poll.poll(events, None)),
             Waker::Epoll => poll.poll(events, deadline.map(|d| d - now)),
-            Waker::Pwait2(outer) => match outer.wait(deadline.map(|d| d - now)) {
+            // The timeout is relative: taken from a fresh clock reading, it ends at the
+            // deadline and not later by however long ago `now` was read.
+            Waker::Pwait2(outer) => match outer.wait(deadline.map(|d| d - Timestamp::now())) {
                 Ok(true) => poll.poll(events, Some(Duration::ZERO)),
                 Ok(false) => {
                     events.clear();

@@ -200,7 +200,11 @@ pub fn run(options: &Options) -> io::Result<Vec<SourceSamples>> {
         .map(|&s| SourceSamples::new(s, options.timers))
         .collect();
     let mut rng = SmallRng::seed_from_u64(options.seed);
+    let (mut first, sources) = (0, results.len().max(1));
     while results.iter().any(|r| r.lateness_ns.len() < options.timers) {
+        // Each round starts with the next source, so that none is always the one measured
+        // right after another's set-up, or always last.
+        results.rotate_left(first % sources);
         for r in results.iter_mut() {
             let want = (options.timers - r.lateness_ns.len()).min(options.round.max(1));
             if want > 0 {
@@ -216,6 +220,8 @@ pub fn run(options: &Options) -> io::Result<Vec<SourceSamples>> {
                 r.round_ends.push(r.lateness_ns.len());
             }
         }
+        results.rotate_right(first % sources);
+        first += 1;
     }
     Ok(results)
 }

@@ -659,38 +659,4 @@ mod tests {
             ["1", "2.5", "1", "0"]
         );
     }
-
-    /// Writes a sample picture for a human to look at:
-    /// `cargo test --bin backoffd write_sample_svg -- --ignored`. The shapes are made up but
-    /// typical: timerfd a few µs late with a thin tail, epoll's millisecond timeout spread
-    /// over a whole millisecond, and a few samples that the legend has to account for.
-    #[test]
-    #[ignore = "writes /tmp/plot-sample.svg"]
-    fn write_sample_svg() {
-        use rand::{Rng, SeedableRng};
-        let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
-        let mut exp = |mean_ns: f64| (-(1.0 - rng.random::<f64>()).ln() * mean_ns) as i64;
-        let timerfd: Vec<i64> = (0..10_000)
-            .map(|i| 3_000 + exp(2_000.0) + if i % 100 == 0 { exp(30_000.0) } else { 0 })
-            .collect();
-        let mut epoll: Vec<i64> = (0..10_000)
-            .map(|i| 50_000 + i * 97 % 1_000_000 + exp(5_000.0))
-            .collect();
-        epoll.extend([-2_000, -1_500, 80_000_000]);
-        let series = [
-            Series {
-                name: "timerfd",
-                lateness_ns: &timerfd,
-            },
-            Series {
-                name: "epoll <1 ms>",
-                lateness_ns: &epoll,
-            },
-        ];
-        std::fs::write(
-            "/tmp/plot-sample.svg",
-            svg("timer-bench: wake-up lateness", &series),
-        )
-        .expect("/tmp is writable");
-    }
 }
