@@ -35,6 +35,24 @@ pub struct Split {
     pub dispatch: Summary,
 }
 
+impl Split {
+    /// The JSON names of [`figures`](Self::figures), in its order.
+    const NAMES: [&'static str; 6] = [
+        "kernel_p50_us",
+        "kernel_p99_us",
+        "kernel_p999_us",
+        "dispatch_p50_us",
+        "dispatch_p99_us",
+        "dispatch_p999_us",
+    ];
+
+    /// p50, p99 and p99.9 of the kernel's part, then of the dispatch's, in µs.
+    fn figures(&self) -> [f64; 6] {
+        let (k, d) = (&self.kernel, &self.dispatch);
+        [k.p50_us, k.p99_us, k.p999_us, d.p50_us, d.p99_us, d.p999_us]
+    }
+}
+
 /// A reactor source's percentiles minus the baseline's, in µs.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Overhead {
@@ -201,19 +219,16 @@ fn breakdown_text(out: &mut String, reports: &[SourceReport]) {
         "{:<10} {:>11} {:>8} {:>8} {:>13} {:>8} {:>8}",
         "source", "kernel p50", "p99", "p99.9", "dispatch p50", "p99", "p99.9"
     );
+    const WIDTHS: [usize; 6] = [11, 8, 8, 13, 8, 8];
     for r in reports {
         if let Some(b) = &r.breakdown {
-            let _ = writeln!(
-                out,
-                "{:<10} {:>11.1} {:>8.1} {:>8.1} {:>13.1} {:>8.1} {:>8.1}",
-                r.source.to_string(),
-                b.kernel.p50_us,
-                b.kernel.p99_us,
-                b.kernel.p999_us,
-                b.dispatch.p50_us,
-                b.dispatch.p99_us,
-                b.dispatch.p999_us
-            );
+            let cells: String = b
+                .figures()
+                .iter()
+                .zip(WIDTHS)
+                .map(|(v, w)| format!(" {v:>w$.1}"))
+                .collect();
+            let _ = writeln!(out, "{:<10}{cells}", r.source.to_string());
         }
     }
 }
@@ -239,18 +254,15 @@ pub fn json(r: &SourceReport, extra: &str) -> String {
         };
         let _ = write!(
             line,
-            ",\"overhead_p50_us\":{},\"overhead_p99_us\":{},\"overhead_p50_rounds_us\":{},\"overhead_p99_rounds_us\":{},\"kernel_p50_us\":{:.3},\"kernel_p99_us\":{:.3},\"kernel_p999_us\":{:.3},\"dispatch_p50_us\":{:.3},\"dispatch_p99_us\":{:.3},\"dispatch_p999_us\":{:.3}",
+            ",\"overhead_p50_us\":{},\"overhead_p99_us\":{},\"overhead_p50_rounds_us\":{},\"overhead_p99_rounds_us\":{}",
             num(o.map(|o| o.p50_us)),
             num(o.map(|o| o.p99_us)),
             spread(o.map(|o| &o.p50_rounds)),
             spread(o.map(|o| &o.p99_rounds)),
-            b.kernel.p50_us,
-            b.kernel.p99_us,
-            b.kernel.p999_us,
-            b.dispatch.p50_us,
-            b.dispatch.p99_us,
-            b.dispatch.p999_us
         );
+        for (name, v) in Split::NAMES.iter().zip(b.figures()) {
+            let _ = write!(line, ",\"{name}\":{v:.3}");
+        }
     }
     line.push_str(extra);
     line.push('}');
