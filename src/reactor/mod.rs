@@ -138,7 +138,8 @@ impl<T: Component> Component for Rc<RefCell<T>> {
 /// Reactor settings.
 #[derive(Clone, Debug)]
 pub struct Config {
-    /// How the loop sleeps until the next timer: `timerfd` precision or the `epoll_wait` timeout.
+    /// How the loop sleeps until the next timer: a `timerfd`, `epoll_pwait2`'s nanosecond
+    /// timeout, or the `epoll_wait` millisecond timeout (see [`WakeMode`]).
     pub wake: WakeMode,
     /// Handle SIGINT/SIGTERM in the loop (blocks them for this thread).
     pub signals: bool,

@@ -200,28 +200,37 @@ pub fn run(options: &Options) -> io::Result<Vec<SourceSamples>> {
         .map(|&s| SourceSamples::new(s, options.timers))
         .collect();
     let mut rng = SmallRng::seed_from_u64(options.seed);
-    let (mut first, sources) = (0, results.len().max(1));
-    while results.iter().any(|r| r.lateness_ns.len() < options.timers) {
+    let per_round = options.round.max(1);
+    let n = results.len();
+    for round in 0.. {
+        if results
+            .iter()
+            .all(|r| r.lateness_ns.len() >= options.timers)
+        {
+            break;
+        }
         // Each round starts with the next source, so that none is always the one measured
         // right after another's set-up, or always last.
-        results.rotate_left(first % sources);
-        for r in results.iter_mut() {
-            let want = (options.timers - r.lateness_ns.len()).min(options.round.max(1));
-            if want > 0 {
-                let round = Round {
-                    schedule: options.schedule,
-                    samples: want,
-                    seed: rng.random(),
-                };
-                match r.source {
-                    Source::Reactor(mode) => reactor_round(mode, &round, r)?,
-                    Source::Nanosleep => nanosleep_round(&round, r)?,
-                }
-                r.round_ends.push(r.lateness_ns.len());
+        for i in 0..n {
+            let r = &mut results[(round + i) % n];
+            let want = options
+                .timers
+                .saturating_sub(r.lateness_ns.len())
+                .min(per_round);
+            if want == 0 {
+                continue;
             }
+            let plan = Round {
+                schedule: options.schedule,
+                samples: want,
+                seed: rng.random(),
+            };
+            match r.source {
+                Source::Reactor(mode) => reactor_round(mode, &plan, r)?,
+                Source::Nanosleep => nanosleep_round(&plan, r)?,
+            }
+            r.round_ends.push(r.lateness_ns.len());
         }
-        results.rotate_right(first % sources);
-        first += 1;
     }
     Ok(results)
 }

@@ -308,6 +308,10 @@ fn output(
             if let Some(h) = hists.get(i) {
                 extra.push_str(&format!(",\"histogram\":{}", h.json()));
             }
+            extra.push_str(&format!(
+                ",\"schedule\":{}",
+                schedule_json(&a.options.schedule)
+            ));
             extra.push_str(&format!(",\"in_effect\":{}", effect.json()));
             out.push_str(&report::json(r, &extra));
             out.push('\n');
@@ -330,6 +334,22 @@ fn output(
         out.push_str(&cyclic::histogram_text(reports, &hists));
     }
     out
+}
+
+/// The schedule as a JSON object, so that a line says what it measured.
+fn schedule_json(schedule: &Schedule) -> String {
+    let us = |d: Duration| d.as_secs_f64() * 1e6;
+    match *schedule {
+        Schedule::Random { min, max, inflight } => format!(
+            "{{\"mode\":\"random\",\"min_us\":{:.3},\"max_us\":{:.3},\"inflight\":{inflight}}}",
+            us(min),
+            us(max)
+        ),
+        Schedule::Periodic { interval } => format!(
+            "{{\"mode\":\"periodic\",\"interval_us\":{:.3}}}",
+            us(interval)
+        ),
+    }
 }
 
 fn write_plot(mut file: std::fs::File, samples: &[SourceSamples]) -> std::io::Result<()> {
