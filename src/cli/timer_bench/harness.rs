@@ -108,7 +108,7 @@ pub struct Options {
     pub timers: usize,
     /// When the timers are due.
     pub schedule: Schedule,
-    /// Sources to compare, measured in this order within each round.
+    /// Sources to compare, reported in this order; each round starts with the next one.
     pub sources: Vec<Source>,
     /// Samples per source per round (rounds alternate sources).
     pub round: usize,

@@ -94,18 +94,11 @@ pub fn main(args: &[String]) -> Result<i32, UsageError> {
     let Some(mut a) = parse(args)?.or_print_help(HELP) else {
         return Ok(0);
     };
-    let warn = |w: &str| eprintln!("backoffd timer-bench: warning: {w}");
-    a.options.sources.retain(|&s| match harness::available(s) {
-        Ok(true) => true,
-        Ok(false) => {
-            warn(&format!("{s} is not available on this kernel; left out"));
-            false
-        }
-        Err(e) => {
-            warn(&format!("{s} cannot be set up ({e}); left out"));
-            false
-        }
-    });
+    a.options.sources.retain(|&s| is_available(s));
+    if a.options.sources.is_empty() {
+        eprintln!("backoffd timer-bench: none of the sources asked for can run here");
+        return Ok(1);
+    }
     // Opened before the run, so that a path that cannot be written costs no measurement.
     let plot_file = match a.plot.as_deref().map(std::fs::File::create).transpose() {
         Ok(file) => file,
@@ -140,6 +133,27 @@ pub fn main(args: &[String]) -> Result<i32, UsageError> {
         return Ok(1);
     }
     Ok(0)
+}
+
+fn warn(what: &str) {
+    eprintln!("backoffd timer-bench: warning: {what}");
+}
+
+/// Whether this kernel has `source`; if not, a warning says that it is left out.
+fn is_available(source: Source) -> bool {
+    match harness::available(source) {
+        Ok(true) => true,
+        Ok(false) => {
+            warn(&format!(
+                "{source} is not available on this kernel; left out"
+            ));
+            false
+        }
+        Err(e) => {
+            warn(&format!("{source} cannot be set up ({e}); left out"));
+            false
+        }
+    }
 }
 
 /// Parses and validates the command line; changes nothing about the process yet.
