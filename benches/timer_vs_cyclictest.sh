@@ -70,18 +70,18 @@ for policy, label in (("other", "SCHED_OTHER"), ("fifo", f"SCHED_FIFO {prio}")):
     for i, first in enumerate(tb[0]):
         per = [run[i] for run in tb]
         figures = [cell([p[k] for p in per]) for k in ("p50_us", "p99_us", "max_us")]
-        over = rounds = kernel = ""
+        over = blocks = kernel = ""
         if first.get("overhead_p50_us") is not None:
             over = f"{cell([p['overhead_p50_us'] for p in per])} / {cell([p['overhead_p99_us'] for p in per])}"
-            r50 = [p["overhead_p50_rounds_us"]["median"] for p in per]
-            r99 = [p["overhead_p99_rounds_us"]["median"] for p in per]
-            rounds = f"{cell(r50)} / {cell(r99)}"
+            r50 = [p["overhead_p50_blocks_us"]["median"] for p in per]
+            r99 = [p["overhead_p99_blocks_us"]["median"] for p in per]
+            blocks = f"{cell(r50)} / {cell(r99)}"
             kernel = f"{cell([p['kernel_p50_us'] for p in per])} / {cell([p['dispatch_p50_us'] for p in per])}"
-        rows.append((f"timer-bench `{first['source']}`", label, figures, over, rounds, kernel))
+        rows.append((f"timer-bench `{first['source']}`", label, figures, over, blocks, kernel))
 
 print(f"median of {runs} runs (range), µs; 1 ms period, {loops} loops each\n")
-print("| tool / source | policy | p50 | p99 | max | over nanosleep, whole run: p50 / p99 | over nanosleep, median of rounds: p50 / p99 | kernel / dispatch p50 |")
+print("| tool / source | policy | p50 | p99 | max | over nanosleep, whole run: p50 / p99 | over nanosleep, median of blocks: p50 / p99 | kernel / dispatch p50 |")
 print("|---|---|---:|---:|---:|---:|---:|---:|")
-for name, policy, figures, over, rounds, kernel in rows:
-    print(f"| {name} | {policy} | " + " | ".join(figures) + f" | {over} | {rounds} | {kernel} |")
+for name, policy, figures, over, blocks, kernel in rows:
+    print(f"| {name} | {policy} | " + " | ".join(figures) + f" | {over} | {blocks} | {kernel} |")
 EOF

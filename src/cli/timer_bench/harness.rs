@@ -150,7 +150,7 @@ pub struct SourceSamples {
     pub lateness_ns: Vec<i64>,
     /// The reactor's split of each sample; `None` for the nanosleep baseline.
     pub breakdown: Option<Breakdown>,
-    /// Where each round's samples end in `lateness_ns`, for the per-round spread.
+    /// Where each round's samples end in `lateness_ns`, for the spread across blocks.
     pub round_ends: Vec<usize>,
 }
 
@@ -181,12 +181,24 @@ impl SourceSamples {
         }
     }
 
-    /// The rounds' sample ranges, in order.
-    pub fn rounds(&self) -> impl Iterator<Item = std::ops::Range<usize>> + '_ {
-        let starts = std::iter::once(0).chain(self.round_ends.iter().copied());
-        starts
-            .zip(self.round_ends.iter().copied())
-            .map(|(a, b)| a..b)
+    /// The samples in blocks of consecutive rounds, each of at least `min_samples` (a short
+    /// tail joins the block before it). Sources measured with the same options have their
+    /// blocks in step: block k of each covers the same stretch of the run.
+    pub fn blocks(&self, min_samples: usize) -> Vec<std::ops::Range<usize>> {
+        let mut blocks: Vec<std::ops::Range<usize>> = Vec::new();
+        let mut start = 0;
+        for &end in &self.round_ends {
+            if end - start >= min_samples {
+                blocks.push(start..end);
+                start = end;
+            }
+        }
+        match blocks.last_mut() {
+            Some(last) if start < self.lateness_ns.len() => last.end = self.lateness_ns.len(),
+            None if !self.lateness_ns.is_empty() => blocks.push(0..self.lateness_ns.len()),
+            _ => {}
+        }
+        blocks
     }
 }
 

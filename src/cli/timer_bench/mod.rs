@@ -40,7 +40,8 @@ Schedule (random deadlines by default, or periodic like cyclictest):
 Sources:
   --wake LIST           comma-separated timerfd, epoll, pwait2, nanosleep, or all (default all);
                         pwait2 needs Linux 5.11+ and is left out with a warning elsewhere
-  --round N             samples per source before switching source (default 500)
+  --round N             samples per source before switching source (default 500, or
+                        50 with --interval)
 Host (cyclictest's knobs; each one this process may not have is a warning, not an error):
   --mlockall            lock all memory (the default, as cyclictest -m); --no-mlockall: don't
   --affinity CPU        pin to CPU (cyclictest -a)
@@ -162,11 +163,12 @@ pub(super) fn parse(args: &[String]) -> Result<Parsed<BenchArgs>, UsageError> {
     if flags.help {
         return Ok(Parsed::Help);
     }
+    let schedule = schedule(&flags)?;
     let options = Options {
         timers: samples_per_source(&flags)?,
-        schedule: schedule(&flags)?,
+        schedule,
         sources: sources(&flags)?,
-        round: positive(&flags, "round", Options::default().round)?,
+        round: positive(&flags, "round", default_round(&schedule))?,
         seed: flags.get_or("seed", Options::default().seed)?,
     };
     if flags.has("mlockall") && flags.has("no-mlockall") {
@@ -188,6 +190,16 @@ pub(super) fn parse(args: &[String]) -> Result<Parsed<BenchArgs>, UsageError> {
         plot: flags.get("plot")?,
         json: flags.has("json"),
     }))
+}
+
+/// Random deadlines keep `inflight` timers pending, which wants rounds well above it; one
+/// periodic timer does not, and short rounds spread the host's bursts of noise over every
+/// source alike (50 at 1 ms: each source's turn lasts 50 ms).
+fn default_round(schedule: &Schedule) -> usize {
+    match schedule {
+        Schedule::Random { .. } => Options::default().round,
+        Schedule::Periodic { .. } => 50,
+    }
 }
 
 fn samples_per_source(flags: &Flags) -> Result<usize, UsageError> {

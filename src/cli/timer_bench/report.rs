@@ -3,13 +3,18 @@
 //!
 //! The overhead is a difference of percentiles (the reactor's p50 minus nanosleep's p50, and so
 //! on), not a percentile of differences: the samples are not paired. How stable it is shows in
-//! the same difference taken round by round, since the rounds of all sources interleave.
+//! the same difference taken block by block: a block is [`BLOCK_SAMPLES`] or more samples of
+//! consecutive rounds, and since the rounds of all sources interleave, block k of each source
+//! covers the same stretch of the run.
 
 use std::fmt::Write;
 
 use backoffd::stats::Summary;
 
 use super::harness::{Source, SourceSamples};
+
+/// The fewest samples a block holds: enough for its p99 to be the 5th-worst, not the worst.
+pub const BLOCK_SAMPLES: usize = 500;
 
 /// One source's figures.
 #[derive(Clone, Debug, PartialEq)]
@@ -60,17 +65,17 @@ pub struct Overhead {
     pub p50_us: f64,
     /// Over the whole run.
     pub p99_us: f64,
-    /// The p50 difference of each round against the baseline's round beside it.
-    pub p50_rounds: Spread,
+    /// The p50 difference of each block against the baseline's block beside it.
+    pub p50_blocks: Spread,
     /// The same for p99.
-    pub p99_rounds: Spread,
+    pub p99_blocks: Spread,
 }
 
-/// The median and range of per-round values.
+/// The median and range of per-block values.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Spread {
-    /// Number of rounds.
-    pub rounds: usize,
+    /// Number of blocks.
+    pub blocks: usize,
     /// Median (nearest rank, lower).
     pub median: f64,
     /// Smallest.
@@ -80,12 +85,12 @@ pub struct Spread {
 }
 
 impl Spread {
-    /// The spread of `values` (0 rounds: all zero).
+    /// The spread of `values` (none: all zero).
     pub fn of(mut values: Vec<f64>) -> Spread {
         values.sort_by(f64::total_cmp);
         let at = |i: usize| values.get(i).copied().unwrap_or(0.0);
         Spread {
-            rounds: values.len(),
+            blocks: values.len(),
             median: at(values.len().saturating_sub(1) / 2),
             min: at(0),
             max: at(values.len().saturating_sub(1)),
@@ -119,17 +124,18 @@ fn overhead(source: &SourceSamples, base: &SourceSamples) -> Overhead {
     let (all, all_base) = (summary(&source.lateness_ns), summary(&base.lateness_ns));
     let mut p50s = Vec::new();
     let mut p99s = Vec::new();
-    for (round, base_round) in source.rounds().zip(base.rounds()) {
-        let ours = summary(&source.lateness_ns[round]);
-        let theirs = summary(&base.lateness_ns[base_round]);
+    let blocks = source.blocks(BLOCK_SAMPLES);
+    for (ours, theirs) in blocks.into_iter().zip(base.blocks(BLOCK_SAMPLES)) {
+        let ours = summary(&source.lateness_ns[ours]);
+        let theirs = summary(&base.lateness_ns[theirs]);
         p50s.push(ours.p50_us - theirs.p50_us);
         p99s.push(ours.p99_us - theirs.p99_us);
     }
     Overhead {
         p50_us: all.p50_us - all_base.p50_us,
         p99_us: all.p99_us - all_base.p99_us,
-        p50_rounds: Spread::of(p50s),
-        p99_rounds: Spread::of(p99s),
+        p50_blocks: Spread::of(p50s),
+        p99_blocks: Spread::of(p99s),
     }
 }
 
@@ -184,13 +190,13 @@ fn overhead_text(out: &mut String, reports: &[SourceReport]) {
     };
     let _ = writeln!(
         out,
-        "\noverhead over nanosleep, same run (us): whole run, and per round median [min..max] of {} rounds",
-        first.p50_rounds.rounds
+        "\noverhead over nanosleep, same run (us): whole run, and per block of {BLOCK_SAMPLES}+ samples median [min..max] of {} blocks",
+        first.p50_blocks.blocks
     );
     let _ = writeln!(
         out,
         "{:<10} {:>8} {:>24} {:>8} {:>24}",
-        "source", "p50", "p50 per round", "p99", "p99 per round"
+        "source", "p50", "p50 per block", "p99", "p99 per block"
     );
     for (r, o) in with {
         let _ = writeln!(
@@ -198,9 +204,9 @@ fn overhead_text(out: &mut String, reports: &[SourceReport]) {
             "{:<10} {:>+8.1} {:>24} {:>+8.1} {:>24}",
             r.source.to_string(),
             o.p50_us,
-            spread_text(&o.p50_rounds),
+            spread_text(&o.p50_blocks),
             o.p99_us,
-            spread_text(&o.p99_rounds)
+            spread_text(&o.p99_blocks)
         );
     }
 }
@@ -247,18 +253,18 @@ pub fn json(r: &SourceReport, extra: &str) -> String {
         let spread = |s: Option<&Spread>| {
             s.map_or("null".to_string(), |s| {
                 format!(
-                    "{{\"rounds\":{},\"median\":{:.3},\"min\":{:.3},\"max\":{:.3}}}",
-                    s.rounds, s.median, s.min, s.max
+                    "{{\"blocks\":{},\"median\":{:.3},\"min\":{:.3},\"max\":{:.3}}}",
+                    s.blocks, s.median, s.min, s.max
                 )
             })
         };
         let _ = write!(
             line,
-            ",\"overhead_p50_us\":{},\"overhead_p99_us\":{},\"overhead_p50_rounds_us\":{},\"overhead_p99_rounds_us\":{}",
+            ",\"overhead_p50_us\":{},\"overhead_p99_us\":{},\"overhead_p50_blocks_us\":{},\"overhead_p99_blocks_us\":{}",
             num(o.map(|o| o.p50_us)),
             num(o.map(|o| o.p99_us)),
-            spread(o.map(|o| &o.p50_rounds)),
-            spread(o.map(|o| &o.p99_rounds)),
+            spread(o.map(|o| &o.p50_blocks)),
+            spread(o.map(|o| &o.p99_blocks)),
         );
         for (name, v) in Split::NAMES.iter().zip(b.figures()) {
             let _ = write!(line, ",\"{name}\":{v:.3}");

@@ -37,31 +37,44 @@ fn samples(source: Source, rounds: usize, per_round: usize, base_us: i64) -> Sou
 }
 
 #[test]
-fn the_overhead_is_the_difference_of_percentiles_over_the_run_and_per_round() {
-    let base = samples(Source::Nanosleep, 4, 100, 10);
-    let reactor = samples(TIMERFD, 4, 100, 13);
+fn the_overhead_is_the_difference_of_percentiles_over_the_run_and_per_block() {
+    // 8 rounds of 250: blocks of 500 samples are 2 rounds each, so 4 blocks.
+    let base = samples(Source::Nanosleep, 8, 250, 10);
+    let reactor = samples(TIMERFD, 8, 250, 13);
     let reports = report::analyse(&[reactor, base]);
     let o = reports[0]
         .overhead
         .as_ref()
         .expect("a reactor source has one");
     assert_eq!((o.p50_us, o.p99_us), (3.0, 3.0));
-    let every_round_3 = Spread {
-        rounds: 4,
+    let every_block_3 = Spread {
+        blocks: 4,
         median: 3.0,
         min: 3.0,
         max: 3.0,
     };
-    assert_eq!((o.p50_rounds, o.p99_rounds), (every_round_3, every_round_3));
-    // p50 of 13..=112 µs is the 50th value: 62 µs.
-    assert_eq!(reports[0].lateness.p50_us, 62.0);
+    assert_eq!((o.p50_blocks, o.p99_blocks), (every_block_3, every_block_3));
+    // 13..=262 µs, 8 of each: the 1000th of 2000 is the 125th value, 137 µs.
+    assert_eq!(reports[0].lateness.p50_us, 137.0);
     let split = reports[0].breakdown.as_ref().unwrap();
-    assert_eq!((split.kernel.p50_us, split.dispatch.p50_us), (61.6, 0.4));
+    assert_eq!((split.kernel.p50_us, split.dispatch.p50_us), (136.6, 0.4));
     assert_eq!(
         reports[1].overhead, None,
         "the baseline has no overhead over itself"
     );
     assert_eq!(reports[1].breakdown, None);
+}
+
+#[test]
+fn blocks_group_whole_rounds_and_a_short_tail_joins_the_last() {
+    assert_eq!(samples(TIMERFD, 7, 100, 0).blocks(250), [0..300, 300..700]);
+    assert_eq!(
+        samples(TIMERFD, 4, 500, 0).blocks(500),
+        [0..500, 500..1000, 1000..1500, 1500..2000]
+    );
+    let fewer = samples(TIMERFD, 2, 100, 0).blocks(250);
+    assert_eq!((fewer.len(), &fewer[0]), (1, &(0..200)), "fewer: one block");
+    assert!(samples(TIMERFD, 0, 0, 0).blocks(250).is_empty());
 }
 
 #[test]
@@ -77,12 +90,12 @@ fn without_a_baseline_there_is_no_overhead_and_json_says_null() {
 }
 
 #[test]
-fn the_spread_of_rounds_is_their_median_and_range() {
+fn the_spread_of_blocks_is_their_median_and_range() {
     let s = Spread::of(vec![5.0, -1.0, 2.0, 9.0, 3.0]);
-    assert_eq!((s.rounds, s.median, s.min, s.max), (5, 3.0, -1.0, 9.0));
+    assert_eq!((s.blocks, s.median, s.min, s.max), (5, 3.0, -1.0, 9.0));
     let even = Spread::of(vec![4.0, 1.0, 3.0, 2.0]);
     assert_eq!(even.median, 2.0, "the lower middle of an even count");
-    assert_eq!(Spread::of(Vec::new()).rounds, 0);
+    assert_eq!(Spread::of(Vec::new()).blocks, 0);
 }
 
 #[test]
