@@ -190,7 +190,7 @@ fn overhead_text(out: &mut String, reports: &[SourceReport]) {
     };
     let _ = writeln!(
         out,
-        "\noverhead over nanosleep, same run (us): whole run, and per block of {BLOCK_SAMPLES}+ samples median [min..max] of {} blocks",
+        "\noverhead over nanosleep, same run (us): whole run, and per block of {BLOCK_SAMPLES}+ samples median [min..max] (blocks: {})",
         first.p50_blocks.blocks
     );
     let _ = writeln!(
