@@ -67,10 +67,7 @@ fn timer_bench_json_reports_every_source_beside_the_baseline_with_no_early_timer
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     let stdout = String::from_utf8(out.stdout).unwrap();
-    let sources: Vec<&str> = stdout
-        .lines()
-        .map(|l| l.split('"').nth(3).unwrap_or(""))
-        .collect();
+    let sources = json_sources(&stdout);
     // pwait2 is left out, with a warning, on kernels before 5.11.
     let expected: Vec<&str> = ["timerfd", "epoll", "pwait2", "nanosleep"]
         .into_iter()
@@ -107,6 +104,14 @@ fn timer_bench_json_reports_every_source_beside_the_baseline_with_no_early_timer
         sources.len(),
         "one series per source"
     );
+}
+
+/// The `source` of each `--json` line, in order (it is the first member).
+fn json_sources(stdout: &str) -> Vec<&str> {
+    stdout
+        .lines()
+        .map(|l| l.split('"').nth(3).unwrap_or(""))
+        .collect()
 }
 
 /// Without root, every host knob is a warning and the run goes on; `--json` says what held.
@@ -194,10 +199,7 @@ fn timer_bench_without_epoll_pwait2_leaves_it_out_with_a_warning() {
         "{stderr}"
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let sources: Vec<&str> = stdout
-        .lines()
-        .map(|l| l.split('"').nth(3).unwrap_or(""))
-        .collect();
+    let sources = json_sources(&stdout);
     assert_eq!(sources, ["timerfd", "nanosleep"], "{stdout}");
 }
 

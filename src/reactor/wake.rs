@@ -36,11 +36,6 @@ pub enum WakeMode {
     Pwait2,
 }
 
-impl WakeMode {
-    /// Every mode, in the order reports list them.
-    pub const ALL: [WakeMode; 3] = [WakeMode::Timerfd, WakeMode::Epoll, WakeMode::Pwait2];
-}
-
 impl fmt::Display for WakeMode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {

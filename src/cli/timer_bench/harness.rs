@@ -387,7 +387,7 @@ fn nanosleep_round(round: &Round, into: &mut SourceSamples) -> io::Result<()> {
 }
 
 /// Sleeps until `deadline` on `CLOCK_MONOTONIC` (the clock [`Timestamp::now`] reads).
-pub fn sleep_until(deadline: Timestamp) -> io::Result<()> {
+fn sleep_until(deadline: Timestamp) -> io::Result<()> {
     let spec = deadline.to_timespec();
     loop {
         // SAFETY: a valid timespec; no remainder is asked for with TIMER_ABSTIME.

@@ -243,20 +243,18 @@ fn schedule(flags: &Flags) -> Result<Schedule, UsageError> {
 fn sources(flags: &Flags) -> Result<Vec<Source>, UsageError> {
     let list = flags.get::<String>("wake")?;
     let wake_error = |e: String| UsageError(format!("--wake: {e}"));
-    let mut sources = Vec::new();
+    let mut sources: Vec<Source> = Vec::new();
     for name in list.as_deref().unwrap_or("all").split(',') {
-        match name.trim() {
-            "all" => sources.extend(Source::ALL),
-            one => sources.push(one.parse().map_err(wake_error)?),
+        let named = match name.trim() {
+            "all" => Source::ALL.to_vec(),
+            one => vec![one.parse().map_err(wake_error)?],
+        };
+        for source in named {
+            if !sources.contains(&source) {
+                sources.push(source);
+            }
         }
     }
-    let mut seen = Vec::new();
-    sources.retain(|s| {
-        !seen.contains(s) && {
-            seen.push(*s);
-            true
-        }
-    });
     Ok(sources)
 }
 

@@ -6,6 +6,8 @@
 
 use backoffd::stats::Summary;
 
+use super::cyclic::Histogram;
+
 /// Canvas size in pixels; the `viewBox` matches, so viewers can scale it.
 const WIDTH: f64 = 960.0;
 const HEIGHT: f64 = 540.0;
@@ -121,28 +123,15 @@ fn nice_at_least(x: u64) -> u64 {
 }
 
 /// Sorts samples into bins of `bin_us` over `0..range_us`; the rest are counted, not dropped.
+/// The 1 µs buckets are cyclictest's histogram's, merged `bin_us` at a time.
 fn bins(lateness_ns: &[i64], range_us: u64, bin_us: u64) -> Bins {
-    let len = usize::try_from(range_us.div_ceil(bin_us)).unwrap_or(0);
-    let mut b = Bins {
-        counts: vec![0; len],
-        overflow: 0,
-        early: 0,
-    };
-    for &ns in lateness_ns {
-        let Ok(ns) = u64::try_from(ns) else {
-            b.early += 1;
-            continue;
-        };
-        let bucket = ns / 1000;
-        let slot = usize::try_from(bucket / bin_us)
-            .ok()
-            .filter(|_| bucket < range_us);
-        match slot.and_then(|i| b.counts.get_mut(i)) {
-            Some(c) => *c += 1,
-            None => b.overflow += 1,
-        }
+    let fine = Histogram::of(lateness_ns, usize::try_from(range_us).unwrap_or(0));
+    let width = usize::try_from(bin_us).unwrap_or(1).max(1);
+    Bins {
+        counts: fine.counts.chunks(width).map(|c| c.iter().sum()).collect(),
+        overflow: fine.overflow,
+        early: lateness_ns.iter().filter(|&&ns| ns < 0).count() as u64,
     }
-    b
 }
 
 /// The count axis' top exponent: the first power of ten above the largest bin (at least 10),

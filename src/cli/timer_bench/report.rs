@@ -101,27 +101,35 @@ impl Spread {
 /// Analyses every source's samples; the overhead is taken against the nanosleep source if the
 /// run had one.
 pub fn analyse(samples: &[SourceSamples]) -> Vec<SourceReport> {
-    let baseline = samples.iter().find(|s| s.source == Source::Nanosleep);
+    let lateness: Vec<Summary> = samples.iter().map(|s| summary(&s.lateness_ns)).collect();
+    let baseline = samples
+        .iter()
+        .zip(&lateness)
+        .find(|(s, _)| s.source == Source::Nanosleep);
     samples
         .iter()
-        .map(|s| SourceReport {
+        .zip(lateness.iter().cloned())
+        .map(|(s, lateness)| SourceReport {
             source: s.source,
-            lateness: summary(&s.lateness_ns),
             avg_us: mean_us(&s.lateness_ns),
             breakdown: s.breakdown.as_ref().map(|b| Split {
                 kernel: summary(&b.kernel_ns),
                 dispatch: summary(&b.dispatch_ns),
             }),
             overhead: match (s.breakdown.is_some(), baseline) {
-                (true, Some(base)) => Some(overhead(s, base)),
+                (true, Some(base)) => Some(overhead((s, &lateness), base)),
                 _ => None,
             },
+            lateness,
         })
         .collect()
 }
 
-fn overhead(source: &SourceSamples, base: &SourceSamples) -> Overhead {
-    let (all, all_base) = (summary(&source.lateness_ns), summary(&base.lateness_ns));
+/// A source's overhead over the baseline, each given with its samples and their summary.
+fn overhead(
+    (source, all): (&SourceSamples, &Summary),
+    (base, all_base): (&SourceSamples, &Summary),
+) -> Overhead {
     let mut p50s = Vec::new();
     let mut p99s = Vec::new();
     let blocks = source.blocks(BLOCK_SAMPLES);
