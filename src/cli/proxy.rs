@@ -63,16 +63,19 @@ Limits and timing:
   --observe-con-every N          at least every Nth notification to a client is a CON; one
                                  never acknowledged ends the observation (default 20,
                                  RFC 7641 §4.5; and at least one every 24 h)
-  --client-bytes-per-sec N       what the proxy sends one client address and port, on average
-                                 (token bucket, RFC 7252 §11.3); past it datagrams are dropped
-                                 and counted (default 65536; 0 = no budget)
+  --client-bytes-per-sec N       opt-in send rate per client address and port, on average
+                                 (token bucket); a request whose answer it could not take gets
+                                 5.03 with Max-Age (default 0: off; reflection is bounded by
+                                 proof of receipt instead, see --validate-sources)
   --client-burst-bytes N         ... at once (default 262144; at least 65527)
   --client-datagrams-per-sec N   datagrams per second on average (default 200)
   --client-burst-datagrams N     datagrams at once (default 512)
-  --validate-sources             address validation (RFC 9175 §2.4): a source not yet validated is
-                                 sent at most 3x what it sent, and a request whose answer may
-                                 not fit gets 4.01 with an Echo to repeat (60 s); a fresh Echo
-                                 validates the source for 5 min (default off)
+  --validate-sources             strict address validation (RFC 9175 §2.4). Always on: a source
+                                 that has not proven it receives (by ACKing a CON of ours, or by
+                                 an Echo) is sent at most 3x what it sent, and an answer that
+                                 does not fit goes as a CON asking for that proof. Strict: a
+                                 request whose answer may not fit gets 4.01 with an Echo to
+                                 repeat (60 s) first (default off)
   --ack-delay D                  hold a CON's ACK this long hoping to piggyback (default 100ms)
   --upstream-exchange-lifetime D how long an upstream Message ID stays reserved per endpoint
                                  (RFC 7252 §4.4; default 247s)

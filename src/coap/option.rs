@@ -7,7 +7,8 @@ macro_rules! option_numbers {
     ($($name:ident = $number:literal,)*) => {
         $(#[doc = concat!("Option number ", $number, ".")] pub const $name: u16 = $number;)*
 
-        /// Whether this codec knows it; unknown critical options are rejected (RFC 7252 §5.4.1).
+        /// Whether this codec knows it. An endpoint rejects unknown critical options (RFC 7252
+        /// §5.4.1); a proxy goes by class instead ([`proxy_must_reject`]).
         pub const fn is_known(number: u16) -> bool {
             matches!(number, $($number)|*)
         }
@@ -25,6 +26,7 @@ option_numbers! {
     Q_BLOCK1 = 19, Q_BLOCK2 = 31,                   // RFC 9177 §4
     ECHO = 252, REQUEST_TAG = 292,                  // RFC 9175 §2.2, §3.2
     NO_RESPONSE = 258,                              // RFC 7967 §2
+    OSCORE = 9,                                     // RFC 8613 §2
 }
 
 /// Odd numbers are critical: a recipient that does not know one must reject (RFC 7252 §5.4.6).
@@ -35,6 +37,15 @@ pub const fn is_critical(number: u16) -> bool {
 /// Bit 1: a proxy must not forward it without understanding it (RFC 7252 §5.4.6).
 pub const fn is_unsafe(number: u16) -> bool {
     number & 0x02 != 0
+}
+
+/// Whether a proxy must refuse a message carrying this option (RFC 7252 §5.7.1, §5.7.2): an
+/// unsafe option it does not recognise. The critical/elective rules are for non-proxying
+/// endpoints (§5.4.1); a safe-to-forward option is forwarded whether the proxy knows it or
+/// not, critical or not, in both directions. That is what lets end-to-end protection such
+/// as OSCORE (option 9: critical, safe-to-forward, RFC 8613 §2) pass through.
+pub const fn proxy_must_reject(number: u16) -> bool {
+    is_unsafe(number) && !is_known(number)
 }
 
 /// Safe options with NoCacheKey bits 0b111 stay out of the cache key (RFC 7252 §5.4.6).
@@ -138,9 +149,14 @@ mod tests {
         assert!(is_no_cache_key(SIZE1) && is_no_cache_key(SIZE2) && !is_no_cache_key(BLOCK1));
         let known: Vec<u16> = (0..=u16::MAX).filter(|&n| is_known(n)).collect();
         let want = [
-            1, 3, 4, 5, 6, 7, 8, 11, 12, 14, 15, 16, 17, 19, 20, 23, 27, 28, 31, 35, 39,
+            1, 3, 4, 5, 6, 7, 8, 9, 11, 12, 14, 15, 16, 17, 19, 20, 23, 27, 28, 31, 35, 39,
         ];
         assert_eq!(known, [&want[..], &[60, 252, 258, 292]].concat());
+        // By class: OSCORE and unknown safe options pass, critical or not; unknown unsafe
+        // options do not, elective or not.
+        assert!(is_critical(OSCORE) && !is_unsafe(OSCORE) && !proxy_must_reject(OSCORE));
+        assert!(!proxy_must_reject(65001) && !proxy_must_reject(2048));
+        assert!(proxy_must_reject(66) && proxy_must_reject(67) && !proxy_must_reject(PROXY_URI));
     }
 
     #[test]

@@ -1,11 +1,11 @@
-//! What the proxy may send to one source address: a token bucket of bytes and one of
-//! datagrams per client address and port, so that the proxy cannot be made a reflector
-//! (RFC 7252 §11.3) beyond a fixed rate towards any one victim, however the requests that
-//! cost it were made (spoofed requests, registrations, retransmissions). Everything the
-//! proxy sends to a client passes here: piggybacked and separate answers and their
-//! retransmissions, notifications, empty ACKs, RSTs and the proxy's own answers. Past the
-//! budget a datagram is dropped and counted, as a lossy network would drop it: a real
-//! client retransmits, and a CON of the proxy's own is retransmitted on its schedule.
+//! An opt-in send rate per client address and port (`--client-bytes-per-sec`): token buckets
+//! of bytes and of datagrams. Reflection is bounded by proof (`validation.rs`), not by rate,
+//! so this is off by default: a forward proxy's heaviest client (one application server
+//! talking to many devices) is a legitimate one, and a rate low enough to matter against a
+//! reflector throttles it. Where an operator wants a rate anyway, everything the proxy sends
+//! a client passes here; a new request from a client whose bucket cannot take an answer gets
+//! 5.03 with a Max-Age saying when it can (RFC 7252 §5.9.3.4), and a datagram past the
+//! budget (answers already on their way) is dropped and counted.
 
 use std::net::SocketAddr;
 
@@ -30,13 +30,12 @@ pub struct ClientBudget {
 }
 
 impl ClientBudget {
-    /// 64 KiB/s with a burst of 256 KiB, 200 datagrams/s with a burst of 512. A client may
-    /// have 256 requests in flight (`max_inflight_per_client`); the burst lets all their
-    /// answers (a ~1 KiB datagram each, RFC 7252 §4.6) and an ACK each come back at once;
-    /// the rates are far above what a constrained device consumes, and bound what one
-    /// victim address can be sent to about half a megabit per second.
+    /// Off (no rate). With `--client-bytes-per-sec N`: a burst of 256 KiB, 200 datagrams/s
+    /// with a burst of 512. A client may have 256 requests in flight
+    /// (`max_inflight_per_client`); the burst lets all their answers (a ~1 KiB datagram
+    /// each, RFC 7252 §4.6) and an ACK each come back at once.
     pub const DEFAULT: ClientBudget = ClientBudget {
-        bytes_per_sec: 64 << 10,
+        bytes_per_sec: 0,
         burst_bytes: 256 << 10,
         datagrams_per_sec: 200,
         burst_datagrams: 512,
@@ -118,6 +117,25 @@ impl SendBudget {
         }
     }
 
+    /// When `to`'s buckets will hold an answer of `len` bytes again, if they do not now.
+    pub(super) fn refill_at(
+        &self,
+        now: Timestamp,
+        to: SocketAddr,
+        len: usize,
+    ) -> Option<Timestamp> {
+        let l = self.limits;
+        let b = self.sources.get(&to)?;
+        let elapsed = now.saturating_since(b.at).as_secs_f64();
+        let bytes = (b.bytes + elapsed * f64::from(l.bytes_per_sec)).min(f64::from(l.burst_bytes));
+        let datagrams = (b.datagrams + elapsed * f64::from(l.datagrams_per_sec))
+            .min(f64::from(l.burst_datagrams));
+        let wait_bytes = (len as f64 - bytes) / f64::from(l.bytes_per_sec.max(1));
+        let wait_datagrams = (1.0 - datagrams) / f64::from(l.datagrams_per_sec.max(1));
+        let wait = wait_bytes.max(wait_datagrams);
+        (wait > 0.0).then(|| now + std::time::Duration::from_secs_f64(wait))
+    }
+
     /// Sources tracked now.
     pub(super) fn sources(&self) -> usize {
         self.sources.len()
@@ -134,7 +152,10 @@ mod tests {
     }
 
     fn budget(edit: impl FnOnce(&mut ClientBudget)) -> SendBudget {
-        let mut l = ClientBudget::DEFAULT;
+        let mut l = ClientBudget {
+            bytes_per_sec: 64 << 10,
+            ..ClientBudget::DEFAULT
+        };
         edit(&mut l);
         SendBudget::new(l, &KeyedState::new([1, 2]))
     }
@@ -152,6 +173,10 @@ mod tests {
         assert_eq!((b.dropped, b.dropped_bytes), (1680, 1680 * 1024));
         let other: SocketAddr = "192.0.2.2:5683".parse().unwrap();
         assert!(b.admit(at(1000), other, 1024), "each source has its own");
+        // Empty: an answer of 1 KiB fits again 1/64 s later.
+        let at_refill = b.refill_at(at(1000), victim, 1024).unwrap();
+        assert_eq!(at_refill.saturating_since(at(1000)).as_micros(), 15_625);
+        assert_eq!(b.refill_at(at(1000), other, 1024), None);
     }
 
     #[test]

@@ -17,8 +17,9 @@ use crate::time::Timestamp;
 use super::answer_cache::Replay;
 use super::cache::{Bypass, CacheKey, CachedResponse, Etag, Lookup, Resource};
 use super::clients::ClientSlot;
+use super::endpoints::{EndpointId, UpstreamId};
 use super::engine::{Destination, Proxy};
-use super::exchange::CoapToken;
+use super::exchange::{CoapToken, State};
 
 /// What a forwarded exchange does with the cache once answered (`Exchange::cache`, boxed:
 /// most exchanges have none).
@@ -139,7 +140,7 @@ impl Proxy {
             Lookup::Miss => false,
         };
         if answered {
-            self.answer_from_cache(now, (from, slot), msg, &buf);
+            self.answer_from_cache(now, (from, slot), msg, &buf, upstream);
         }
         self.scratch = buf;
         match answered {
@@ -184,8 +185,12 @@ impl Proxy {
         (from, slot): (SocketAddr, ClientSlot),
         msg: &Message,
         answer: &[u8],
+        upstream: UpstreamId,
     ) {
         let token = CoapToken::new(msg.token()).expect("parse checked the token length");
+        if !self.out.fits(from, answer.len()) {
+            return self.answer_hit_as_con(now, (from, slot), (token, msg), answer, upstream);
+        }
         self.clients.take_ref(slot);
         let replay = match msg.msg_type() {
             MessageType::Con => Replay::Answer(answer),
@@ -195,6 +200,30 @@ impl Proxy {
         // The upstream's answer, relayed from the cache: counted like one relayed at once.
         self.track_answer_code(Code(answer[1]));
         self.out.push(Destination::Client(from), answer);
+    }
+
+    /// A hit past an unproven client's allowance goes as a relayed answer would: as a CON
+    /// whose ACK proves the client (`validation.rs`), retransmitted until then. So it takes
+    /// an exchange, one with no upstream leg.
+    fn answer_hit_as_con(
+        &mut self,
+        now: Timestamp,
+        client: (SocketAddr, ClientSlot),
+        (token, msg): (CoapToken, &Message),
+        answer: &[u8],
+        upstream: UpstreamId,
+    ) {
+        let at = (upstream, EndpointId::NONE);
+        let key = self.insert_exchange(client, token, msg, at, false);
+        if let Some(x) = self.get_mut(key) {
+            x.state = State::Answered;
+        }
+        self.track_answer_code(Code(answer[1]));
+        match Message::parse(answer) {
+            Ok(hit) => self.answer_client(now, key, &hit, false),
+            // Cannot happen for what the cache encodes; finish so no state is left.
+            Err(_) => self.finish(now, key),
+        }
     }
 
     /// What the cache makes of an upstream answer to a request that used it. Gives the

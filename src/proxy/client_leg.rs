@@ -17,6 +17,10 @@ use super::events::{ProxyEvent, Source};
 use super::exchange::{CoapToken, ExchangeKey, Reply, TimerKind};
 use super::route::{self, RouteError, Target};
 
+/// An answer may be this long (RFC 7252 §4.6's message size, when nothing is known of the
+/// path): what a client's send rate must still take for its request to be admitted.
+const LIKELY_ANSWER: usize = 1152;
+
 /// A request on its way upstream: where, the Message ID it leaves with, and what the cache
 /// does with its answer.
 type Forward = (Route, (EndpointId, u16), Option<Box<CacheUse>>);
@@ -95,7 +99,7 @@ impl Proxy {
         let admitted = routed.and_then(|route| match self.consult(now, client, msg, &route) {
             Consulted::Answered => Ok(None),
             Consulted::Forward(cache) => {
-                let at = self.admit(now, msg, client.1, &route)?;
+                let at = self.admit(now, msg, client, &route)?;
                 Ok(Some((route, at, cache)))
             }
         });
@@ -133,11 +137,14 @@ impl Proxy {
         &mut self,
         now: Timestamp,
         msg: &Message,
-        client: ClientSlot,
+        (from, client): (SocketAddr, ClientSlot),
         route: &Route,
     ) -> Result<(EndpointId, u16), LocalAnswer> {
         let len = msg.as_bytes().len();
         if let Some(answer) = self.over_capacity(route.upstream, client, len) {
+            return Err(answer);
+        }
+        if let Some(answer) = self.over_rate(now, from) {
             return Err(answer);
         }
         self.endpoints
@@ -176,7 +183,9 @@ impl Proxy {
             Seen::AnsweredLocally(seq) => self.local_answers.replay(seq),
         };
         match replay {
-            Some(Replay::Answer(bytes)) => self.out.push(Destination::Client(from), &bytes),
+            Some(Replay::Answer(bytes)) => {
+                self.out.push(Destination::Client(from), &bytes);
+            }
             Some(Replay::EmptyAck) => {
                 let mid = msg.message_id();
                 self.out
@@ -224,17 +233,17 @@ impl Proxy {
         }
     }
 
-    /// Option checks (RFC 7252 §5.4.1, §5.7.1, RFC 8768) and the upstream for this request.
+    /// Option checks (RFC 7252 §5.7.1: a proxy refuses unsafe options it does not recognise
+    /// with 4.02, and forwards safe-to-forward ones; RFC 8768) and the upstream for this
+    /// request.
     fn route(&self, msg: &Message) -> Result<Route, LocalAnswer> {
         let mut hop_limit = None;
         for (number, value) in msg.options() {
             if number == HOP_LIMIT {
                 hop_limit = Some(value);
-            } else if !option::is_known(number)
-                && (option::is_critical(number) || option::is_unsafe(number))
-            {
-                // Unknown elective safe-to-forward options are simply forwarded (§5.7.1).
-                return Err(unknown_option_answer(number));
+            } else if option::proxy_must_reject(number) {
+                // Unknown safe-to-forward options, critical or not, are forwarded (§5.7.2).
+                return Err(answer(Code::BAD_OPTION, "unrecognised unsafe option"));
             }
         }
         let hop_limit = match hop_limit {
@@ -357,6 +366,18 @@ impl Proxy {
         Some(self.unavailable(why))
     }
 
+    /// With an opt-in send rate (`budget.rs`): 5.03 for a request whose answer the client's
+    /// bucket could not take, with a Max-Age saying when it can, rather than an answer
+    /// dropped on its way (a client told to wait does not time out and retransmit).
+    fn over_rate(&mut self, now: Timestamp, from: SocketAddr) -> Option<LocalAnswer> {
+        let refill = (self.out.budget()?).refill_at(now, from, LIKELY_ANSWER)?;
+        self.counters.refused_client_rate += 1;
+        let mut answer = self.unavailable("over this client's send rate");
+        let wait = refill.saturating_since(now).as_secs_f64().ceil() as u32;
+        answer.max_age = Some(wait.max(1));
+        Some(answer)
+    }
+
     fn unavailable(&self, why: &'static str) -> LocalAnswer {
         LocalAnswer {
             code: Code::SERVICE_UNAVAILABLE,
@@ -395,12 +416,21 @@ impl Proxy {
         };
         let mut buf = std::mem::take(&mut self.scratch);
         encode_local(&mut buf, ty, mid, token.as_bytes(), a);
+        if !a.diagnostic.is_empty() && !self.out.fits(from, buf.len()) {
+            // The diagnostic is optional (RFC 7252 §5.5.2): an unproven client's allowance
+            // goes to the code, which is usually no longer than the request.
+            let bare = LocalAnswer {
+                diagnostic: "",
+                ..*a
+            };
+            encode_local(&mut buf, ty, mid, token.as_bytes(), &bare);
+        }
         let replay = match con {
             true => Replay::Answer(&buf[..]),
             false => Replay::Nothing,
         };
         self.keep_local_answer(now, (from, token, msg.message_id()), replay, slot);
-        self.out.push(Destination::Client(from), &buf);
+        self.out.push_local(Destination::Client(from), &buf);
         self.scratch = buf;
     }
 
@@ -523,15 +553,6 @@ fn upstream_request<'o>(
     }
     b.payload(msg.payload());
     b
-}
-
-/// RFC 7252 §5.4.1: an unrecognised critical option gets 4.02; §5.7.1: an unrecognised
-/// elective but unsafe option gets 5.02 at a proxy.
-fn unknown_option_answer(number: u16) -> LocalAnswer {
-    match option::is_critical(number) {
-        true => answer(Code::BAD_OPTION, "unrecognised critical option"),
-        false => answer(Code::BAD_GATEWAY, "unrecognised unsafe option"),
-    }
 }
 
 fn route_error(e: RouteError) -> LocalAnswer {

@@ -24,8 +24,8 @@ pub struct Counters {
     /// Upstream 5.xx answers relayed to clients.
     pub relayed_5xx: u64,
     // Answers the proxy made itself, by code.
-    /// 5.02 Bad Gateway: the upstream reset, was unreachable or answered unusably, or the
-    /// request carried an unrecognised unsafe option (RFC 7252 §5.7.1).
+    /// 5.02 Bad Gateway: the upstream reset, was unreachable or answered unusably (a
+    /// response with an unrecognised unsafe option among them, RFC 7252 §5.7.1).
     pub bad_gateway_5_02: u64,
     /// 5.03 Service Unavailable: an in-flight limit was reached, the proxy is shutting down,
     /// or the upstream had no Message ID free; by cause in the `refused_*` counters.
@@ -35,6 +35,9 @@ pub struct Counters {
     pub refused_endpoints: u64,
     /// 5.03s because the client had `max_inflight_per_client` requests in flight.
     pub refused_client: u64,
+    /// 5.03s because the client's opt-in send rate (`--client-bytes-per-sec`) could not take
+    /// an answer.
+    pub refused_client_rate: u64,
     /// 5.03s because `max_inflight` requests were in flight in all.
     pub refused_inflight: u64,
     /// 5.03s because `max_inflight_per_upstream` requests were in flight to the upstream.
@@ -45,7 +48,7 @@ pub struct Counters {
     pub refused_draining: u64,
     /// 5.04 Gateway Timeout: the retry policy gave up waiting for the upstream.
     pub gateway_timeout_5_04: u64,
-    /// 4.02 Bad Option: an unrecognised critical option (RFC 7252 §5.4.1), or too many options.
+    /// 4.02 Bad Option: an unrecognised unsafe option (RFC 7252 §5.7.1), or too many options.
     pub bad_option_4_02: u64,
     /// Of the 4.02s: requests with more than `max_options` options, a Proxy-Uri counting as
     /// the options it decomposes into.
@@ -102,11 +105,24 @@ pub struct Counters {
     pub over_budget_dropped: u64,
     /// Their bytes.
     pub over_budget_dropped_bytes: u64,
-    /// `--validate-sources`: 4.01s with an Echo value to unvalidated sources (RFC 9175 §2.4).
+    /// `--validate-sources`: 4.01s with an Echo value to unproven sources (RFC 9175 §2.4).
     pub echo_challenges: u64,
-    /// `--validate-sources`: datagrams dropped because an unvalidated source was sent 3x
-    /// what it sent.
+    /// Datagrams withheld because an unproven source had been sent 3x what it sent
+    /// (`validation.rs`); a CON among them goes when the proof comes, or at its next
+    /// retransmission.
     pub amplification_dropped: u64,
+    /// CONs sent as the one datagram past an unproven source's allowance, asking for the
+    /// proof (its ACK).
+    pub amplification_probes: u64,
+    /// Answers sent as a CON (after an empty ACK, or instead of a NON) because they did not
+    /// fit an unproven client's allowance.
+    pub answers_made_confirmable: u64,
+    /// Sources that proved their address by acknowledging (or resetting) a message of ours.
+    pub sources_proved_by_ack: u64,
+    /// Sources that proved their address with a fresh Echo value (RFC 9175 §2.4).
+    pub sources_proved_by_echo: u64,
+    /// ACKs that proved nothing: their source had sent too many that matched no message.
+    pub ack_proofs_refused: u64,
     /// Diagnostic events dropped because the driver did not take them (the queue is bounded).
     pub events_dropped: u64,
     /// Gauge: exchanges being worked on (waiting, observing, or delivering an answer).
@@ -122,4 +138,6 @@ pub struct Counters {
     pub in_flight_bytes: u64,
     /// Gauge: client addresses whose send budget is tracked.
     pub budget_sources: u64,
+    /// Gauge: client addresses whose proof of receipt is tracked.
+    pub validation_sources: u64,
 }

@@ -11,6 +11,7 @@ use crate::time::Timestamp;
 use super::engine::{Destination, Proxy};
 use super::events::{ObserverLoss, ProxyEvent};
 use super::exchange::{ClientDelivery, ExchangeKey, Reply, TimerKind};
+use super::validation::ProvedBy;
 
 impl Proxy {
     /// The client's CON request was not answered quickly: ACK it now, answer separately later.
@@ -36,11 +37,23 @@ impl Proxy {
         observing: bool,
     ) {
         let Some(x) = self.get(key) else { return };
-        let (slot, token) = (x.client_slot, x.client_token);
-        let (ty, mid) = match x.reply {
-            Reply::Piggyback => (MessageType::Ack, x.client_mid),
-            Reply::Separate => (MessageType::Con, self.clients.fresh_mid(slot)),
-            Reply::Non => (MessageType::Non, self.clients.fresh_mid(slot)),
+        let (slot, token, client) = (x.client_slot, x.client_token, x.client);
+        let (reply, client_mid) = (x.reply, x.client_mid);
+        // Past an unproven client's allowance the answer goes as a CON, whose ACK proves the
+        // client's address (`validation.rs`): after an empty ACK for a CON request (RFC 7252
+        // §5.2.2), in place of a NON for a NON request (§5.2.3).
+        let len = msg.as_bytes().len() - msg.token().len() + token.as_bytes().len();
+        let confirm = reply != Reply::Separate && !self.out.fits(client, len);
+        if confirm {
+            self.counters.answers_made_confirmable += 1;
+            if reply == Reply::Piggyback {
+                self.send_empty_ack(key);
+            }
+        }
+        let (ty, mid) = match (reply, confirm) {
+            (Reply::Piggyback, false) => (MessageType::Ack, client_mid),
+            (Reply::Non, false) => (MessageType::Non, self.clients.fresh_mid(slot)),
+            _ => (MessageType::Con, self.clients.fresh_mid(slot)),
         };
         let mut bytes = std::mem::take(&mut self.scratch);
         let encoded = rewrite(&mut bytes, msg, (ty, mid, token.as_bytes()), |b, n, v| {
@@ -107,7 +120,10 @@ impl Proxy {
                 }));
             }
         }
-        self.out.push(Destination::Client(client), bytes);
+        match ty {
+            MessageType::Con => self.out.push_con(Destination::Client(client), bytes, key),
+            _ => self.out.push(Destination::Client(client), bytes),
+        };
     }
 
     /// The retransmission timer of a CON to the client fired: send it again, or give up after
@@ -120,6 +136,7 @@ impl Proxy {
             x.delivery = None;
             let client = x.client;
             self.by_client_mid.remove(&(client, mid));
+            self.out.validation_mut().delivery_ended(client, key);
             self.counters.client_delivery_failures += 1;
             self.events
                 .push(ProxyEvent::ClientNeverAcked { client, mid });
@@ -132,9 +149,21 @@ impl Proxy {
         let timeout = d.timeout;
         self.set_deadline(key, TimerKind::ClientRetransmit, Some(now + timeout));
         self.counters.client_retransmissions += 1;
-        self.push_from(key, |x| {
-            Some((Destination::Client(x.client), x.answer.as_deref()?))
-        });
+        self.resend_withheld(now, key);
+    }
+
+    /// Sends the CON an exchange is delivering (again): a retransmission, or one withheld
+    /// from a client that has now proven its address (`validation.rs`).
+    pub(super) fn resend_withheld(&mut self, _now: Timestamp, key: ExchangeKey) {
+        let exchange = self.exchanges.get(key.index as usize);
+        let Some(x) = exchange.filter(|x| x.generation == key.generation && x.delivery.is_some())
+        else {
+            return;
+        };
+        if let Some(answer) = x.answer.as_deref() {
+            self.out
+                .push_con(Destination::Client(x.client), answer, key);
+        }
     }
 
     /// Queues bytes an exchange holds (its request or its answer) without copying them first.
@@ -155,6 +184,7 @@ impl Proxy {
         if let Some(d) = x.delivery.take() {
             let client = x.client;
             self.by_client_mid.remove(&(client, d.mid));
+            self.out.validation_mut().delivery_ended(client, key);
             self.set_deadline(key, TimerKind::ClientRetransmit, None);
         }
     }
@@ -163,9 +193,12 @@ impl Proxy {
     pub(super) fn on_client_ack_or_rst(&mut self, now: Timestamp, from: SocketAddr, msg: &Message) {
         let Some(&key) = self.by_client_mid.get(&(from, msg.message_id())) else {
             self.counters.unmatched_client += 1;
+            self.out.validation_mut().wrong_proof(now, from);
             return;
         };
         self.by_client_mid.remove(&(from, msg.message_id()));
+        // It carries a Message ID the proxy chose: the client receives at its address.
+        self.source_proved(now, from, ProvedBy::Ack);
         let delivering = self
             .get(key)
             .and_then(|x| x.delivery.as_ref())

@@ -40,6 +40,12 @@ const OPEN_RETRY: Duration = Duration::from_secs(1);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct EndpointId(pub u32);
 
+impl EndpointId {
+    /// Stands for no endpoint: that of an exchange with no upstream leg (a cache hit
+    /// delivered as a CON, `caching.rs`). Never handed out: ids count up from 0.
+    pub(super) const NONE: EndpointId = EndpointId(u32::MAX);
+}
+
 /// What the engine asks the driver to do with sockets.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum EndpointEvent {

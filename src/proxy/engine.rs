@@ -103,6 +103,7 @@ pub struct Seeds {
 }
 
 /// What the proxy answers with when it answers itself.
+#[derive(Clone, Copy)]
 pub(super) struct LocalAnswer {
     pub(super) code: Code,
     pub(super) max_age: Option<u32>,
@@ -190,11 +191,10 @@ impl Proxy {
         let (max_cached, share) = (config.max_cached, config.max_cached_per_client);
         let cache = ResponseCache::new(config.cache_size, [seeds.hash[1], !seeds.hash[0]]);
         let clients = Clients::new(rng.random(), &hash);
-        let mut budget = Outbox::with_budget(SendBudget::new(config.client_budget, &hash));
-        if config.validate_sources {
-            let key = crate::coap::echo::EchoKey::new([seeds.hash[1], seeds.hash[0] ^ 0xec40]);
-            budget.validate_sources(SourceValidation::new(key, &hash));
-        }
+        let echo_key = crate::coap::echo::EchoKey::new([seeds.hash[1], seeds.hash[0] ^ 0xec40]);
+        let budget = (config.client_budget.bytes_per_sec != 0)
+            .then(|| SendBudget::new(config.client_budget, &hash));
+        let out = Outbox::new(SourceValidation::new(echo_key, &hash), budget);
         Proxy {
             config,
             exchanges: Slab::new(),
@@ -208,7 +208,7 @@ impl Proxy {
                 .collect(),
             endpoints,
             timers: TimerWheel::new(),
-            out: budget,
+            out,
             rng,
             counters: Counters::default(),
             answers: AnswerRing::with_shares(params::EXCHANGE_LIFETIME, max_cached, share),
@@ -328,7 +328,12 @@ impl Proxy {
             in_flight_bytes: self.inflight_bytes as u64,
             events_dropped: self.events.dropped(),
             over_budget_dropped: self.out.budget().map_or(0, |b| b.dropped),
-            amplification_dropped: self.out.validation().map_or(0, |v| v.dropped),
+            amplification_dropped: self.out.validation().withheld_datagrams,
+            amplification_probes: self.out.validation().probes,
+            sources_proved_by_ack: self.out.validation().proved_by_ack,
+            sources_proved_by_echo: self.out.validation().proved_by_echo,
+            ack_proofs_refused: self.out.validation().ack_proofs_refused,
+            validation_sources: self.out.validation().sources() as u64,
             over_budget_dropped_bytes: self.out.budget().map_or(0, |b| b.dropped_bytes),
             budget_sources: self.out.budget().map_or(0, |b| b.sources() as u64),
             ..self.counters.clone()
@@ -511,6 +516,15 @@ impl Proxy {
         };
         let mut buf = std::mem::take(&mut self.scratch);
         encode_local(&mut buf, MessageType::Ack, 0, token.as_bytes(), &answer);
+        if !self.out.fits(client, buf.len()) {
+            // The diagnostic is optional (RFC 7252 §5.5.2): without it the code alone usually
+            // fits an unproven client's allowance, and needs no CON to ask for a proof.
+            let bare = LocalAnswer {
+                diagnostic: "",
+                ..answer
+            };
+            encode_local(&mut buf, MessageType::Ack, 0, token.as_bytes(), &bare);
+        }
         match Message::parse(&buf) {
             Ok(msg) => self.answer_client(now, key, &msg, false),
             // Cannot happen for what `encode_local` writes; finish so no state is left.

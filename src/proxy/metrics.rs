@@ -75,13 +75,38 @@ const COUNTERS: &[(&str, &str, fn(&Counters) -> u64)] = &[
     ),
     (
         "echo_challenges_total",
-        "--validate-sources: 4.01s with an Echo value to sources not yet validated (RFC 9175).",
+        "--validate-sources: 4.01s with an Echo value to sources not yet proven (RFC 9175).",
         |c| c.echo_challenges,
     ),
     (
         "amplification_dropped_total",
-        "--validate-sources: datagrams dropped past 3x what an unvalidated source sent.",
+        "Datagrams withheld past 3x what an unproven source sent (a CON goes with the proof).",
         |c| c.amplification_dropped,
+    ),
+    (
+        "amplification_probes_total",
+        "CONs sent as the one datagram past an unproven source's 3x, asking for its ACK.",
+        |c| c.amplification_probes,
+    ),
+    (
+        "answers_made_confirmable_total",
+        "Answers sent as CON because they did not fit an unproven client's 3x.",
+        |c| c.answers_made_confirmable,
+    ),
+    (
+        "sources_proved_by_ack_total",
+        "Sources that proved their address by ACKing or resetting a message of ours.",
+        |c| c.sources_proved_by_ack,
+    ),
+    (
+        "sources_proved_by_echo_total",
+        "Sources that proved their address with a fresh Echo value (RFC 9175 2.4).",
+        |c| c.sources_proved_by_echo,
+    ),
+    (
+        "ack_proofs_refused_total",
+        "ACKs that proved nothing: their source had sent too many matching no message.",
+        |c| c.ack_proofs_refused,
     ),
     (
         "unmatched_total",
@@ -197,6 +222,7 @@ pub(super) fn write_proxy_metrics(c: &Counters, send_drops: u64, out: &mut Metri
         &[
             ("endpoints", c.refused_endpoints),
             ("client", c.refused_client),
+            ("client_rate", c.refused_client_rate),
             ("inflight", c.refused_inflight),
             ("upstream_inflight", c.refused_upstream_inflight),
             ("inflight_bytes", c.refused_inflight_bytes),
@@ -239,8 +265,13 @@ const GAUGES: &[Gauge] = &[
     ),
     (
         "budget_sources",
-        "Client addresses whose send budget is tracked.",
+        "Client addresses whose send budget is tracked (--client-bytes-per-sec).",
         |c| c.budget_sources as f64,
+    ),
+    (
+        "validation_sources",
+        "Client addresses whose proof of receipt is tracked.",
+        |c| c.validation_sources as f64,
     ),
     ("observations", "Observe relays alive.", |c| {
         c.observations as f64

@@ -14,7 +14,7 @@
 //! - **upstream leg**: retransmitted per the [`RetryPolicy`] (POST/PATCH/iPATCH use the
 //!   non-idempotent policy); an empty ACK from upstream stops retransmission
 //!   (`AwaitingSeparate`); RST or ICMP unreachable answers 5.02, retries exhausted or the total
-//!   timeout 5.04, a response with an unrecognised critical option 5.02.
+//!   timeout 5.04, a response with an unrecognised unsafe option 5.02 (§5.7.1).
 //! - **client leg**: a fast answer is piggybacked on the ACK of a CON request; after
 //!   `ack_delay` the client gets an empty ACK and the answer follows as a CON, retransmitted
 //!   until acknowledged (`Answered`). Client retransmissions are answered from state, never

@@ -50,8 +50,16 @@ impl Proxy {
         }
         // A response without Observe, or an error, ends the observation (RFC 7641 §3.2).
         let last = msg.option(OBSERVE).is_none() || msg.code().class() != 2;
-        let slot = x.client_slot;
-        let ty = self.notification_type(now, key, msg.msg_type());
+        let (slot, client) = (x.client_slot, x.client);
+        let len = msg.as_bytes().len() - msg.token().len() + x.client_token.as_bytes().len();
+        // Past an unproven observer's allowance a notification goes as a CON, whose ACK
+        // proves the observer (`validation.rs`); one that never acknowledges loses its
+        // observation when that CON times out.
+        let upstream_type = match self.out.fits(client, len) {
+            true => msg.msg_type(),
+            false => MessageType::Con,
+        };
+        let ty = self.notification_type(now, key, upstream_type);
         let mid = self.clients.fresh_mid(slot);
         let x = self.get(key).expect("checked above");
         let token = x.client_token;
@@ -86,7 +94,7 @@ impl Proxy {
     }
 
     /// CON or NON for the next notification to this observer (RFC 7641 §4.5): CON if the
-    /// upstream's was, if one is still in flight (it takes that one's place), and at least
+    /// upstream's was (or it must be, `upstream`), if one is still in flight (it takes that one's place), and at least
     /// every `observe_con_every` notifications and every 24 hours, so that an observer that
     /// has gone is noticed (its CON times out, and the observation ends); NON otherwise.
     fn notification_type(

@@ -8,8 +8,9 @@ use crate::time::Timestamp;
 
 use super::budget::SendBudget;
 use super::endpoints::EndpointId;
+use super::exchange::ExchangeKey;
 use super::local::is_local_client;
-use super::validation::SourceValidation;
+use super::validation::{SourceValidation, Verdict};
 
 /// Which socket a datagram leaves through.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -20,8 +21,10 @@ pub enum Destination {
     Upstream(EndpointId),
 }
 
-/// The engine's queue of datagrams to send.
-#[derive(Debug, Default)]
+/// The engine's queue of datagrams to send, and the gate every datagram to a client passes:
+/// the 3x allowance of sources not yet proven (`validation.rs`) and, opt-in, a send rate
+/// (`budget.rs`).
+#[derive(Debug)]
 pub(super) struct Outbox {
     /// Each datagram's destination and length, oldest first.
     queue: VecDeque<(Destination, usize)>,
@@ -30,41 +33,46 @@ pub(super) struct Outbox {
     read: usize,
     /// Where [`push_encoded`](Self::push_encoded) lets an encoder write.
     scratch: Vec<u8>,
-    /// What each client may still be sent (`budget.rs`); none in unit tests of the queue.
+    /// What unproven sources may be sent (`validation.rs`).
+    validation: SourceValidation,
+    /// `--client-bytes-per-sec` and friends, when on: a send rate per client (`budget.rs`).
     budget: Option<SendBudget>,
-    /// `--validate-sources`: what unvalidated sources may be sent (`validation.rs`).
-    validation: Option<SourceValidation>,
-    /// The engine's latest `now`, for the budget.
+    /// The engine's latest `now`, for the gate.
     now: Timestamp,
 }
 
 impl Outbox {
-    /// An outbox whose datagrams to clients are within `budget`.
-    pub(super) fn with_budget(budget: SendBudget) -> Self {
+    /// An outbox whose datagrams to clients pass `validation` and, if given, `budget`.
+    pub(super) fn new(validation: SourceValidation, budget: Option<SendBudget>) -> Self {
         Outbox {
-            budget: Some(budget),
-            ..Outbox::default()
+            queue: VecDeque::new(),
+            bytes: Vec::new(),
+            read: 0,
+            scratch: Vec::new(),
+            validation,
+            budget,
+            now: Timestamp::ZERO,
         }
     }
 
-    /// Turns on the 3x limit for unvalidated sources.
-    pub(super) fn validate_sources(&mut self, v: SourceValidation) {
-        self.validation = Some(v);
+    pub(super) fn validation(&self) -> &SourceValidation {
+        &self.validation
     }
 
-    pub(super) fn validation(&self) -> Option<&SourceValidation> {
-        self.validation.as_ref()
-    }
-
-    pub(super) fn validation_mut(&mut self) -> Option<&mut SourceValidation> {
-        self.validation.as_mut()
+    pub(super) fn validation_mut(&mut self) -> &mut SourceValidation {
+        &mut self.validation
     }
 
     /// A datagram of `len` bytes came from client `from` (its allowance grows).
     pub(super) fn received(&mut self, now: Timestamp, from: SocketAddr, len: usize) {
-        if let Some(v) = self.validation.as_mut() {
-            v.received(now, from, len);
+        if !is_local_client(&from) {
+            self.validation.received(now, from, len);
         }
+    }
+
+    /// Whether `len` bytes may go to client `to` now without a proof of its address.
+    pub(super) fn fits(&self, to: SocketAddr, len: usize) -> bool {
+        is_local_client(&to) || self.validation.fits(self.now, to, len)
     }
 
     /// The engine's clock moved to `now` (it never goes back).
@@ -77,30 +85,55 @@ impl Outbox {
         self.budget.as_ref()
     }
 
-    /// Queues `payload` for `to`, unless `to` is a client over its budget (then it is
-    /// dropped and counted there).
-    pub(super) fn push(&mut self, to: Destination, payload: &[u8]) {
+    /// Queues `payload` for `to`, unless `to` is a client the gate holds it from (then it is
+    /// counted there). Returns whether it was queued.
+    pub(super) fn push(&mut self, to: Destination, payload: &[u8]) -> bool {
+        self.push_gated(to, payload, None)
+    }
+
+    /// Queues an answer the proxy made itself for `to`: within an unproven client's
+    /// allowance like anything else, but not charged to the opt-in send rate, whose refusals
+    /// (5.03 with Max-Age) are such answers, one per request the client sends.
+    pub(super) fn push_local(&mut self, to: Destination, payload: &[u8]) -> bool {
         if let Destination::Client(addr) = to {
-            if !self.admits(addr, payload.len()) {
-                return;
+            let verdict = self.validation.admit(self.now, addr, payload.len(), None);
+            if !is_local_client(&addr) && verdict == Verdict::Withhold {
+                return false;
             }
         }
         self.bytes.extend_from_slice(payload);
         self.queue.push_back((to, payload.len()));
+        true
     }
 
-    /// Whether `len` more bytes may go to client `addr`: within its validation allowance and
-    /// its budget, unless it is an in-process client, which no spoofer can be (`local.rs`).
-    fn admits(&mut self, addr: SocketAddr, len: usize) -> bool {
-        if is_local_client(&addr) {
-            return true;
-        }
-        if let Some(v) = self.validation.as_mut() {
-            if !v.may_send(self.now, addr, len) {
+    /// Queues a CON of exchange `key` for `to`: past an unproven client's allowance it may
+    /// go as the one CON that asks for the proof, or waits for it (`validation.rs`).
+    pub(super) fn push_con(&mut self, to: Destination, payload: &[u8], key: ExchangeKey) -> bool {
+        self.push_gated(to, payload, Some(key))
+    }
+
+    fn push_gated(&mut self, to: Destination, payload: &[u8], con: Option<ExchangeKey>) -> bool {
+        if let Destination::Client(addr) = to {
+            if !self.admits(addr, payload.len(), con) {
                 return false;
             }
         }
+        self.bytes.extend_from_slice(payload);
+        self.queue.push_back((to, payload.len()));
+        true
+    }
+
+    /// Whether `len` more bytes may go to client `addr`: within its allowance (or as its
+    /// probe) and its rate, unless it is an in-process client, which no spoofer can be
+    /// (`local.rs`).
+    fn admits(&mut self, addr: SocketAddr, len: usize, con: Option<ExchangeKey>) -> bool {
+        if is_local_client(&addr) {
+            return true;
+        }
         let now = self.now;
+        if self.validation.admit(now, addr, len, con) == Verdict::Withhold {
+            return false;
+        }
         self.budget.as_mut().is_none_or(|b| b.admit(now, addr, len))
     }
 
@@ -136,8 +169,12 @@ mod tests {
 
     #[test]
     fn datagrams_come_out_in_order_and_whole() {
-        let mut out = Outbox::default();
-        let a = Destination::Client("127.0.0.1:1".parse().unwrap());
+        let hash = super::super::keyed_hash::KeyedState::new([1, 2]);
+        let key = crate::coap::echo::EchoKey::new([3, 4]);
+        let mut out = Outbox::new(SourceValidation::new(key, &hash), None);
+        let from: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        out.received(Timestamp::ZERO, from, 100);
+        let a = Destination::Client(from);
         out.push(a, b"first");
         out.push_encoded(a, |b| {
             b.clear();

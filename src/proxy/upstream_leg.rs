@@ -209,18 +209,16 @@ impl Proxy {
         })
     }
 
-    /// The upstream's answer to a pending request: relay it, or 5.02 if it carries a critical
-    /// option we do not understand (RFC 7252 §5.7.1).
+    /// The upstream's answer to a pending request: relay it, or 5.02 if it carries an unsafe
+    /// option we do not recognise (RFC 7252 §5.7.1). Safe-to-forward ones pass, critical or
+    /// not: an OSCORE response (option 9) is for the client to verify, not for the proxy.
     fn on_upstream_answer(&mut self, now: Timestamp, key: ExchangeKey, msg: &Message) {
-        if msg
-            .options()
-            .any(|(n, _)| option::is_critical(n) && !option::is_known(n))
-        {
+        if msg.options().any(|(n, _)| option::proxy_must_reject(n)) {
             return self.give_up(
                 now,
                 key,
                 Code::BAD_GATEWAY,
-                "unrecognised critical option in response",
+                "unrecognised unsafe option in response",
             );
         }
         self.track_answer_code(msg.code());

@@ -1,8 +1,25 @@
-//! Opt-in address validation with Echo (RFC 9175 §2.4, `--validate-sources`): until a source
-//! has shown that it receives at the address it claims, the proxy sends it at most 3 times
-//! the bytes it sent (the anti-amplification limit of RFC 9175 §2.4 and RFC 9000 §8), and a
-//! request whose answer may not fit gets 4.01 Unauthorized with an Echo value to repeat.
-//! A request carrying a fresh value of the proxy's own validates its source for a while.
+//! Address validation by proof of receipt, always on (RFC 7252 §11.3, RFC 9175 §2.4, and
+//! QUIC's rule, RFC 9000 §8.1). A UDP request's source can be forged, so until a source has
+//! shown that it receives at the address it claims, the proxy sends it at most 3 times the
+//! bytes it has received from it, plus one datagram: the confirmable message that asks for
+//! the proof.
+//!
+//! A source proves receipt by doing what a blind spoofer cannot:
+//! - acknowledging or resetting a message the proxy sent it (the ACK or RST carries the
+//!   Message ID the proxy chose, RFC 7252 §4.2, §4.3);
+//! - repeating an Echo value the proxy issued to it (RFC 9175 §2.4, `--validate-sources`).
+//!
+//! An answer that would go over the allowance is never dropped silently: the engine sends it
+//! as a CON (a separate response after an empty ACK for a CON request, a CON response for a
+//! NON one, RFC 7252 §5.2.2, §5.2.3), whose ACK proves the source. One such CON is out per
+//! unproven source at a time (the "probe", NSTART = 1, §4.7); the others are withheld, as a
+//! lossy network would hold them, and go the moment the proof arrives, or at their own
+//! retransmission. A spoofed victim so receives one datagram over the allowance, and no more
+//! while that CON is retransmitted (its retransmissions are within the allowance or withheld);
+//! only once it has timed out (MAX_TRANSMIT_WAIT, 93 s) may another take its place.
+//!
+//! Being proven lasts [`PROVEN_FOR`] from the latest proof. A client whose answers fit its
+//! allowance (answers no larger than three requests) never needs one.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -13,28 +30,76 @@ use crate::coap::{Code, Message};
 use crate::time::Timestamp;
 
 use super::engine::{LocalAnswer, Proxy};
+use super::exchange::ExchangeKey;
 use super::keyed_hash::{KeyedMap, KeyedState};
 use super::local::is_local_client;
 
-/// RFC 9175 §2.4: an unvalidated source is sent at most this many times what it sent.
+/// RFC 9175 §2.4, RFC 9000 §8.1: an unproven source is sent at most this many times what it
+/// sent.
 const AMPLIFICATION_FACTOR: u64 = 3;
 /// How long an Echo value the proxy issued stays good: short, so a captured one is of
 /// little use (RFC 9175 §2.3 leaves it to the server).
 pub(super) const ECHO_LIFETIME: Duration = Duration::from_secs(60);
-/// How long a source stays validated after a fresh Echo.
-pub(super) const VALIDATED_FOR: Duration = Duration::from_secs(300);
-/// Sources tracked at most (unvalidated ones' byte counts and validated ones).
+/// How long a source stays proven after its latest proof.
+pub(super) const PROVEN_FOR: Duration = Duration::from_secs(300);
+/// Sources tracked at most (unproven ones' byte counts and proven ones).
 const MAX_SOURCES: usize = 65_536;
-/// An answer may be this long (RFC 7252 §4.6): a request is challenged unless its source's
-/// allowance takes one.
+/// Withheld CONs remembered per source, to send at once when the proof comes; more wait for
+/// their own retransmission.
+const MAX_WITHHELD: usize = 64;
+/// Unmatched ACKs and RSTs an unproven source may send before its ACKs prove nothing.
+const MAX_WRONG_PROOFS: u8 = 8;
+/// `--validate-sources`: a request is challenged unless its source's allowance takes an
+/// answer this long (RFC 7252 §4.6's message size).
 const LIKELY_ANSWER: u64 = 1152;
+
+/// What a source has shown.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Proof {
+    /// Nothing yet. `probe`: the exchange whose CON went over the allowance and waits for
+    /// the ACK that proves the source, if one is out.
+    Unproven { probe: Option<ExchangeKey> },
+    /// It received at its address; trusted until `until`.
+    Proven { until: Timestamp },
+}
 
 #[derive(Clone, Copy, Debug)]
 struct SourceState {
     received: u64,
+    /// Bytes sent within the allowance (the probe is the one datagram beyond it).
     sent: u64,
-    validated_until: Option<Timestamp>,
+    proof: Proof,
+    /// ACKs and RSTs that matched nothing while unproven (see `wrong_proof`).
+    wrong: u8,
     last: Timestamp,
+}
+
+impl SourceState {
+    fn proven(&self, now: Timestamp) -> bool {
+        matches!(self.proof, Proof::Proven { until } if until > now)
+    }
+
+    fn allows(&self, now: Timestamp, len: usize) -> bool {
+        self.proven(now) || self.sent + len as u64 <= AMPLIFICATION_FACTOR * self.received
+    }
+}
+
+/// What happens to a datagram for a client.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Verdict {
+    /// It goes.
+    Send,
+    /// It is withheld: over an unproven source's allowance.
+    Withhold,
+}
+
+/// How a source came to be proven.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum ProvedBy {
+    /// An ACK or RST to a message of the proxy's.
+    Ack,
+    /// A fresh Echo value of the proxy's.
+    Echo,
 }
 
 /// Every source's state. See the module docs.
@@ -42,8 +107,17 @@ struct SourceState {
 pub(super) struct SourceValidation {
     key: EchoKey,
     sources: KeyedMap<SocketAddr, SourceState>,
-    /// Datagrams dropped because an unvalidated source's 3x allowance was spent.
-    pub(super) dropped: u64,
+    /// CONs withheld from unproven sources, by source, to send when the proof comes.
+    withheld: KeyedMap<SocketAddr, Vec<ExchangeKey>>,
+    /// Datagrams withheld past 3x what an unproven source sent.
+    pub(super) withheld_datagrams: u64,
+    /// CONs sent as the one datagram past an unproven source's allowance.
+    pub(super) probes: u64,
+    /// Sources proven, by how.
+    pub(super) proved_by_ack: u64,
+    pub(super) proved_by_echo: u64,
+    /// ACKs that would have proven a source that had guessed wrong too often.
+    pub(super) ack_proofs_refused: u64,
 }
 
 impl SourceValidation {
@@ -51,36 +125,43 @@ impl SourceValidation {
         SourceValidation {
             key,
             sources: hash.map(),
-            dropped: 0,
+            withheld: hash.map(),
+            withheld_datagrams: 0,
+            probes: 0,
+            proved_by_ack: 0,
+            proved_by_echo: 0,
+            ack_proofs_refused: 0,
         }
     }
 
     fn entry(&mut self, now: Timestamp, addr: SocketAddr) -> &mut SourceState {
         if !self.sources.contains_key(&addr) && self.sources.len() >= MAX_SOURCES {
-            // Least recently used first: those not seen for a while, then all but validated.
-            let horizon = VALIDATED_FOR;
-            self.sources
-                .retain(|_, s| now.saturating_since(s.last) < horizon);
-            if self.sources.len() >= MAX_SOURCES / 4 * 3 {
-                self.sources
-                    .retain(|_, s| s.validated_until.is_some_and(|u| u > now));
-            }
-            if self.sources.len() >= MAX_SOURCES / 4 * 3 {
-                self.sources.clear();
-            }
+            self.make_room(now);
         }
         let s = self.sources.entry(addr).or_insert(SourceState {
             received: 0,
             sent: 0,
-            validated_until: None,
+            proof: Proof::Unproven { probe: None },
+            wrong: 0,
             last: now,
         });
         s.last = now;
         s
     }
 
-    fn validated(s: &SourceState, now: Timestamp) -> bool {
-        s.validated_until.is_some_and(|u| u > now)
+    /// The table is full: those not seen for a while go first, then all but the proven, then
+    /// all (each then starts again from nothing received, which only restricts it more).
+    fn make_room(&mut self, now: Timestamp) {
+        self.sources
+            .retain(|_, s| now.saturating_since(s.last) < PROVEN_FOR);
+        if self.sources.len() >= MAX_SOURCES / 4 * 3 {
+            self.sources.retain(|_, s| s.proven(now));
+        }
+        if self.sources.len() >= MAX_SOURCES / 4 * 3 {
+            self.sources.clear();
+        }
+        let sources = &self.sources;
+        self.withheld.retain(|addr, _| sources.contains_key(addr));
     }
 
     /// A datagram of `len` bytes came from `addr`.
@@ -88,61 +169,133 @@ impl SourceValidation {
         self.entry(now, addr).received += len as u64;
     }
 
-    /// Whether `len` more bytes may go to `addr`; counted if so.
-    pub(super) fn may_send(&mut self, now: Timestamp, addr: SocketAddr, len: usize) -> bool {
-        let s = self.entry(now, addr);
-        if Self::validated(s, now) || s.sent + len as u64 <= AMPLIFICATION_FACTOR * s.received {
-            s.sent += len as u64;
-            return true;
-        }
-        self.dropped += 1;
-        false
+    /// Whether `len` more bytes may go to `addr` now without a proof (nothing is counted).
+    pub(super) fn fits(&self, now: Timestamp, addr: SocketAddr, len: usize) -> bool {
+        self.sources.get(&addr).is_some_and(|s| s.allows(now, len))
     }
 
-    /// Validates `addr` if `msg` carries a fresh Echo of ours for it; otherwise whether the
-    /// request may go on unvalidated (its allowance takes a likely answer), or the Echo
-    /// value to challenge it with.
-    pub(super) fn check(
+    /// Whether `len` bytes may go to `addr`; counted if so. `con` names the exchange when the
+    /// datagram is a CON of the proxy's: over the allowance it becomes the source's probe if
+    /// none is out, and is otherwise remembered to be sent with the proof.
+    pub(super) fn admit(
         &mut self,
         now: Timestamp,
         addr: SocketAddr,
-        msg: &Message,
-    ) -> Result<(), [u8; echo::ISSUED_LEN]> {
-        let key = self.key;
-        let echoed = (msg.options().filter(|&(n, _)| n == ECHO))
-            .filter_map(|(_, v)| echo::decode(v).ok())
-            .any(|e| key.verify(e, addr, now, ECHO_LIFETIME).is_ok());
+        len: usize,
+        con: Option<ExchangeKey>,
+    ) -> Verdict {
         let s = self.entry(now, addr);
-        if echoed {
-            s.validated_until = Some(now + VALIDATED_FOR);
+        if s.allows(now, len) {
+            s.sent += len as u64;
+            return Verdict::Send;
         }
+        let proof = s.proof;
+        if let (Proof::Unproven { probe: None }, Some(key)) = (proof, con) {
+            s.proof = Proof::Unproven { probe: Some(key) };
+            self.probes += 1;
+            return Verdict::Send;
+        }
+        self.withheld_datagrams += 1;
+        let is_probe = |k: ExchangeKey| proof == Proof::Unproven { probe: Some(k) };
+        if let Some(key) = con.filter(|&k| !is_probe(k)) {
+            let list = self.withheld.entry(addr).or_default();
+            if list.len() < MAX_WITHHELD && !list.contains(&key) {
+                list.push(key);
+            }
+        }
+        Verdict::Withhold
+    }
+
+    /// The CON of exchange `key` to `addr` is no longer being delivered: if it was the
+    /// source's probe, another may take its place.
+    pub(super) fn delivery_ended(&mut self, addr: SocketAddr, key: ExchangeKey) {
+        if let Some(s) = self.sources.get_mut(&addr) {
+            if s.proof == (Proof::Unproven { probe: Some(key) }) {
+                s.proof = Proof::Unproven { probe: None };
+            }
+        }
+    }
+
+    /// An ACK or RST from `addr` matched no message of ours: a wrong guess, if it is a
+    /// spoofer's. Past [`MAX_WRONG_PROOFS`] of them an unproven source's ACKs prove nothing
+    /// more, so a Message ID cannot be found by trying them all (the probe's is one of 65,536).
+    pub(super) fn wrong_proof(&mut self, now: Timestamp, addr: SocketAddr) {
+        let s = self.entry(now, addr);
+        if !s.proven(now) {
+            s.wrong = s.wrong.saturating_add(1);
+        }
+    }
+
+    /// `addr` showed it receives there: it is proven for [`PROVEN_FOR`]. Returns the CONs
+    /// withheld from it, to send now.
+    pub(super) fn prove(
+        &mut self,
+        now: Timestamp,
+        addr: SocketAddr,
+        by: ProvedBy,
+    ) -> Vec<ExchangeKey> {
+        let s = self.entry(now, addr);
+        let newly = !s.proven(now);
+        if newly && by == ProvedBy::Ack && s.wrong >= MAX_WRONG_PROOFS {
+            self.ack_proofs_refused += 1;
+            return Vec::new();
+        }
+        s.proof = Proof::Proven {
+            until: now + PROVEN_FOR,
+        };
+        match (newly, by) {
+            (false, _) => {}
+            (true, ProvedBy::Ack) => self.proved_by_ack += 1,
+            (true, ProvedBy::Echo) => self.proved_by_echo += 1,
+        }
+        self.withheld.remove(&addr).unwrap_or_default()
+    }
+
+    /// Whether `msg` repeats a fresh Echo value the proxy issued to `addr`.
+    fn echoes(&self, now: Timestamp, addr: SocketAddr, msg: &Message) -> bool {
+        (msg.options().filter(|&(n, _)| n == ECHO))
+            .filter_map(|(_, v)| echo::decode(v).ok())
+            .any(|e| self.key.verify(e, addr, now, ECHO_LIFETIME).is_ok())
+    }
+
+    /// `--validate-sources`: the Echo value to challenge a request from `addr` with, unless
+    /// it is proven or its allowance takes a likely answer.
+    fn challenge(&mut self, now: Timestamp, addr: SocketAddr) -> Option<[u8; echo::ISSUED_LEN]> {
+        let s = self.entry(now, addr);
         let allowance = (AMPLIFICATION_FACTOR * s.received).saturating_sub(s.sent);
-        if Self::validated(s, now) || allowance >= LIKELY_ANSWER {
-            return Ok(());
-        }
-        Err(key.issue(addr, now))
+        let fine = s.proven(now) || allowance >= LIKELY_ANSWER;
+        (!fine).then(|| self.key.issue(addr, now))
+    }
+
+    /// Sources tracked now.
+    pub(super) fn sources(&self) -> usize {
+        self.sources.len()
     }
 }
 
 impl Proxy {
-    /// `--validate-sources`: 4.01 with an Echo value for a request from a source not yet
-    /// validated whose answer may exceed 3x what it sent (RFC 9175 §2.4).
+    /// A request repeating a fresh Echo value of ours proves its source (RFC 9175 §2.4).
+    /// With `--validate-sources`, a request from a source not proven whose answer may exceed
+    /// its allowance gets 4.01 with an Echo value to repeat instead (the strict mode: the
+    /// proof comes before any answer, rather than with the first one that does not fit).
     pub(super) fn check_source(
         &mut self,
         now: Timestamp,
         from: SocketAddr,
         msg: &Message,
     ) -> Result<(), LocalAnswer> {
-        let Some(v) = self
-            .out
-            .validation_mut()
-            .filter(|_| !is_local_client(&from))
-        else {
+        if is_local_client(&from) {
             return Ok(());
-        };
-        match v.check(now, from, msg) {
-            Ok(()) => Ok(()),
-            Err(value) => {
+        }
+        if msg.option(ECHO).is_some() && self.out.validation().echoes(now, from, msg) {
+            self.source_proved(now, from, ProvedBy::Echo);
+        }
+        if !self.config.validate_sources {
+            return Ok(());
+        }
+        match self.out.validation_mut().challenge(now, from) {
+            None => Ok(()),
+            Some(value) => {
                 self.counters.echo_challenges += 1;
                 Err(LocalAnswer {
                     code: Code::UNAUTHORIZED,
@@ -153,5 +306,124 @@ impl Proxy {
                 })
             }
         }
+    }
+
+    /// For tests of other behaviours: `from` is proven, as an ACK to a CON of ours would
+    /// prove it.
+    #[cfg(test)]
+    pub(crate) fn prove_source(&mut self, now: Timestamp, from: SocketAddr) {
+        self.source_proved(now, from, ProvedBy::Ack);
+    }
+
+    /// `from` proved that it receives at its address: what was withheld from it goes now.
+    pub(super) fn source_proved(&mut self, now: Timestamp, from: SocketAddr, by: ProvedBy) {
+        for key in self.out.validation_mut().prove(now, from, by) {
+            self.resend_withheld(now, key);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(ms: u64) -> Timestamp {
+        Timestamp::ZERO + Duration::from_millis(ms)
+    }
+
+    fn key(index: u32) -> ExchangeKey {
+        ExchangeKey {
+            index,
+            generation: 1,
+        }
+    }
+
+    fn validation() -> SourceValidation {
+        SourceValidation::new(EchoKey::new([1, 2]), &KeyedState::new([3, 4]))
+    }
+
+    const VICTIM: &str = "192.0.2.7:5683";
+
+    #[test]
+    fn an_unproven_source_gets_3x_then_one_con_then_nothing() {
+        let (mut v, victim) = (validation(), VICTIM.parse().unwrap());
+        v.received(at(0), victim, 12);
+        assert!(v.fits(at(0), victim, 36) && !v.fits(at(0), victim, 37));
+        assert_eq!(v.admit(at(0), victim, 30, None), Verdict::Send);
+        assert_eq!(v.admit(at(0), victim, 7, None), Verdict::Withhold);
+        // The one CON past the allowance: the probe. Its retransmission and any other CON
+        // are withheld; the others are remembered for the proof.
+        assert_eq!(v.admit(at(0), victim, 1000, Some(key(1))), Verdict::Send);
+        assert_eq!(
+            v.admit(at(2), victim, 1000, Some(key(1))),
+            Verdict::Withhold
+        );
+        assert_eq!(
+            v.admit(at(2), victim, 1000, Some(key(2))),
+            Verdict::Withhold
+        );
+        assert_eq!(v.admit(at(2), victim, 6, None), Verdict::Send, "within 3x");
+        assert_eq!((v.probes, v.withheld_datagrams), (1, 3));
+        // The probe timed out: another may take its place.
+        v.delivery_ended(victim, key(1));
+        assert_eq!(v.admit(at(3), victim, 1000, Some(key(2))), Verdict::Send);
+    }
+
+    #[test]
+    fn an_ack_proves_the_source_and_hands_back_what_was_withheld() {
+        let (mut v, client) = (validation(), VICTIM.parse().unwrap());
+        v.received(at(0), client, 20);
+        assert_eq!(v.admit(at(0), client, 500, Some(key(1))), Verdict::Send);
+        assert_eq!(v.admit(at(0), client, 500, Some(key(2))), Verdict::Withhold);
+        assert_eq!(v.admit(at(0), client, 500, Some(key(2))), Verdict::Withhold);
+        assert_eq!(v.prove(at(10), client, ProvedBy::Ack), vec![key(2)]);
+        assert_eq!(v.admit(at(10), client, 50_000, None), Verdict::Send);
+        assert_eq!(v.proved_by_ack, 1);
+        // Proven for PROVEN_FOR from the latest proof, then back to 3x.
+        let later = at(10) + PROVEN_FOR;
+        assert_eq!(v.admit(later, client, 50_000, None), Verdict::Withhold);
+    }
+
+    #[test]
+    fn a_source_that_guesses_message_ids_proves_nothing_by_ack() {
+        let (mut v, victim) = (validation(), VICTIM.parse().unwrap());
+        v.received(at(0), victim, 12);
+        (0..MAX_WRONG_PROOFS).for_each(|_| v.wrong_proof(at(0), victim));
+        assert!(v.prove(at(0), victim, ProvedBy::Ack).is_empty());
+        assert!(!v.fits(at(0), victim, 1000));
+        assert_eq!(v.ack_proofs_refused, 1);
+        v.prove(at(0), victim, ProvedBy::Echo);
+        assert!(v.fits(at(0), victim, 1000), "an Echo still proves it");
+    }
+
+    #[test]
+    fn the_table_stays_bounded() {
+        let mut v = validation();
+        for i in 0..(MAX_SOURCES as u32 * 2) {
+            let addr = SocketAddr::from((i.to_be_bytes(), 1));
+            v.received(at(u64::from(i)), addr, 10);
+            assert!(v.sources() <= MAX_SOURCES);
+        }
+    }
+
+    #[test]
+    fn echo_values_prove_only_their_own_source_while_fresh() {
+        let (v, client) = (validation(), VICTIM.parse().unwrap());
+        let value = v.key.issue(client, at(0));
+        let mut req = Vec::new();
+        let mut b = crate::coap::MessageBuilder::new(
+            &mut req,
+            crate::coap::MessageType::Con,
+            Code::GET,
+            1,
+            b"t",
+        );
+        b.option(ECHO, &value);
+        b.finish().unwrap();
+        let msg = Message::parse(&req).unwrap();
+        assert!(v.echoes(at(1000), client, &msg));
+        assert!(!v.echoes(at(1000), "192.0.2.8:5683".parse().unwrap(), &msg));
+        let stale = at(0) + ECHO_LIFETIME + Duration::from_secs(1);
+        assert!(!v.echoes(stale, client, &msg));
     }
 }

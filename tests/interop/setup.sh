@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs the independently written CoAP peers that tests/coap_interop.rs runs against:
-#   - aiocoap (PyPI, pinned) in a virtualenv under the repo's target/ directory;
+#   - aiocoap (PyPI, pinned) with its `oscore` extra (cbor2, cryptography, filelock, ge25519,
+#     lakers-python, cbor-diag: tests/oscore_interop.rs's OSCORE client and server) in a
+#     virtualenv under the repo's target/ directory;
 #   - Debian's libcoap3-bin (coap-client-notls, coap-server-notls);
 #   - curl, the HTTP cross-proxy tests' client (tests/http_cross_proxy.rs).
 # Idempotent and quick when both are already there. Never skips: if a peer cannot be
@@ -51,12 +53,26 @@ if ! command -v coap-client-notls >/dev/null || ! command -v coap-server-notls >
 fi
 
 # --- aiocoap in a venv ---------------------------------------------------------------------
+# The pinned aiocoap, and what its `oscore` extra brings: a venv made before the extra was
+# asked for fails here and gets it below.
 venv_ok() {
     [ -x "$VENV/bin/python" ] && "$VENV/bin/python" - "$AIOCOAP_VERSION" <<'PY' 2>/dev/null
 import sys, aiocoap.meta
+import cbor2, cryptography, filelock, lakers
+import aiocoap.oscore, aiocoap.oscore_sitewrapper, aiocoap.transports.oscore
 sys.exit(0 if aiocoap.meta.version == sys.argv[1] else 1)
 PY
 }
+
+pip_install() {
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check "aiocoap[oscore]==$AIOCOAP_VERSION" >&2
+}
+
+# A venv whose interpreter runs but lacks the pin or the extra: install into it.
+if ! venv_ok && "$VENV/bin/python" -c 'import sys' >/dev/null 2>&1; then
+    echo "interop setup: installing aiocoap[oscore]==$AIOCOAP_VERSION into $VENV" >&2
+    pip_install || echo "interop setup: pip install into $VENV failed; rebuilding it" >&2
+fi
 
 if ! venv_ok; then
     # The first interpreter that runs, is >= 3.10 and can make a venv (ensurepip present).
@@ -73,12 +89,11 @@ if ! venv_ok; then
         done
         [ -n "$PYTHON" ] || die "no Python >= 3.10 with venv/ensurepip found (tried python3.11, python3, /usr/bin/python3; on Debian: apt-get install python3-venv)"
     fi
-    echo "interop setup: creating $VENV with $("$PYTHON" --version 2>&1), aiocoap==$AIOCOAP_VERSION" >&2
+    echo "interop setup: creating $VENV with $("$PYTHON" --version 2>&1), aiocoap[oscore]==$AIOCOAP_VERSION" >&2
     # --clear: a half-made or stale venv (e.g. its interpreter was removed) is rebuilt.
     "$PYTHON" -m venv --clear "$VENV" >&2 || die "$PYTHON -m venv $VENV failed (python3-venv missing?)"
-    "$VENV/bin/python" -m pip install -q --disable-pip-version-check "aiocoap==$AIOCOAP_VERSION" >&2 \
-        || die "pip install aiocoap==$AIOCOAP_VERSION failed"
-    venv_ok || die "aiocoap $AIOCOAP_VERSION still not importable from $VENV/bin/python"
+    pip_install || die "pip install aiocoap[oscore]==$AIOCOAP_VERSION failed"
+    venv_ok || die "aiocoap $AIOCOAP_VERSION with its oscore extra still not importable from $VENV/bin/python"
 fi
 
-echo "interop setup: ok (libcoap $(dpkg-query -W -f='${Version}' libcoap3-bin 2>/dev/null || echo '?'), aiocoap $AIOCOAP_VERSION in $VENV)" >&2
+echo "interop setup: ok (libcoap $(dpkg-query -W -f='${Version}' libcoap3-bin 2>/dev/null || echo '?'), aiocoap[oscore] $AIOCOAP_VERSION in $VENV)" >&2

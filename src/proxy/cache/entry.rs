@@ -36,6 +36,8 @@ pub(crate) enum NotStored {
     /// An unsafe option the cache does not know: it cannot tell what it means for reuse
     /// (RFC 7252 §5.4.2, §5.7.1).
     UnknownUnsafeOption(u16),
+    /// An OSCORE response (RFC 8613 §4.1.3.3): protected for the one client that asked.
+    Protected,
     /// Larger than the whole budget.
     TooLarge,
     /// Could not be re-encoded (cannot happen for a parsed message).
@@ -103,6 +105,7 @@ pub(crate) fn validators(response: &Message) -> Result<(u32, Option<Etag>), NotS
             option::MAX_AGE => max_age = Some(decode_uint(value)),
             option::ETAG if etag.is_some() => return Err(NotStored::InvalidEtag),
             option::ETAG => etag = Some(Etag::new(value).ok_or(NotStored::InvalidEtag)?),
+            option::OSCORE => return Err(NotStored::Protected),
             n if option::is_unsafe(n) && !option::is_known(n) => {
                 return Err(NotStored::UnknownUnsafeOption(n))
             }

@@ -29,6 +29,10 @@ pub(crate) enum Bypass {
     /// An unsafe option the proxy does not know (the engine rejects such requests, §5.7.1):
     /// the cache cannot tell what it means for reuse (§5.4.2).
     UnknownUnsafeOption(u16),
+    /// An OSCORE request (RFC 8613): protected end to end for one client, so its answer is
+    /// never another's. Its Partial IV already makes each key unique (§4.1.3.3); bypassing
+    /// says so outright, and keeps such requests out of Observe fan-out too.
+    Protected,
 }
 
 /// Which block of a representation a request asks for: Block2's NUM and SZX (RFC 7959 §2.2).
@@ -143,6 +147,7 @@ fn servable(request: &Message) -> Result<Option<BlockRef>, Bypass> {
     for (number, value) in request.options() {
         match number {
             option::NO_RESPONSE => return Err(Bypass::NoResponse),
+            option::OSCORE => return Err(Bypass::Protected),
             option::IF_MATCH | option::IF_NONE_MATCH => return Err(Bypass::Conditional),
             option::BLOCK1 | option::Q_BLOCK1 | option::Q_BLOCK2 => {
                 return Err(Bypass::BlockTransfer(number))

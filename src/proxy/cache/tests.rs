@@ -113,7 +113,7 @@ fn only_get_and_fetch_are_served_from_cache() {
 
 #[test]
 fn no_response_conditional_block1_and_unknown_unsafe_requests_bypass_the_cache() {
-    let cases: [(Opt, Bypass); 7] = [
+    let cases: [(Opt, Bypass); 8] = [
         ((option::NO_RESPONSE, &[26]), Bypass::NoResponse),
         ((option::IF_MATCH, b"x"), Bypass::Conditional),
         ((option::IF_NONE_MATCH, b""), Bypass::Conditional),
@@ -127,6 +127,7 @@ fn no_response_conditional_block1_and_unknown_unsafe_requests_bypass_the_cache()
         ),
         ((option::BLOCK2, &[0x07]), Bypass::InvalidBlock2),
         ((66, b"?"), Bypass::UnknownUnsafeOption(66)),
+        ((option::OSCORE, &[0x09, 0x01]), Bypass::Protected),
     ];
     for (opt, why) in cases {
         let bytes = get(&[opt]);
@@ -370,6 +371,10 @@ fn response_with_an_unknown_unsafe_option_is_not_stored() {
     assert_eq!(got, Err(NotStored::UnknownUnsafeOption(66)));
     let safe = message(Code::CONTENT, &[(64, b"?")], b"x");
     assert_eq!(cache.store(at(0.0), &key, None, &parse(&safe)), Ok(()));
+    // OSCORE is safe to forward, but protected for one client: never stored.
+    let protected = message(Code::CONTENT, &[(option::OSCORE, &[])], b"x");
+    let got = cache.store(at(0.0), &key, None, &parse(&protected));
+    assert_eq!(got, Err(NotStored::Protected));
 }
 
 #[test]

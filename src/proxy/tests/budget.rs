@@ -1,96 +1,384 @@
-//! The per-source send budget through the engine (issue 13, row 3): whatever requests cost
-//! it, the proxy sends one source no more than its budget.
+//! Reflection bounded by proof through the engine (issue 24): a source that never shows it
+//! receives at its address gets at most 3x what it sent plus one datagram, whatever its
+//! requests cost (piggybacked, NON, separate, Observe, the proxy's own errors); one that
+//! acknowledges the CON asking for the proof gets everything; the opt-in send rate answers
+//! 5.03 with Max-Age.
 
 use std::net::SocketAddr;
 
-use crate::coap::option::URI_PATH;
-use crate::coap::{Code, Message, MessageBuilder, MessageType};
+use crate::coap::option::{decode_uint, MAX_AGE, OBSERVE, PROXY_URI, URI_PATH};
+use crate::coap::{empty_ack, Code, Message, MessageBuilder, MessageType};
+use crate::time::Timestamp;
 
 use super::drain;
-use super::observers::{notification, register, reverse, t};
+use super::observers::{notification, reverse, t};
 use super::EP0;
-use crate::proxy::{ClientBudget, Destination};
+use crate::proxy::{Destination, Proxy, Transmit};
+
+/// The longest datagram the proxy sends here: the one it may send past the allowance.
+const ONE_DATAGRAM: usize = 1152;
 
 fn victim() -> SocketAddr {
     "192.0.2.7:5683".parse().unwrap()
 }
 
-/// A 12-byte CON GET (the finding's request), MID `mid`.
-fn small_get(mid: u16) -> Vec<u8> {
+/// A 12-byte GET (the finding's request) of type `ty`, MID `mid`.
+fn small(ty: MessageType, mid: u16, options: &[(u16, &[u8])]) -> Vec<u8> {
     let mut out = Vec::new();
-    let mut b = MessageBuilder::new(&mut out, MessageType::Con, Code::GET, mid, b"abcd");
+    let mut b = MessageBuilder::new(&mut out, ty, Code::GET, mid, b"abcd");
     b.option(URI_PATH, b"big");
+    options.iter().for_each(|&(n, v)| _ = b.option(n, v));
     b.finish().unwrap();
     out
+}
+
+fn small_get(mid: u16) -> Vec<u8> {
+    small(MessageType::Con, mid, &[])
 }
 
 /// A 1,000-byte piggybacked answer to the upstream request `req`.
 fn big_answer(req: &[u8]) -> Vec<u8> {
     let req = Message::parse(req).unwrap();
+    big(MessageType::Ack, req.message_id(), req.token())
+}
+
+/// A 2.05 with 1,000 bytes of payload.
+fn big(ty: MessageType, mid: u16, token: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
-    let mut b = MessageBuilder::new(
-        &mut out,
-        MessageType::Ack,
-        Code::CONTENT,
-        req.message_id(),
-        req.token(),
-    );
+    let mut b = MessageBuilder::new(&mut out, ty, Code::CONTENT, mid, token);
     b.payload(&[0x55; 1000]);
     b.finish().unwrap();
     out
 }
 
-#[test]
-fn a_flooded_victim_gets_its_burst_then_its_rate_and_the_rest_is_counted() {
-    let mut p = reverse(|c| c.max_inflight_per_client = 100_000);
-    let (mut bytes_in, mut bytes_out) = (0u64, 0u64);
-    // 100 spoofed requests every 100 ms for 10 s, each answered by the upstream at once.
-    for step in 0..100u64 {
-        for i in 0..100u16 {
-            let req = small_get(step as u16 * 100 + i);
-            bytes_in += req.len() as u64;
-            p.handle_client_datagram(t(step * 100), victim(), &req);
-            for tx in drain(&mut p) {
-                if tx.to == Destination::Upstream(EP0) {
-                    p.handle_upstream_datagram(t(step * 100), EP0, &big_answer(&tx.payload));
+/// How the upstream answers.
+#[derive(Clone, Copy, PartialEq)]
+enum Upstream {
+    /// A 1 KiB piggybacked answer at once.
+    Fast,
+    /// An empty ACK at once, the 1 KiB answer as a separate CON 1 s later.
+    Slow,
+}
+
+/// What a client received.
+#[derive(Default)]
+struct Received {
+    bytes: usize,
+    datagrams: Vec<Vec<u8>>,
+}
+
+impl Received {
+    fn messages(&self) -> impl Iterator<Item = Message<'_>> {
+        self.datagrams.iter().map(|d| Message::parse(d).unwrap())
+    }
+
+    /// Answers with a 1,000-byte payload.
+    fn big_answers(&self) -> usize {
+        self.messages()
+            .filter(|m| m.payload().len() == 1000)
+            .count()
+    }
+}
+
+/// Drives `p` from `t(0)` to `t(until_ms)`: `requests` are sent by `from` one every 10 ms,
+/// the upstream answers as `upstream` says, and the client ACKs the CONs it gets if
+/// `acks`. Returns what `from` received.
+fn run(
+    p: &mut Proxy,
+    from: SocketAddr,
+    requests: &[Vec<u8>],
+    (upstream, acks): (Upstream, bool),
+    until_ms: u64,
+) -> Received {
+    let mut got = Received::default();
+    let mut separate: Vec<(Timestamp, Vec<u8>)> = Vec::new();
+    let mut upstream_mid = 30_000u16;
+    let mut now = t(0);
+    let mut next_request = 0;
+    while now <= t(until_ms) {
+        if let Some(req) = requests
+            .get(next_request)
+            .filter(|_| now >= t(10 * next_request as u64))
+        {
+            p.handle_client_datagram(now, from, req);
+            next_request += 1;
+        }
+        while let Some(i) = separate.iter().position(|(at, _)| *at <= now) {
+            let (_, answer) = separate.remove(i);
+            p.handle_upstream_datagram(now, EP0, &answer);
+        }
+        while let Some(at) = p.poll_timeout().filter(|&at| at <= now) {
+            p.handle_timeout(at);
+        }
+        for tx in drain(p) {
+            match tx.to {
+                Destination::Upstream(_) => {
+                    let req = Message::parse(&tx.payload).unwrap();
+                    if !req.code().is_request() {
+                        continue;
+                    }
+                    match upstream {
+                        Upstream::Fast => {
+                            p.handle_upstream_datagram(now, EP0, &big_answer(&tx.payload))
+                        }
+                        Upstream::Slow => {
+                            let mut ack = Vec::new();
+                            empty_ack(&mut ack, req.message_id());
+                            p.handle_upstream_datagram(now, EP0, &ack);
+                            upstream_mid = upstream_mid.wrapping_add(1);
+                            let answer = big(MessageType::Con, upstream_mid, req.token());
+                            separate.push((now + std::time::Duration::from_secs(1), answer));
+                        }
+                    }
+                }
+                Destination::Client(to) => {
+                    assert_eq!(to, from);
+                    got.bytes += tx.payload.len();
+                    let m = Message::parse(&tx.payload).unwrap();
+                    if acks && m.msg_type() == MessageType::Con {
+                        let mut ack = Vec::new();
+                        empty_ack(&mut ack, m.message_id());
+                        p.handle_client_datagram(now, from, &ack);
+                    }
+                    got.datagrams.push(tx.payload);
                 }
             }
-            for tx in drain(&mut p) {
-                assert_eq!(tx.to, Destination::Client(victim()));
-                bytes_out += tx.payload.len() as u64;
-            }
         }
+        now += std::time::Duration::from_millis(10);
     }
-    let b = ClientBudget::DEFAULT;
-    // The last requests come at 9.9 s: the burst and 9.9 s of the rate.
-    let allowed = u64::from(b.burst_bytes) + 99 * u64::from(b.bytes_per_sec) / 10;
-    assert!(bytes_out <= allowed, "{bytes_out} > {allowed}");
-    assert!(
-        bytes_out >= allowed - 2048,
-        "the budget is used: {bytes_out}"
+    got
+}
+
+fn total(requests: &[Vec<u8>]) -> usize {
+    requests.iter().map(Vec::len).sum()
+}
+
+/// The bound a source that never proves itself is held to.
+fn assert_bounded(name: &str, sent: usize, got: &Received) {
+    println!(
+        "{name}: sent {sent} B, received {} B in {} datagrams ({:.2}x)",
+        got.bytes,
+        got.datagrams.len(),
+        got.bytes as f64 / sent as f64
     );
-    let c = p.counters();
-    assert!(c.over_budget_dropped > 0 && c.over_budget_dropped_bytes > 0);
-    assert_eq!(bytes_in, 10_000 * 12);
+    assert!(
+        got.bytes <= 3 * sent + ONE_DATAGRAM,
+        "{name}: {} B > 3 x {sent} B + one datagram",
+        got.bytes
+    );
 }
 
 #[test]
-fn notifications_count_against_the_observers_budget() {
-    let mut p = reverse(|c| {
-        c.client_budget.burst_datagrams = 10;
-        c.client_budget.datagrams_per_sec = 1;
-        c.observe_con_every = 1000;
-    });
-    let token = register(&mut p, victim(), b"ob");
-    // 50 notifications within one second: the ACK of the registration took one datagram.
-    let mut sent = 0;
-    for i in 1..=50u16 {
-        let n = notification(MessageType::Non, i, &token, 1 + u32::from(i));
-        p.handle_upstream_datagram(t(100 + u64::from(i)), EP0, &n);
-        sent += drain(&mut p).len();
+fn a_source_that_never_proves_gets_at_most_3x_plus_one_datagram_con_and_non() {
+    for ty in [MessageType::Con, MessageType::Non] {
+        let mut p = reverse(|_| {});
+        let requests: Vec<Vec<u8>> = (0..100).map(|mid| small(ty, mid, &[])).collect();
+        // 120 s: every retransmission of the CONs the proxy made has had its turn.
+        let got = run(
+            &mut p,
+            victim(),
+            &requests,
+            (Upstream::Fast, false),
+            120_000,
+        );
+        assert_bounded(
+            &format!("{ty:?} GETs, 1 KiB piggybacked answers"),
+            total(&requests),
+            &got,
+        );
+        // Three fit the allowance (3 x 1,200 B less the empty ACKs), one is the CON asking for
+        // the proof; the other 96 were withheld, never silently dropped: each went as a CON.
+        assert_eq!(got.big_answers(), 4);
+        let c = p.counters();
+        assert_eq!((c.forwarded, c.amplification_probes), (100, 1));
+        assert!(
+            c.answers_made_confirmable >= 96 && c.amplification_dropped > 0,
+            "{c:?}"
+        );
     }
-    assert_eq!(sent, 9);
-    assert_eq!(p.counters().over_budget_dropped, 41);
+}
+
+#[test]
+fn separate_answers_never_acknowledged_stay_within_3x_plus_one_datagram() {
+    let mut p = reverse(|_| {});
+    let requests: Vec<Vec<u8>> = (0..50).map(small_get).collect();
+    let got = run(
+        &mut p,
+        victim(),
+        &requests,
+        (Upstream::Slow, false),
+        120_000,
+    );
+    assert_bounded("CONs to a slow resource", total(&requests), &got);
+    let empty_acks = got.messages().filter(|m| m.code().is_empty()).count();
+    // One answer fits the allowance (3 x 600 B less the empty ACKs), one is the probe.
+    assert_eq!((empty_acks, got.big_answers()), (50, 2));
+    assert_eq!(p.counters().amplification_probes, 1);
+    assert_eq!(
+        p.counters().live_exchanges,
+        0,
+        "every delivery gave up in time"
+    );
+}
+
+#[test]
+fn an_observation_never_acknowledged_stays_within_3x_plus_one_datagram_and_ends() {
+    let mut p = reverse(|_| {});
+    let mut req = Vec::new();
+    let mut b = MessageBuilder::new(&mut req, MessageType::Con, Code::GET, 1, b"ob");
+    b.option(OBSERVE, &[]);
+    b.option(URI_PATH, b"t");
+    b.finish().unwrap();
+    p.handle_client_datagram(t(0), victim(), &req);
+    let copy = drain(&mut p).remove(0).payload;
+    let copy = Message::parse(&copy).unwrap();
+    let (up, up_mid) = (copy.token().to_vec(), copy.message_id());
+    let mut got = Received::default();
+    // The registration's answer (on the ACK of the upstream copy), then 5 notifications a
+    // second for 120 s.
+    for i in 0..=600u64 {
+        let now = t(10 + 200 * i);
+        while let Some(at) = p.poll_timeout().filter(|&at| at <= now) {
+            p.handle_timeout(at);
+        }
+        let (ty, mid) = match i {
+            0 => (MessageType::Ack, up_mid),
+            _ => (MessageType::Non, i as u16),
+        };
+        p.handle_upstream_datagram(now, EP0, &notification(ty, mid, &up, 2 + i as u32));
+        for tx in drain(&mut p) {
+            if tx.to == Destination::Client(victim()) {
+                got.bytes += tx.payload.len();
+                got.datagrams.push(tx.payload);
+            }
+        }
+    }
+    assert_bounded("one Observe registration", req.len(), &got);
+    let c = p.counters();
+    assert_eq!((c.observations, c.observers_lost), (0, 1), "it ended");
+}
+
+#[test]
+fn the_proxys_own_errors_stay_within_3x() {
+    // Forward proxying off: every Proxy-Uri request gets 5.05, with a diagnostic payload
+    // that the allowance does not take, so it goes without it.
+    let mut p = reverse(|_| {});
+    let uri: &[u8] = b"coap://a/";
+    let requests: Vec<Vec<u8>> = (0..100)
+        .map(|mid| small(MessageType::Con, mid, &[(PROXY_URI, uri)]))
+        .collect();
+    let got = run(&mut p, victim(), &requests, (Upstream::Fast, false), 2_000);
+    assert_bounded("requests the proxy refuses itself", total(&requests), &got);
+    assert!(
+        got.bytes <= 3 * total(&requests),
+        "no datagram past 3x needed"
+    );
+    assert!(got
+        .messages()
+        .all(|m| m.code() == Code::PROXYING_NOT_SUPPORTED));
+    assert_eq!(got.datagrams.len(), 100, "each refused, none dropped");
+}
+
+#[test]
+fn a_client_that_acknowledges_is_proven_and_gets_every_answer() {
+    for ty in [MessageType::Con, MessageType::Non] {
+        let mut p = reverse(|_| {});
+        let client: SocketAddr = "127.0.0.1:40000".parse().unwrap();
+        let requests: Vec<Vec<u8>> = (0..64).map(|mid| small(ty, mid, &[])).collect();
+        let got = run(&mut p, client, &requests, (Upstream::Fast, true), 5_000);
+        assert_eq!(got.big_answers(), 64, "{ty:?}: every answer, once");
+        let c = p.counters();
+        assert_eq!((c.sources_proved_by_ack, c.amplification_probes), (1, 1));
+        // Only the first answer needed a CON: after the proof, answers are piggybacked
+        // (or NON) as usual.
+        assert_eq!(c.answers_made_confirmable, 1, "{ty:?}");
+        assert_eq!(c.live_exchanges, 0);
+    }
+}
+
+#[test]
+fn answers_withheld_while_the_proof_is_awaited_go_the_moment_it_comes() {
+    let mut p = reverse(|_| {});
+    let client: SocketAddr = "127.0.0.1:40000".parse().unwrap();
+    // 8 requests at once: the first answer goes as the probe, the other 7 wait.
+    for mid in 0..8 {
+        p.handle_client_datagram(t(0), client, &small_get(mid));
+    }
+    for tx in drain(&mut p) {
+        p.handle_upstream_datagram(t(1), EP0, &big_answer(&tx.payload));
+    }
+    let out: Vec<Transmit> = drain(&mut p);
+    let probe: Vec<Message> = (out.iter())
+        .map(|tx| Message::parse(&tx.payload).unwrap())
+        .filter(|m| m.msg_type() == MessageType::Con)
+        .collect();
+    assert_eq!(probe.len(), 1);
+    let mut ack = Vec::new();
+    empty_ack(&mut ack, probe[0].message_id());
+    p.handle_client_datagram(t(20), client, &ack);
+    let rest = drain(&mut p);
+    let cons = (rest.iter())
+        .filter(|tx| Message::parse(&tx.payload).unwrap().payload().len() == 1000)
+        .count();
+    assert_eq!(cons, 7, "at the proof, not at their retransmission");
+}
+
+#[test]
+fn a_cache_hit_too_big_for_an_unproven_client_goes_as_a_con() {
+    let mut p = reverse(|c| c.cache_size = 1 << 20);
+    let proven: SocketAddr = "127.0.0.1:40001".parse().unwrap();
+    p.prove_source(t(0), proven);
+    p.handle_client_datagram(t(0), proven, &small_get(1));
+    let up = drain(&mut p).remove(0);
+    p.handle_upstream_datagram(t(1), EP0, &big_answer(&up.payload));
+    drain(&mut p);
+    // A hit for a client not yet proven: an empty ACK, then the hit as a CON.
+    p.handle_client_datagram(t(10), victim(), &small_get(2));
+    let out = drain(&mut p);
+    let kinds: Vec<(MessageType, usize)> = (out.iter())
+        .map(|tx| Message::parse(&tx.payload).unwrap())
+        .map(|m| (m.msg_type(), m.payload().len()))
+        .collect();
+    assert_eq!(kinds, [(MessageType::Ack, 0), (MessageType::Con, 1000)]);
+    assert!(out.iter().all(|tx| tx.to == Destination::Client(victim())));
+    assert_eq!(p.counters().forwarded, 1, "from the cache");
+}
+
+#[test]
+fn with_a_send_rate_a_client_past_it_gets_5_03_with_max_age_not_silence() {
+    let mut p = reverse(|c| {
+        c.client_budget.bytes_per_sec = 4096;
+        c.client_budget.burst_bytes = 65_527;
+    });
+    let client: SocketAddr = "127.0.0.1:40000".parse().unwrap();
+    p.prove_source(t(0), client);
+    let mut codes = Vec::new();
+    for mid in 0..100u16 {
+        p.handle_client_datagram(t(0), client, &small_get(mid));
+        for tx in drain(&mut p) {
+            match tx.to {
+                Destination::Upstream(_) => {
+                    p.handle_upstream_datagram(t(0), EP0, &big_answer(&tx.payload))
+                }
+                Destination::Client(_) => {}
+            }
+        }
+    }
+    // Answers and refusals, after the upstream answered.
+    p.handle_client_datagram(t(0), client, &small_get(500));
+    for tx in drain(&mut p) {
+        let m = Message::parse(&tx.payload).unwrap();
+        let age = m.option(MAX_AGE).map(|v| decode_uint(v).unwrap());
+        codes.push((m.code(), age));
+    }
+    assert_eq!(codes.len(), 1);
+    assert_eq!(codes[0].0, Code::SERVICE_UNAVAILABLE);
+    assert!(codes[0].1.is_some_and(|age| age >= 1));
+    let c = p.counters();
+    assert!(
+        c.refused_client_rate > 0 && c.over_budget_dropped == 0,
+        "{c:?}"
+    );
 }
 
 /// `small_get` with an Echo option.

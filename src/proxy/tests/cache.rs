@@ -26,7 +26,10 @@ fn cached_proxy() -> Proxy {
         seed: Some(7),
         ..ProxyConfig::default()
     };
-    started_at(config, Timestamp::ZERO)
+    // These tests are about the cache; `budget.rs` tests hits to clients not yet proven.
+    let mut p = started_at(config, Timestamp::ZERO);
+    p.prove_source(Timestamp::ZERO, CLIENT);
+    p
 }
 
 const CLIENT: SocketAddr =
