@@ -178,6 +178,13 @@ pub fn empty_ack(out: &mut Vec<u8>, mid: u16) {
     out.extend_from_slice(&header(MessageType::Ack, Code::EMPTY, mid, 0));
 }
 
+/// Writes a CoAP ping: an empty CON, which the recipient answers with an RST carrying `mid`
+/// (RFC 7252 §4.3).
+pub fn ping(out: &mut Vec<u8>, mid: u16) {
+    out.clear();
+    out.extend_from_slice(&header(MessageType::Con, Code::EMPTY, mid, 0));
+}
+
 /// Writes an RST rejecting message `mid`, e.g. a malformed CON (RFC 7252 §4.2, §4.3).
 pub fn rst(out: &mut Vec<u8>, mid: u16) {
     out.clear();

@@ -28,6 +28,6 @@ mod message;
 pub mod option;
 pub mod params;
 
-pub use builder::{empty_ack, rewrite, rst, EncodeError, MessageBuilder, MAX_OPTION_LEN};
+pub use builder::{empty_ack, ping, rewrite, rst, EncodeError, MessageBuilder, MAX_OPTION_LEN};
 pub use code::Code;
 pub use message::{peek_header, FormatError, Message, MessageType, OptionIter, MAX_TOKEN_LEN};

@@ -14,7 +14,7 @@ use super::clients::ClientSlot;
 use super::endpoints::{EndpointId, NoEndpoint, UpstreamId};
 use super::engine::{encode_local, Destination, LocalAnswer, Proxy, Seen};
 use super::events::{ProxyEvent, Source};
-use super::exchange::{CoapToken, ExchangeKey, Reply, TimerKind};
+use super::exchange::{CoapToken, ExchangeKey, Reply, State, TimerKind};
 use super::route::{self, RouteError, Target};
 
 /// An answer may be this long (RFC 7252 §4.6's message size, when nothing is known of the
@@ -199,6 +199,8 @@ impl Proxy {
     fn on_live_duplicate(&mut self, key: ExchangeKey) {
         let Some(x) = self.get(key) else { return };
         match (x.reply, x.answer.is_some()) {
+            // Its answer is held until the client proves its address: it goes then.
+            _ if x.state == State::AwaitingProof => {}
             // An observation's registration, answered on the ACK.
             (Reply::Piggyback, true) => self.push_from(key, |x| {
                 Some((Destination::Client(x.client), x.answer.as_deref()?))

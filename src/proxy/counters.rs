@@ -117,6 +117,10 @@ pub struct Counters {
     /// Answers sent as a CON (after an empty ACK, or instead of a NON) because they did not
     /// fit an unproven client's allowance.
     pub answers_made_confirmable: u64,
+    /// Answers held until their client proved its address (it was pinged for the proof).
+    pub answers_held_for_proof: u64,
+    /// Pings (empty CONs) sent to clients to ask for their proof of address.
+    pub proof_pings: u64,
     /// Sources that proved their address by acknowledging (or resetting) a message of ours.
     pub sources_proved_by_ack: u64,
     /// Sources that proved their address with a fresh Echo value (RFC 9175 §2.4).

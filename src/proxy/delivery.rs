@@ -5,13 +5,14 @@ use std::net::SocketAddr;
 
 use rand::Rng;
 
-use crate::coap::{empty_ack, params, rewrite, Message, MessageType};
+use crate::coap::option::BLOCK2;
+use crate::coap::{empty_ack, params, ping, rewrite, Code, Message, MessageType};
 use crate::time::Timestamp;
 
-use super::engine::{Destination, Proxy};
+use super::engine::{encode_local, Destination, LocalAnswer, Proxy};
 use super::events::{ObserverLoss, ProxyEvent};
-use super::exchange::{ClientDelivery, ExchangeKey, Reply, TimerKind};
-use super::validation::ProvedBy;
+use super::exchange::{ClientDelivery, ExchangeKey, Reply, State, TimerKind};
+use super::validation::{ProvedBy, PROOF_WAIT};
 
 impl Proxy {
     /// The client's CON request was not answered quickly: ACK it now, answer separately later.
@@ -29,6 +30,11 @@ impl Proxy {
     /// acknowledged, otherwise as a separate CON (retransmitted until ACKed) or a NON.
     /// `msg` is a complete message whose type, MID and token are replaced here.
     /// `observing` keeps the exchange alive for notifications instead of finishing it.
+    ///
+    /// An answer past what the client's address may be sent before it proves it receives
+    /// there (`validation.rs`) is held, and the client pinged: its RST proves the address
+    /// and the answer goes as it would have (piggybacked or NON) one round trip later. A
+    /// registration's answer is not held: it goes as a CON asking for the proof at once.
     pub(super) fn answer_client(
         &mut self,
         now: Timestamp,
@@ -37,13 +43,116 @@ impl Proxy {
         observing: bool,
     ) {
         let Some(x) = self.get(key) else { return };
-        let (slot, token, client) = (x.client_slot, x.client_token, x.client);
+        let len = msg.as_bytes().len() - msg.token().len() + x.client_token.as_bytes().len();
+        let fits = x.reply == Reply::Separate || self.out.fits(x.client, len);
+        match (fits, observing) {
+            (true, _) => self.send_answer(now, key, msg, observing, false),
+            (false, false) => self.hold_for_proof(now, key, msg),
+            (false, true) => self.send_answer(now, key, msg, observing, true),
+        }
+    }
+
+    /// Holds the answer until the client proves its address (`State::AwaitingProof`), and
+    /// pings the client for that proof if no ping is out to it.
+    fn hold_for_proof(&mut self, now: Timestamp, key: ExchangeKey, msg: &Message) {
+        let Some(x) = self.get(key) else { return };
+        let (client, slot, token) = (x.client, x.client_slot, x.client_token);
+        // Encoded as it will most likely go (on the ACK, or as a NON whose MID is drawn
+        // when it goes); `send_answer` rewrites type, MID and token anyway.
+        let ty = match x.reply {
+            Reply::Piggyback => MessageType::Ack,
+            _ => MessageType::Non,
+        };
+        let mut bytes = Vec::with_capacity(msg.as_bytes().len());
+        let ids = (ty, x.client_mid, token.as_bytes());
+        let copy = |b: &mut crate::coap::MessageBuilder, n, v: &[u8]| _ = b.option(n, v);
+        if rewrite(&mut bytes, msg, ids, copy).finish().is_err() {
+            return self.finish(now, key);
+        }
+        if let Some(x) = self.get_mut(key) {
+            x.answer = Some(bytes.into_boxed_slice());
+            x.state = State::AwaitingProof;
+        }
+        self.counters.answers_held_for_proof += 1;
+        self.set_deadline(key, TimerKind::AckDelay, None);
+        self.set_deadline(key, TimerKind::ProofWait, Some(now + PROOF_WAIT));
+        self.out.validation_mut().hold(client, key);
+        if self.out.validation().ping_due(now, client) {
+            let mid = self.clients.fresh_mid(slot);
+            let mut buf = [0u8; 4].to_vec();
+            ping(&mut buf, mid);
+            if self.out.push(Destination::Client(client), &buf) {
+                self.out.validation_mut().pinged(now, client, mid);
+            }
+        }
+    }
+
+    /// The held answer goes: as it would have, now that the client proved its address, or,
+    /// if it did not within `PROOF_WAIT`, as a CON asking for the proof.
+    pub(super) fn release_held(&mut self, now: Timestamp, key: ExchangeKey) {
+        let Some(x) = self
+            .get_mut(key)
+            .filter(|x| x.state == State::AwaitingProof)
+        else {
+            return;
+        };
+        let held = x.answer.take();
+        x.state = State::Answered;
+        self.set_deadline(key, TimerKind::ProofWait, None);
+        let Some(Ok(msg)) = held.as_deref().map(Message::parse) else {
+            return self.finish(now, key);
+        };
+        let Some(x) = self.get(key) else { return };
+        if self.out.fits(x.client, msg.as_bytes().len()) {
+            return self.send_answer(now, key, &msg, false, false);
+        }
+        if msg.option(BLOCK2).is_some() && !x.non_idempotent {
+            return self.challenge_block_transfer(now, key);
+        }
+        self.send_answer(now, key, &msg, false, true);
+    }
+
+    /// A block of a block-wise transfer (RFC 7959) to a client that did not answer the ping:
+    /// 4.01 with an Echo value (RFC 9175 §2.4) rather than the block as a separate CON,
+    /// which some clients do not follow up (libcoap 4.3.1 ends the transfer there, and
+    /// ignores pings). Such clients repeat the request with the Echo value, which proves
+    /// them, and the block goes again from the upstream (or the cache): only for safe and
+    /// idempotent requests, which may be made twice (RFC 7252 §5.1).
+    fn challenge_block_transfer(&mut self, now: Timestamp, key: ExchangeKey) {
+        let Some(x) = self.get(key) else { return };
+        let (client, token) = (x.client, x.client_token);
+        let echo = self.out.validation().echo_value(now, client);
+        self.counters.echo_challenges += 1;
+        let answer = LocalAnswer {
+            code: Code::UNAUTHORIZED,
+            max_age: None,
+            size1: None,
+            echo: Some(echo),
+            diagnostic: "",
+        };
+        let mut buf = Vec::with_capacity(32);
+        encode_local(&mut buf, MessageType::Ack, 0, token.as_bytes(), &answer);
+        match Message::parse(&buf) {
+            Ok(msg) => self.send_answer(now, key, &msg, false, false),
+            Err(_) => self.finish(now, key),
+        }
+    }
+
+    /// Sends the answer (see [`answer_client`](Self::answer_client)); `confirm`: as a CON,
+    /// whose ACK proves the client's address, since it is past the client's allowance:
+    /// after an empty ACK for a CON request (RFC 7252 §5.2.2), in place of a NON for a NON
+    /// request (§5.2.3).
+    fn send_answer(
+        &mut self,
+        now: Timestamp,
+        key: ExchangeKey,
+        msg: &Message,
+        observing: bool,
+        confirm: bool,
+    ) {
+        let Some(x) = self.get(key) else { return };
+        let (slot, token) = (x.client_slot, x.client_token);
         let (reply, client_mid) = (x.reply, x.client_mid);
-        // Past an unproven client's allowance the answer goes as a CON, whose ACK proves the
-        // client's address (`validation.rs`): after an empty ACK for a CON request (RFC 7252
-        // §5.2.2), in place of a NON for a NON request (§5.2.3).
-        let len = msg.as_bytes().len() - msg.token().len() + token.as_bytes().len();
-        let confirm = reply != Reply::Separate && !self.out.fits(client, len);
         if confirm {
             self.counters.answers_made_confirmable += 1;
             if reply == Reply::Piggyback {
@@ -149,12 +258,21 @@ impl Proxy {
         let timeout = d.timeout;
         self.set_deadline(key, TimerKind::ClientRetransmit, Some(now + timeout));
         self.counters.client_retransmissions += 1;
-        self.resend_withheld(now, key);
+        self.send_delivery(key);
     }
 
-    /// Sends the CON an exchange is delivering (again): a retransmission, or one withheld
-    /// from a client that has now proven its address (`validation.rs`).
-    pub(super) fn resend_withheld(&mut self, _now: Timestamp, key: ExchangeKey) {
+    /// What was withheld from a client that has now proven its address (`validation.rs`)
+    /// goes: a held answer, or the CON being delivered.
+    pub(super) fn resend_withheld(&mut self, now: Timestamp, key: ExchangeKey) {
+        match self.get(key).map(|x| x.state) {
+            Some(State::AwaitingProof) => self.release_held(now, key),
+            Some(_) => self.send_delivery(key),
+            None => {}
+        }
+    }
+
+    /// Sends the CON an exchange is delivering (again).
+    fn send_delivery(&mut self, key: ExchangeKey) {
         let exchange = self.exchanges.get(key.index as usize);
         let Some(x) = exchange.filter(|x| x.generation == key.generation && x.delivery.is_some())
         else {
@@ -191,6 +309,10 @@ impl Proxy {
 
     /// The client acknowledged (or rejected) a confirmable answer or a notification.
     pub(super) fn on_client_ack_or_rst(&mut self, now: Timestamp, from: SocketAddr, msg: &Message) {
+        if self.out.validation().answers_ping(from, msg.message_id()) {
+            // The RST to our ping (`hold_for_proof`): the client receives at its address.
+            return self.source_proved(now, from, ProvedBy::Ack);
+        }
         let Some(&key) = self.by_client_mid.get(&(from, msg.message_id())) else {
             self.counters.unmatched_client += 1;
             self.out.validation_mut().wrong_proof(now, from);

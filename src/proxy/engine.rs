@@ -330,6 +330,7 @@ impl Proxy {
             over_budget_dropped: self.out.budget().map_or(0, |b| b.dropped),
             amplification_dropped: self.out.validation().withheld_datagrams,
             amplification_probes: self.out.validation().probes,
+            proof_pings: self.out.validation().pings,
             sources_proved_by_ack: self.out.validation().proved_by_ack,
             sources_proved_by_echo: self.out.validation().proved_by_echo,
             ack_proofs_refused: self.out.validation().ack_proofs_refused,
@@ -460,6 +461,7 @@ impl Proxy {
             TimerKind::AckDelay => x.reply == Reply::Piggyback,
             TimerKind::ClientRetransmit => x.delivery.is_some(),
             TimerKind::ObserveStale => x.state == State::Observing,
+            TimerKind::ProofWait => x.state == State::AwaitingProof,
         };
         if !acts {
             self.counters.stale_timer_events += 1;
@@ -481,6 +483,7 @@ impl Proxy {
                 self.events.push(ProxyEvent::ObservationStale { client });
                 self.end_observation(now, key);
             }
+            TimerKind::ProofWait => self.release_held(now, key),
         }
     }
 

@@ -56,6 +56,12 @@ pub enum State {
     /// yet: it is retransmitted until it does (RFC 7252 §4.2). Nothing goes upstream again.
     /// Once delivered the exchange leaves, and its answer waits in the answer cache.
     Answered,
+    /// The answer (in `answer`, encoded as it would go: on the ACK or as a NON) is more than
+    /// the client's address may be sent before it proves it receives there
+    /// (`validation.rs`): the proxy has pinged the client, and the answer goes as it is
+    /// when the client's RST proves the address, or as a CON asking for the proof at the
+    /// `ProofWait` deadline.
+    AwaitingProof,
 }
 
 /// What a deadline is for. When several fall due at once they act in this order (a give-up
@@ -72,15 +78,19 @@ pub enum TimerKind {
     ClientRetransmit,
     /// An observation got no notification for too long.
     ObserveStale,
+    /// Stop waiting for the client's proof of address: send the held answer as a CON
+    /// (acts only while `AwaitingProof`).
+    ProofWait,
 }
 
 impl TimerKind {
-    const ALL: [TimerKind; 5] = [
+    const ALL: [TimerKind; 6] = [
         TimerKind::TotalTimeout,
         TimerKind::UpstreamRetransmit,
         TimerKind::AckDelay,
         TimerKind::ClientRetransmit,
         TimerKind::ObserveStale,
+        TimerKind::ProofWait,
     ];
 }
 
@@ -91,7 +101,7 @@ impl TimerKind {
 #[derive(Debug)]
 pub struct Deadlines {
     /// By kind; [`UNSET`] where none is pending (8 bytes a slot, not 16 for an `Option`).
-    at: [Timestamp; 5],
+    at: [Timestamp; 6],
     /// The wheel timer and its instant, while armed.
     pub wheel: Option<(TimerId, Timestamp)>,
 }
@@ -102,7 +112,7 @@ const UNSET: Timestamp = Timestamp::from_nanos(u64::MAX);
 impl Default for Deadlines {
     fn default() -> Self {
         Deadlines {
-            at: [UNSET; 5],
+            at: [UNSET; 6],
             wheel: None,
         }
     }

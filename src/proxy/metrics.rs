@@ -89,6 +89,16 @@ const COUNTERS: &[(&str, &str, fn(&Counters) -> u64)] = &[
         |c| c.amplification_probes,
     ),
     (
+        "answers_held_for_proof_total",
+        "Answers held until their unproven client's RST to a ping proved its address.",
+        |c| c.answers_held_for_proof,
+    ),
+    (
+        "proof_pings_total",
+        "Pings (empty CONs) sent to clients to ask for their proof of address.",
+        |c| c.proof_pings,
+    ),
+    (
         "answers_made_confirmable_total",
         "Answers sent as CON because they did not fit an unproven client's 3x.",
         |c| c.answers_made_confirmable,

@@ -47,6 +47,10 @@ const MAX_SOURCES: usize = 65_536;
 /// Withheld CONs remembered per source, to send at once when the proof comes; more wait for
 /// their own retransmission.
 const MAX_WITHHELD: usize = 64;
+/// How long an answer waits for the RST to the ping that asks the client for its proof
+/// before it goes as a CON asking for it instead: below ACK_TIMEOUT (2 s, RFC 7252 §4.8), so
+/// that it arrives before the client retransmits its request.
+pub(super) const PROOF_WAIT: Duration = Duration::from_secs(1);
 /// Unmatched ACKs and RSTs an unproven source may send before its ACKs prove nothing.
 const MAX_WRONG_PROOFS: u8 = 8;
 /// `--validate-sources`: a request is challenged unless its source's allowance takes an
@@ -57,8 +61,13 @@ const LIKELY_ANSWER: u64 = 1152;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Proof {
     /// Nothing yet. `probe`: the exchange whose CON went over the allowance and waits for
-    /// the ACK that proves the source, if one is out.
-    Unproven { probe: Option<ExchangeKey> },
+    /// the ACK that proves the source, if one is out. `ping`: the Message ID of the empty
+    /// CON (a CoAP ping, RFC 7252 §4.3) the proxy sent to provoke an RST, and when, if one
+    /// is out.
+    Unproven {
+        probe: Option<ExchangeKey>,
+        ping: Option<(u16, Timestamp)>,
+    },
     /// It received at its address; trusted until `until`.
     Proven { until: Timestamp },
 }
@@ -113,6 +122,8 @@ pub(super) struct SourceValidation {
     pub(super) withheld_datagrams: u64,
     /// CONs sent as the one datagram past an unproven source's allowance.
     pub(super) probes: u64,
+    /// Pings (empty CONs) sent to ask a source for its proof.
+    pub(super) pings: u64,
     /// Sources proven, by how.
     pub(super) proved_by_ack: u64,
     pub(super) proved_by_echo: u64,
@@ -128,6 +139,7 @@ impl SourceValidation {
             withheld: hash.map(),
             withheld_datagrams: 0,
             probes: 0,
+            pings: 0,
             proved_by_ack: 0,
             proved_by_echo: 0,
             ack_proofs_refused: 0,
@@ -141,7 +153,10 @@ impl SourceValidation {
         let s = self.sources.entry(addr).or_insert(SourceState {
             received: 0,
             sent: 0,
-            proof: Proof::Unproven { probe: None },
+            proof: Proof::Unproven {
+                probe: None,
+                ping: None,
+            },
             wrong: 0,
             last: now,
         });
@@ -190,13 +205,16 @@ impl SourceValidation {
             return Verdict::Send;
         }
         let proof = s.proof;
-        if let (Proof::Unproven { probe: None }, Some(key)) = (proof, con) {
-            s.proof = Proof::Unproven { probe: Some(key) };
+        if let (Proof::Unproven { probe: None, ping }, Some(key)) = (proof, con) {
+            s.proof = Proof::Unproven {
+                probe: Some(key),
+                ping,
+            };
             self.probes += 1;
             return Verdict::Send;
         }
         self.withheld_datagrams += 1;
-        let is_probe = |k: ExchangeKey| proof == Proof::Unproven { probe: Some(k) };
+        let is_probe = |k| matches!(proof, Proof::Unproven { probe: Some(p), .. } if p == k);
         if let Some(key) = con.filter(|&k| !is_probe(k)) {
             let list = self.withheld.entry(addr).or_default();
             if list.len() < MAX_WITHHELD && !list.contains(&key) {
@@ -210,10 +228,55 @@ impl SourceValidation {
     /// source's probe, another may take its place.
     pub(super) fn delivery_ended(&mut self, addr: SocketAddr, key: ExchangeKey) {
         if let Some(s) = self.sources.get_mut(&addr) {
-            if s.proof == (Proof::Unproven { probe: Some(key) }) {
-                s.proof = Proof::Unproven { probe: None };
+            if let Proof::Unproven { probe, .. } = &mut s.proof {
+                if *probe == Some(key) {
+                    *probe = None;
+                }
             }
         }
+    }
+
+    /// Keeps `key`'s answer for when `addr` proves itself (it is held, `State::AwaitingProof`).
+    pub(super) fn hold(&mut self, addr: SocketAddr, key: ExchangeKey) {
+        let list = self.withheld.entry(addr).or_default();
+        if list.len() < MAX_WITHHELD && !list.contains(&key) {
+            list.push(key);
+        }
+    }
+
+    /// Whether `addr` should be pinged to prove itself: it is not proven, and no ping of ours
+    /// is out to it (one is out for [`PROOF_WAIT`]).
+    pub(super) fn ping_due(&self, now: Timestamp, addr: SocketAddr) -> bool {
+        match self.sources.get(&addr).map(|s| s.proof) {
+            Some(Proof::Unproven {
+                ping: Some((_, at)),
+                ..
+            }) => at + PROOF_WAIT <= now,
+            Some(Proof::Proven { until }) => until <= now,
+            _ => true,
+        }
+    }
+
+    /// A ping with Message ID `mid` went to `addr`.
+    pub(super) fn pinged(&mut self, now: Timestamp, addr: SocketAddr, mid: u16) {
+        let s = self.entry(now, addr);
+        s.proof = match s.proof {
+            Proof::Unproven { probe, .. } => Proof::Unproven {
+                probe,
+                ping: Some((mid, now)),
+            },
+            Proof::Proven { .. } => Proof::Unproven {
+                probe: None,
+                ping: Some((mid, now)),
+            },
+        };
+        self.pings += 1;
+    }
+
+    /// Whether an ACK or RST with `mid` from `addr` answers the ping of ours out to it.
+    pub(super) fn answers_ping(&self, addr: SocketAddr, mid: u16) -> bool {
+        let proof = self.sources.get(&addr).map(|s| s.proof);
+        matches!(proof, Some(Proof::Unproven { ping: Some((m, _)), .. }) if m == mid)
     }
 
     /// An ACK or RST from `addr` matched no message of ours: a wrong guess, if it is a
@@ -256,6 +319,11 @@ impl SourceValidation {
         (msg.options().filter(|&(n, _)| n == ECHO))
             .filter_map(|(_, v)| echo::decode(v).ok())
             .any(|e| self.key.verify(e, addr, now, ECHO_LIFETIME).is_ok())
+    }
+
+    /// An Echo value for `addr` to repeat (RFC 9175 §2.4).
+    pub(super) fn echo_value(&self, now: Timestamp, addr: SocketAddr) -> [u8; echo::ISSUED_LEN] {
+        self.key.issue(addr, now)
     }
 
     /// `--validate-sources`: the Echo value to challenge a request from `addr` with, unless

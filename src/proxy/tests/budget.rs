@@ -6,13 +6,14 @@
 
 use std::net::SocketAddr;
 
-use crate::coap::option::{decode_uint, MAX_AGE, OBSERVE, PROXY_URI, URI_PATH};
-use crate::coap::{empty_ack, Code, Message, MessageBuilder, MessageType};
+use crate::coap::option::{decode_uint, BLOCK2, ECHO, MAX_AGE, OBSERVE, PROXY_URI, URI_PATH};
+use crate::coap::{empty_ack, rst, Code, Message, MessageBuilder, MessageType};
 use crate::time::Timestamp;
 
 use super::drain;
 use super::observers::{notification, reverse, t};
 use super::EP0;
+use crate::proxy::validation::PROOF_WAIT;
 use crate::proxy::{Destination, Proxy, Transmit};
 
 /// The longest datagram the proxy sends here: the one it may send past the allowance.
@@ -136,9 +137,13 @@ fn run(
                     got.bytes += tx.payload.len();
                     let m = Message::parse(&tx.payload).unwrap();
                     if acks && m.msg_type() == MessageType::Con {
-                        let mut ack = Vec::new();
-                        empty_ack(&mut ack, m.message_id());
-                        p.handle_client_datagram(now, from, &ack);
+                        // A ping gets an RST, anything else an ACK (RFC 7252 §4.2, §4.3).
+                        let mut reply = Vec::new();
+                        match m.code().is_empty() {
+                            true => rst(&mut reply, m.message_id()),
+                            false => empty_ack(&mut reply, m.message_id()),
+                        }
+                        p.handle_client_datagram(now, from, &reply);
                     }
                     got.datagrams.push(tx.payload);
                 }
@@ -280,7 +285,7 @@ fn the_proxys_own_errors_stay_within_3x() {
 }
 
 #[test]
-fn a_client_that_acknowledges_is_proven_and_gets_every_answer() {
+fn a_client_that_answers_the_ping_is_proven_and_gets_every_answer_as_usual() {
     for ty in [MessageType::Con, MessageType::Non] {
         let mut p = reverse(|_| {});
         let client: SocketAddr = "127.0.0.1:40000".parse().unwrap();
@@ -288,19 +293,59 @@ fn a_client_that_acknowledges_is_proven_and_gets_every_answer() {
         let got = run(&mut p, client, &requests, (Upstream::Fast, true), 5_000);
         assert_eq!(got.big_answers(), 64, "{ty:?}: every answer, once");
         let c = p.counters();
-        assert_eq!((c.sources_proved_by_ack, c.amplification_probes), (1, 1));
-        // Only the first answer needed a CON: after the proof, answers are piggybacked
-        // (or NON) as usual.
-        assert_eq!(c.answers_made_confirmable, 1, "{ty:?}");
+        assert_eq!((c.proof_pings, c.sources_proved_by_ack), (1, 1), "{ty:?}");
+        // The first answer waited one round trip for the RST; none went as a CON, and every
+        // answer went as it would have: piggybacked for CON requests, NON for NON.
+        assert_eq!(
+            (c.answers_held_for_proof, c.answers_made_confirmable),
+            (1, 0)
+        );
+        let want = match ty {
+            MessageType::Con => MessageType::Ack,
+            _ => MessageType::Non,
+        };
+        let answers = got.messages().filter(|m| m.payload().len() == 1000);
+        assert!(answers.map(|m| m.msg_type()).all(|t| t == want), "{ty:?}");
         assert_eq!(c.live_exchanges, 0);
     }
 }
 
 #[test]
-fn answers_withheld_while_the_proof_is_awaited_go_the_moment_it_comes() {
+fn a_client_that_only_acknowledges_cons_is_proven_by_the_con_it_gets() {
+    // A client that ignores pings (as some do) but acknowledges CONs: the held answer goes
+    // as a CON after PROOF_WAIT, and its ACK proves the client.
     let mut p = reverse(|_| {});
     let client: SocketAddr = "127.0.0.1:40000".parse().unwrap();
-    // 8 requests at once: the first answer goes as the probe, the other 7 wait.
+    p.handle_client_datagram(t(0), client, &small_get(1));
+    let up = drain(&mut p).remove(0);
+    p.handle_upstream_datagram(t(1), EP0, &big_answer(&up.payload));
+    let ping = Message::parse(&drain(&mut p)[0].payload).unwrap().code();
+    assert!(ping.is_empty());
+    let at = p.poll_timeout().unwrap();
+    assert_eq!(at.saturating_since(t(1)), PROOF_WAIT);
+    p.handle_timeout(at);
+    let out = drain(&mut p);
+    let kinds: Vec<(MessageType, usize)> = (out.iter())
+        .map(|tx| Message::parse(&tx.payload).unwrap())
+        .map(|m| (m.msg_type(), m.payload().len()))
+        .collect();
+    assert_eq!(kinds, [(MessageType::Ack, 0), (MessageType::Con, 1000)]);
+    let mut ack = Vec::new();
+    empty_ack(
+        &mut ack,
+        Message::parse(&out[1].payload).unwrap().message_id(),
+    );
+    p.handle_client_datagram(at, client, &ack);
+    let c = p.counters();
+    assert_eq!((c.amplification_probes, c.sources_proved_by_ack), (1, 1));
+    assert_eq!(c.live_exchanges, 0);
+}
+
+#[test]
+fn answers_held_while_the_proof_is_awaited_go_the_moment_it_comes() {
+    let mut p = reverse(|_| {});
+    let client: SocketAddr = "127.0.0.1:40000".parse().unwrap();
+    // 8 requests at once: every answer is held, and one ping goes.
     for mid in 0..8 {
         p.handle_client_datagram(t(0), client, &small_get(mid));
     }
@@ -308,23 +353,25 @@ fn answers_withheld_while_the_proof_is_awaited_go_the_moment_it_comes() {
         p.handle_upstream_datagram(t(1), EP0, &big_answer(&tx.payload));
     }
     let out: Vec<Transmit> = drain(&mut p);
-    let probe: Vec<Message> = (out.iter())
-        .map(|tx| Message::parse(&tx.payload).unwrap())
-        .filter(|m| m.msg_type() == MessageType::Con)
-        .collect();
-    assert_eq!(probe.len(), 1);
-    let mut ack = Vec::new();
-    empty_ack(&mut ack, probe[0].message_id());
-    p.handle_client_datagram(t(20), client, &ack);
+    assert_eq!(out.len(), 1, "one ping, nothing else yet");
+    let ping = Message::parse(&out[0].payload).unwrap();
+    assert_eq!(
+        (ping.msg_type(), ping.code()),
+        (MessageType::Con, Code::EMPTY)
+    );
+    let mut reset = Vec::new();
+    rst(&mut reset, ping.message_id());
+    p.handle_client_datagram(t(2), client, &reset);
     let rest = drain(&mut p);
-    let cons = (rest.iter())
-        .filter(|tx| Message::parse(&tx.payload).unwrap().payload().len() == 1000)
+    let piggybacked = (rest.iter())
+        .map(|tx| Message::parse(&tx.payload).unwrap())
+        .filter(|m| m.msg_type() == MessageType::Ack && m.payload().len() == 1000)
         .count();
-    assert_eq!(cons, 7, "at the proof, not at their retransmission");
+    assert_eq!(piggybacked, 8, "at the proof, on their ACKs");
 }
 
 #[test]
-fn a_cache_hit_too_big_for_an_unproven_client_goes_as_a_con() {
+fn a_cache_hit_too_big_for_an_unproven_client_waits_for_its_proof() {
     let mut p = reverse(|c| c.cache_size = 1 << 20);
     let proven: SocketAddr = "127.0.0.1:40001".parse().unwrap();
     p.prove_source(t(0), proven);
@@ -332,15 +379,19 @@ fn a_cache_hit_too_big_for_an_unproven_client_goes_as_a_con() {
     let up = drain(&mut p).remove(0);
     p.handle_upstream_datagram(t(1), EP0, &big_answer(&up.payload));
     drain(&mut p);
-    // A hit for a client not yet proven: an empty ACK, then the hit as a CON.
+    // A hit for a client not yet proven: a ping, then the hit on the ACK once it answers.
     p.handle_client_datagram(t(10), victim(), &small_get(2));
     let out = drain(&mut p);
-    let kinds: Vec<(MessageType, usize)> = (out.iter())
-        .map(|tx| Message::parse(&tx.payload).unwrap())
-        .map(|m| (m.msg_type(), m.payload().len()))
-        .collect();
-    assert_eq!(kinds, [(MessageType::Ack, 0), (MessageType::Con, 1000)]);
-    assert!(out.iter().all(|tx| tx.to == Destination::Client(victim())));
+    assert_eq!(out.len(), 1);
+    let ping = Message::parse(&out[0].payload).unwrap();
+    assert!(ping.code().is_empty() && ping.msg_type() == MessageType::Con);
+    let mut reset = Vec::new();
+    rst(&mut reset, ping.message_id());
+    p.handle_client_datagram(t(11), victim(), &reset);
+    let out = drain(&mut p);
+    let hit = Message::parse(&out[0].payload).unwrap();
+    let got = (hit.msg_type(), hit.message_id(), hit.payload().len());
+    assert_eq!(got, (MessageType::Ack, 2, 1000));
     assert_eq!(p.counters().forwarded, 1, "from the cache");
 }
 
@@ -444,4 +495,42 @@ fn with_validate_sources_a_client_that_does_not_echo_gets_at_most_3x_what_it_sen
     assert!(bytes_out <= 3 * bytes_in, "{bytes_out} > 3 x {bytes_in}");
     let c = p.counters();
     assert!(c.echo_challenges > 900 && c.forwarded > 0, "{c:?}");
+}
+
+#[test]
+fn a_block_transfer_that_ignores_the_ping_gets_4_01_with_echo_and_goes_on_with_it() {
+    // libcoap 4.3.1 ignores pings and does not follow up a block sent as a separate CON.
+    let mut p = reverse(|_| {});
+    let client: SocketAddr = "127.0.0.1:40000".parse().unwrap();
+    p.handle_client_datagram(
+        t(0),
+        client,
+        &small(MessageType::Con, 1, &[(BLOCK2, &[0x06])]),
+    );
+    let up = drain(&mut p).remove(0).payload;
+    let up = Message::parse(&up).unwrap();
+    let mut block = Vec::new();
+    let ids = (MessageType::Ack, Code::CONTENT, up.message_id());
+    let mut b = MessageBuilder::new(&mut block, ids.0, ids.1, ids.2, up.token());
+    b.option(BLOCK2, &[0x0e]);
+    b.payload(&[0x55; 1024]);
+    b.finish().unwrap();
+    p.handle_upstream_datagram(t(1), EP0, &block);
+    drain(&mut p); // the ping, unanswered
+    let at = p.poll_timeout().unwrap();
+    p.handle_timeout(at);
+    let out = drain(&mut p);
+    assert_eq!(out.len(), 1);
+    let challenge = Message::parse(&out[0].payload).unwrap();
+    assert_eq!(
+        (challenge.msg_type(), challenge.code()),
+        (MessageType::Ack, Code::UNAUTHORIZED)
+    );
+    let echo = challenge.option(ECHO).unwrap().to_vec();
+    // The client repeats the request with the value: proven, forwarded, and answered as usual.
+    let again = small(MessageType::Con, 2, &[(BLOCK2, &[0x06]), (ECHO, &echo)]);
+    p.handle_client_datagram(at, client, &again);
+    let up = drain(&mut p).remove(0);
+    assert_eq!(up.to, Destination::Upstream(EP0));
+    assert_eq!(p.counters().sources_proved_by_echo, 1);
 }
