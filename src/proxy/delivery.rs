@@ -319,8 +319,6 @@ impl Proxy {
             return;
         };
         self.by_client_mid.remove(&(from, msg.message_id()));
-        // It carries a Message ID the proxy chose: the client receives at its address.
-        self.source_proved(now, from, ProvedBy::Ack);
         let delivering = self
             .get(key)
             .and_then(|x| x.delivery.as_ref())
@@ -333,6 +331,9 @@ impl Proxy {
         if msg.msg_type() == MessageType::Rst {
             self.observer_gone(now, key, ObserverLoss::Reset);
         }
+        // It carries a Message ID the proxy chose: the client receives at its address. Last,
+        // so that what this message settled is not among what the proof sends again.
+        self.source_proved(now, from, ProvedBy::Ack);
     }
 
     /// Unmaps the latest NON to the client: superseded, or the exchange is going away.

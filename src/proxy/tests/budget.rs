@@ -534,3 +534,20 @@ fn a_block_transfer_that_ignores_the_ping_gets_4_01_with_echo_and_goes_on_with_i
     assert_eq!(up.to, Destination::Upstream(EP0));
     assert_eq!(p.counters().sources_proved_by_echo, 1);
 }
+
+#[test]
+fn the_ack_that_proves_a_client_does_not_bring_its_own_answer_again() {
+    let mut p = reverse(|_| {});
+    let client: SocketAddr = "127.0.0.1:40000".parse().unwrap();
+    p.handle_client_datagram(t(0), client, &small_get(1));
+    let up = drain(&mut p).remove(0);
+    p.handle_upstream_datagram(t(1), EP0, &big_answer(&up.payload));
+    drain(&mut p); // the ping, unanswered
+    let at = p.poll_timeout().unwrap();
+    p.handle_timeout(at);
+    let con = drain(&mut p).remove(1);
+    let mut ack = Vec::new();
+    empty_ack(&mut ack, Message::parse(&con.payload).unwrap().message_id());
+    p.handle_client_datagram(at, client, &ack);
+    assert!(drain(&mut p).is_empty(), "delivered once");
+}
