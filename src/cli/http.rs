@@ -1,4 +1,4 @@
-//! The HTTP cross-proxy's flags (issue 15), shared by `backoffd proxy` and `serve`'s [proxy]
+//! The HTTP cross-proxy's flags (issue 15), shared by `backoffd proxy` and `serve`'s `[proxy]`
 //! sections: `--http-listen` turns it on, the others tune it.
 
 use std::time::Duration;

@@ -146,7 +146,7 @@ const CORE_SPEC: &[Spec] = &[
     value("metrics"),
 ];
 
-/// Every flag of `backoffd proxy` (and of a `serve` [proxy] section): the proxy's and the
+/// Every flag of `backoffd proxy` (and of a `serve` `[proxy]` section): the proxy's and the
 /// HTTP cross-proxy's.
 pub(super) fn spec() -> Vec<Spec> {
     CORE_SPEC.iter().chain(super::http::SPEC).copied().collect()

@@ -63,7 +63,7 @@ pub struct ProxyPart {
 }
 
 impl ProxyPart {
-    /// The part `flags` describe (a command line, or a [proxy] section).
+    /// The part `flags` describe (a command line, or a `[proxy]` section).
     fn from_flags(flags: &Flags) -> Result<ProxyPart, UsageError> {
         let config = proxy_config(flags)?;
         warn_all(config.validate().map_err(|e| UsageError(e.0))?);

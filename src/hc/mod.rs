@@ -6,7 +6,7 @@
 //! the engine's routes, retry policy, deduplication, limits, cache and metrics. Around it:
 //! [`uri`] maps an HTTP request target to a CoAP target (RFC 8075 §5); [`request`] builds the
 //! CoAP request from the HTTP one and [`answer`] the HTTP answer from the CoAP one, with the
-//! tables of [`mapping`] (RFC 8075 §6-§7, RFC 7252 §10.2); [`exchange`] runs the blocks
+//! tables of [`mapping`] (RFC 8075 §6-§7, RFC 7252 §10.2); `exchange.rs` runs the blocks
 //! (RFC 7959) and event streams (RFC 7641); [`sse`] writes Server-Sent Events.
 
 pub mod answer;
