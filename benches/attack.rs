@@ -8,7 +8,7 @@
 //! |---|---|---|
 //! | `datagram` | 1 | the worst single datagram's cost, and a legit request's answer time behind it |
 //! | `grpc_memory` | 2 | RSS growth from 10 streams of unfinished 4 MiB gRPC messages |
-//! | `amplification` | 3 | answer bytes per request byte, piggybacked |
+//! | `reflection` | 3 | a victim that never ACKs, default flags: bytes in, out, ratio, 3x + 1 datagram |
 //! | `cache_flood` | 4 | others' answers evicted, and requests run twice, under one source's flood |
 //! | `inflight_bytes` | 5 | RSS growth from 400 large CONs to a silent upstream |
 //! | `descriptors` | 6 | a waiting client's answer time once exhausted descriptors are back |
@@ -20,8 +20,12 @@
 //! | `metrics_idle` | 12 | a scrape's time with every metrics slot held by an idle keep-alive |
 //! | `retry_flood` | 13 | retry-port connects in one session: intervals kept, the verdict, log lines |
 
-#[path = "../tests/common/mod.rs"]
-mod common;
+// The reflection cases are the test's (tests/proxy_reflection.rs), so that the figures printed
+// here are the ones it asserts on; the tests themselves are not compiled into the bench. It
+// brings the tests' helpers (tests/common/) with it.
+#[allow(dead_code, unused_imports)]
+#[path = "../tests/proxy_reflection.rs"]
+mod reflection;
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -39,17 +43,17 @@ use backoffd::http2::frame::{
     encode_data, encode_headers, encode_ping, encode_rst_stream, encode_settings, PREFACE,
 };
 use backoffd::http2::hpack::Encoder;
-use common::exposition::scrape;
-use common::http::{connect, read_answers};
-use common::{free_port, Daemon};
 use prost::Message as _;
+use reflection::common::exposition::scrape;
+use reflection::common::http::{connect, read_answers};
+use reflection::common::{self, free_port, Daemon};
 
 type Probe = fn() -> Vec<(String, String)>;
 
 const PROBES: &[(&str, Probe)] = &[
     ("datagram", datagram),
     ("grpc_memory", grpc_memory),
-    ("amplification", amplification),
+    ("reflection", reflection),
     ("cache_flood", cache_flood),
     ("inflight_bytes", inflight_bytes),
     ("descriptors", descriptors),
@@ -267,27 +271,38 @@ fn datagram() -> Vec<(String, String)> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Row 3: amplification
+// Row 3: reflection at default flags
 
-fn amplification() -> Vec<(String, String)> {
-    let (stop, _daemon, proxy) = reverse_proxy(1024, false);
-    let client = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let get = request(1, b"a", &[]);
-    client.send_to(&get, proxy).unwrap();
-    let mut buf = [0u8; 65536];
-    client
-        .set_read_timeout(Some(Duration::from_secs(2)))
-        .unwrap();
-    let n = client.recv(&mut buf).unwrap_or(0);
-    stop.store(true, Ordering::Relaxed);
-    vec![(
-        "a GET's answer, piggybacked".into(),
-        format!(
-            "{} B request, {n} B answer: x{:.0}",
-            get.len(),
-            n as f64 / get.len() as f64
-        ),
-    )]
+/// Each case of tests/proxy_reflection.rs (run side by side: each has its own proxy, upstream
+/// and victim socket, which listens for `reflection::WINDOW` after its last request).
+fn reflection() -> Vec<(String, String)> {
+    let runs: Vec<_> = (reflection::Case::ALL.iter())
+        .map(|&case| thread::spawn(move || reflection::reflect(case)))
+        .collect();
+    runs.into_iter()
+        .map(|run| run.join().expect("a reflection case"))
+        .map(|r| {
+            eprintln!("{}", r.line());
+            let verdict = match r.tally.received <= r.bound() {
+                true => "within",
+                false => "OVER",
+            };
+            (
+                format!(
+                    "{}: bytes in / out (ratio), bound 3x + {} B",
+                    r.case.name(),
+                    reflection::ONE_DATAGRAM
+                ),
+                format!(
+                    "{} B / {} B ({:.2}x), bound {} B: {verdict}",
+                    r.tally.sent,
+                    r.tally.received,
+                    r.ratio(),
+                    r.bound()
+                ),
+            )
+        })
+        .collect()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -868,10 +883,6 @@ fn control_flood() -> Vec<(String, String)> {
             &control,
             "--retry_port",
             &retry,
-            // The measuring client sends 1,000 requests a second, past the per-source send
-            // budget; it is the one being served, not an attacker.
-            "--client-bytes-per-sec",
-            "0",
         ],
         "CoAP proxy listening on ",
     );

@@ -1,9 +1,8 @@
 //! The HTTP cross-proxy against the CoAP path, side by side in one run (issue 15).
 //!
 //! One `backoffd proxy --upstream UP --http-listen ...` runs alone on CPU 1, with default
-//! flags but the per-source send budget (off: the CoAP generator is one source, see
-//! benches/proxy_throughput.rs). On CPU 0 one thread runs the fast upstream
-//! (`benches/loadgen/`) and, in turn, the two clients:
+//! flags. On CPU 0 one thread runs the fast upstream (`benches/loadgen/`) and, in turn, the
+//! two clients:
 //!
 //! - `coap`: the CoAP load generator, CON GETs with CONNS requests outstanding (closed loop);
 //! - `http`: CONNS HTTP/1.1 keep-alive connections, each with one GET outstanding, read and
@@ -139,12 +138,7 @@ fn start_proxy(up: SocketAddr, pinned: bool) -> (ChildGuard, SocketAddr, SocketA
         "--upstream",
         &up.to_string(),
     ])
-    .args([
-        "--http-listen",
-        &http.to_string(),
-        "--client-bytes-per-sec",
-        "0",
-    ])
+    .args(["--http-listen", &http.to_string()])
     .env("RUST_LOG", "warn")
     .stdin(Stdio::null());
     // SAFETY: only sched_setaffinity between fork and exec.

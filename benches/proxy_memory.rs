@@ -11,12 +11,13 @@
 //! that never read; half the GETs go to each (the forward half with a Proxy-Uri), so both paths
 //! are in the figure (each upstream needs a second endpoint for its 50,000: one endpoint's
 //! Message ID space holds 65,536 within the MID lifetime, RFC 7252 §4.4). The in-flight limits,
-//! the per-client one included, are raised to fit the one client. Timeouts are far longer than the measurement, so
-//! nothing is retransmitted or expires; the CON requests get their empty ACK after the default
-//! 100 ms `--ack-delay`, as in normal operation. Requests go out in batches, each waiting until
-//! the proxy's `backoffd_coap_requests_total` counted it (a batch is resent if the proxy's
-//! receive buffer dropped some; duplicates are absorbed), and the in-flight gauge must read
-//! 100,000 before RSS is taken.
+//! the per-client one included, are raised to fit the one client; every other flag is the
+//! default but the timeouts, far longer than the measurement, so nothing is retransmitted or
+//! expires; the CON requests get their empty ACK after the default 100 ms `--ack-delay`, as in
+//! normal operation. Requests go out in batches, each waiting until the proxy's
+//! `backoffd_coap_requests_total` counted it (a batch is resent if the proxy's receive buffer
+//! dropped some; duplicates are absorbed), and the in-flight gauge must read 100,000 before RSS
+//! is taken.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -203,9 +204,6 @@ fn loaded_proxy_rss() -> Loaded {
             "2000s",
             "--upstream-exchange-lifetime",
             "2000s",
-            // One source sends every request; its empty ACKs are not what is measured.
-            "--client-bytes-per-sec",
-            "0",
             "--metrics",
             "127.0.0.1:0",
         ],

@@ -19,14 +19,11 @@
 //! target's median CON peak, the round trip through the target and, right after, directly to
 //! the upstream at the same rate: the difference is the latency the target adds.
 //!
-//! Every target runs with its default flags (backoffd-cache: and the cache) but one: backoffd's per-source send budget is off
-//! (`--client-bytes-per-sec 0`), because the generator is one source sending 100,000 requests
-//! a second, which is what that budget (200 datagrams/s per source by default, RFC 7252 §11.3)
-//! exists to stop. BASELINE_FLAGS adds flags to the baseline's command. The upstream watches the Message IDs it is sent, as
-//! a deduplicating server would (RFC 7252 §4.4): per target it counts the requests it answered,
-//! the sources they came from (for backoffd: the endpoints it needed), and any (source, MID)
-//! that came again with a new token within EXCHANGE_LIFETIME (a reuse such a server would
-//! answer with the earlier request's answer).
+//! Every target runs with its default flags (backoffd-cache: and the cache). The upstream
+//! watches the Message IDs it is sent, as a deduplicating server would (RFC 7252 §4.4): per
+//! target it counts the requests it answered, the sources they came from (for backoffd: the
+//! endpoints it needed), and any (source, MID) that came again with a new token within
+//! EXCHANGE_LIFETIME (a reuse such a server would answer with the earlier request's answer).
 //!
 //! `cargo bench --bench proxy_throughput`. Environment: SECONDS (measured period per run,
 //! default 3), WINDOW (default 128), ONLY=relay,backoffd (a subset), PEERS=0 (skip libcoap and
@@ -34,7 +31,8 @@
 //! peak for the latency runs, default 0.5), BURST (datagrams per system call in the latency runs,
 //! default 2), ROUNDS (default 3), FIFO_PRIORITY=P (run targets under SCHED_FIFO, root),
 //! BASELINE_BIN=path (adds `baseline` and `baseline-fwd`: another backoffd build, with default
-//! flags plus BASELINE_FLAGS, e.g. `--client-bytes-per-sec 0` for a build that has the budget).
+//! flags plus BASELINE_FLAGS, e.g. `--client-bytes-per-sec 0` for a build from before fa3063b,
+//! whose per-source send budget was on by default and throttles the one-source generator).
 
 // The load generator is benchmark support, shared with tests, not library API; each user
 // takes part of it.
@@ -194,9 +192,6 @@ fn main() {
     print_tables(&rows, &settings, began.elapsed());
 }
 
-/// Turns backoffd's per-source send budget off: the generator is one source (see the docs).
-const NO_SEND_BUDGET: &str = "--client-bytes-per-sec 0";
-
 fn targets(up: SocketAddr, peers: bool) -> Vec<Target> {
     let bin = env!("CARGO_BIN_EXE_backoffd").to_owned();
     let up_s = up.to_string();
@@ -219,14 +214,14 @@ fn targets(up: SocketAddr, peers: bool) -> Vec<Target> {
         Target {
             name: "backoffd",
             command: Some(words(&format!(
-                "{bin} proxy --listen 127.0.0.1:{{port}} --upstream {up_s} {NO_SEND_BUDGET}"
+                "{bin} proxy --listen 127.0.0.1:{{port}} --upstream {up_s}"
             ))),
             options: path.clone(),
         },
         Target {
             name: "backoffd-fwd",
             command: Some(words(&format!(
-                "{bin} proxy --listen 127.0.0.1:{{port}} --forward --allow {up_s} {NO_SEND_BUDGET}"
+                "{bin} proxy --listen 127.0.0.1:{{port}} --forward --allow {up_s}"
             ))),
             options: proxy_uri.clone(),
         },
@@ -234,8 +229,7 @@ fn targets(up: SocketAddr, peers: bool) -> Vec<Target> {
         Target {
             name: "backoffd-cache",
             command: Some(words(&format!(
-                "{bin} proxy --listen 127.0.0.1:{{port}} --upstream {up_s} --cache-size 4MiB \
-                 {NO_SEND_BUDGET}"
+                "{bin} proxy --listen 127.0.0.1:{{port}} --upstream {up_s} --cache-size 4MiB"
             ))),
             options: path.clone(),
         },

@@ -23,11 +23,9 @@ use common::exposition::scrape;
 use common::Daemon;
 use loadgen::{FastUpstream, LoadSpec, Offered};
 
-/// Starts `backoffd proxy` in front of `upstream` with default flags (and metrics), but for
-/// the per-source send budget: the load generator is one source at thousands of requests a
-/// second, far past what the budget lets one address be sent (tests/proxy_reflection.rs).
+/// Starts `backoffd proxy` in front of `upstream` with default flags (and metrics).
 fn default_proxy(upstream: SocketAddr) -> (Daemon, SocketAddr, SocketAddr) {
-    common::proxy_with_metrics(upstream, &["--client-bytes-per-sec", "0"])
+    common::proxy_with_metrics(upstream, &[])
 }
 
 #[test]

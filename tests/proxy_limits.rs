@@ -1,10 +1,10 @@
 //! What one datagram, one request and one source may cost the real `backoffd proxy` (issue 13),
 //! over loopback UDP: oversized and option-heavy requests are refused (4.13 with Size1, 4.02),
 //! large requests to a silent upstream stay within the in-flight byte budget (5.03), a flooding
-//! client cannot push other clients' answers out of the cache, and a request queued behind the
-//! costliest datagram is still answered. Timings are printed, never asserted:
-//! `cargo test --release --test proxy_limits -- --nocapture` (and `--ignored` for the engine's
-//! per-datagram cost of the worst datagrams).
+//! client cannot push other clients' answers out of the cache, a request queued behind the
+//! costliest datagram is still answered, and the opt-in send rate keeps its flags. Timings are
+//! printed, never asserted: `cargo test --release --test proxy_limits -- --nocapture` (and
+//! `--ignored` for the engine's per-datagram cost of the worst datagrams).
 
 mod common;
 
@@ -187,16 +187,10 @@ fn large_requests_to_a_silent_upstream_stay_within_the_size_limit_and_the_byte_b
 
 #[test]
 fn a_flooding_client_cannot_push_other_clients_answers_out_of_the_cache() {
-    // The flood is from one source, far past its send budget: the budget (tested in
-    // tests/proxy_reflection.rs) is off here, so what is tested is the cache's share.
-    let extra = [
-        "--max-cached",
-        "2000",
-        "--max-cached-per-client",
-        "200",
-        "--client-bytes-per-sec",
-        "0",
-    ];
+    // Default flags but the cache's size and share, which are what is tested. Every answer
+    // is no longer than its request, so the flooder gets them all without proving its
+    // address (tests/proxy_reflection.rs).
+    let extra = ["--max-cached", "2000", "--max-cached-per-client", "200"];
     let (_daemon, proxy, metrics) = proxy_with_metrics(fast_upstream(), &extra);
     let legit = client();
     let requests: Vec<Vec<u8>> = (0..20)
@@ -265,9 +259,8 @@ fn behind_worst(proxy: SocketAddr, ahead: usize, runs: u16) -> Vec<Duration> {
 
 #[test]
 fn a_request_queued_behind_the_costliest_datagrams_is_answered() {
-    // The attacker waits for each 4.13 it causes: its send budget would drop them.
-    let no_budget = ["--client-bytes-per-sec", "0"];
-    let (_daemon, proxy, metrics) = proxy_with_metrics(fast_upstream(), &no_budget);
+    // The attacker waits for each 4.13 it causes (a few bytes for each 64 KiB it sent).
+    let (_daemon, proxy, metrics) = proxy_with_metrics(fast_upstream(), &[]);
     let show = |mut d: Vec<Duration>| {
         d.sort();
         format!(
@@ -485,6 +478,57 @@ fn the_new_limits_are_flags_that_refuse_nonsense() {
         assert_eq!(out.status.code(), Some(2), "{flag} {value}: {stderr}");
         assert_eq!(stderr.lines().count(), 1, "{stderr}");
         assert!(stderr.contains(flag), "{stderr}");
+    }
+}
+
+#[test]
+fn the_opt_in_send_rate_keeps_its_flags_and_refuses_nonsense() {
+    // Off by default (tests/proxy_defaults.rs); each spelling still starts a proxy that
+    // serves (tests/proxy_reflection.rs has what the rate does).
+    let (_daemon, proxy, metrics) = proxy_with_metrics(
+        fast_upstream(),
+        &[
+            "--client-bytes-per-sec",
+            "8192",
+            "--client-burst-bytes",
+            "65527",
+            "--client-datagrams-per-sec",
+            "100",
+            "--client-burst-datagrams",
+            "200",
+        ],
+    );
+    let c = client();
+    c.send_to(
+        &message(MessageType::Con, 1, b"r", &[(URI_PATH, b"r")], &[]),
+        proxy,
+    )
+    .unwrap();
+    assert_eq!(answer(&c).1, Code::CONTENT);
+    let doc = scrape(metrics);
+    assert_eq!(
+        doc.get("backoffd_coap_budget_sources"),
+        1.0,
+        "the rate is on"
+    );
+    // A rate that is not a number; with the rate on, a burst that cannot hold the longest
+    // datagram, or no datagram a second: refused at start.
+    let on = ["--client-bytes-per-sec", "8192"];
+    for flags in [
+        &["--client-bytes-per-sec", "-1"][..],
+        &[on[0], on[1], "--client-burst-bytes", "1000"],
+        &[on[0], on[1], "--client-datagrams-per-sec", "0"],
+        &[on[0], on[1], "--client-burst-datagrams", "0"],
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_backoffd"))
+            .args(["proxy", "--upstream", "127.0.0.1:5683"])
+            .args(flags)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flags:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(stderr.contains("--client-"), "{stderr}");
     }
 }
 

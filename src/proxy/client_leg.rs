@@ -418,9 +418,7 @@ impl Proxy {
         };
         let mut buf = std::mem::take(&mut self.scratch);
         encode_local(&mut buf, ty, mid, token.as_bytes(), a);
-        if !a.diagnostic.is_empty() && !self.out.fits(from, buf.len()) {
-            // The diagnostic is optional (RFC 7252 §5.5.2): an unproven client's allowance
-            // goes to the code, which is usually no longer than the request.
+        if !a.diagnostic.is_empty() && !self.diagnostic_fits(from, buf.len(), msg) {
             let bare = LocalAnswer {
                 diagnostic: "",
                 ..*a
@@ -434,6 +432,15 @@ impl Proxy {
         self.keep_local_answer(now, (from, token, msg.message_id()), replay, slot);
         self.out.push_local(Destination::Client(from), &buf);
         self.scratch = buf;
+    }
+
+    /// Whether an answer of the proxy's own with its diagnostic payload, `len` bytes, may go
+    /// to `from` as it is. The diagnostic is optional (RFC 7252 §5.5.2): to a client not yet
+    /// proven it goes only if the answer stays within 3x the request it answers, so errors
+    /// never use up the allowance that the client's real answers need (the code alone is
+    /// about as long as the request).
+    fn diagnostic_fits(&self, from: SocketAddr, len: usize, request: &Message) -> bool {
+        self.out.fits(from, len) && (self.out.proven(from) || len <= 3 * request.as_bytes().len())
     }
 
     fn count_local(&mut self, code: Code) {

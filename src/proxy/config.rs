@@ -327,20 +327,28 @@ impl ProxyConfig {
         Ok(warnings)
     }
 
-    /// An enabled budget lets the longest datagram through, and some each second.
+    /// A send rate lets the longest datagram through, and some each second. Checked whether
+    /// the rate is on or not, so that a value that would not work is refused when given.
     fn validate_budget(&self) -> Result<(), ConfigError> {
         let b = &self.client_budget;
-        if b.bytes_per_sec == 0 {
-            return Ok(());
-        }
         if (b.burst_bytes as usize) < MAX_DATAGRAM {
             return Err(ConfigError(format!(
                 "--client-burst-bytes: must be at least {MAX_DATAGRAM} (the longest datagram)"
             )));
         }
-        if b.datagrams_per_sec == 0 || b.burst_datagrams == 0 || b.max_sources == 0 {
+        if b.datagrams_per_sec == 0 {
             return Err(ConfigError(
-                "--client-datagrams-per-sec: must be at least 1 (and so its burst)".into(),
+                "--client-datagrams-per-sec: must be at least 1".into(),
+            ));
+        }
+        if b.burst_datagrams == 0 {
+            return Err(ConfigError(
+                "--client-burst-datagrams: must be at least 1".into(),
+            ));
+        }
+        if b.max_sources == 0 {
+            return Err(ConfigError(
+                "client budget: max_sources must be at least 1".into(),
             ));
         }
         Ok(())

@@ -497,6 +497,8 @@ impl Proxy {
     ) {
         let Some(x) = self.get(key) else { return };
         let (client, attempts, token) = (x.client, x.attempts, x.client_token);
+        // The client's request was about as long as the copy that went upstream.
+        let request_len = x.request.as_deref().map_or(0, <[u8]>::len);
         let upstream = self.upstreams[usize::from(x.upstream)].addr;
         self.events.push(ProxyEvent::GaveUp {
             upstream,
@@ -519,9 +521,12 @@ impl Proxy {
         };
         let mut buf = std::mem::take(&mut self.scratch);
         encode_local(&mut buf, MessageType::Ack, 0, token.as_bytes(), &answer);
-        if !self.out.fits(client, buf.len()) {
-            // The diagnostic is optional (RFC 7252 §5.5.2): without it the code alone usually
-            // fits an unproven client's allowance, and needs no CON to ask for a proof.
+        let diagnostic_fits = self.out.fits(client, buf.len())
+            && (self.out.proven(client) || buf.len() <= 3 * request_len);
+        if !diagnostic_fits {
+            // The diagnostic is optional (RFC 7252 §5.5.2): without it the code alone fits an
+            // unproven client's allowance, needs no proof, and leaves the allowance to the
+            // client's real answers (see `Proxy::diagnostic_fits`).
             let bare = LocalAnswer {
                 diagnostic: "",
                 ..answer

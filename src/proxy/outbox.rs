@@ -70,6 +70,11 @@ impl Outbox {
         }
     }
 
+    /// Whether client `to` has proven its address (an in-process client needs not).
+    pub(super) fn proven(&self, to: SocketAddr) -> bool {
+        is_local_client(&to) || self.validation.proven(self.now, to)
+    }
+
     /// Whether `len` bytes may go to client `to` now without a proof of its address.
     pub(super) fn fits(&self, to: SocketAddr, len: usize) -> bool {
         is_local_client(&to) || self.validation.fits(self.now, to, len)

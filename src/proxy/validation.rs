@@ -46,7 +46,7 @@ pub(super) const PROVEN_FOR: Duration = Duration::from_secs(300);
 const MAX_SOURCES: usize = 65_536;
 /// Withheld CONs remembered per source, to send at once when the proof comes; more wait for
 /// their own retransmission.
-const MAX_WITHHELD: usize = 64;
+const MAX_WITHHELD: usize = 32;
 /// How long an answer waits for the RST to the ping that asks the client for its proof
 /// before it goes as a CON asking for it instead: below ACK_TIMEOUT (2 s, RFC 7252 §4.8), so
 /// that it arrives before the client retransmits its request.
@@ -182,6 +182,11 @@ impl SourceValidation {
     /// A datagram of `len` bytes came from `addr`.
     pub(super) fn received(&mut self, now: Timestamp, addr: SocketAddr, len: usize) {
         self.entry(now, addr).received += len as u64;
+    }
+
+    /// Whether `addr` has proven its address.
+    pub(super) fn proven(&self, now: Timestamp, addr: SocketAddr) -> bool {
+        self.sources.get(&addr).is_some_and(|s| s.proven(now))
     }
 
     /// Whether `len` more bytes may go to `addr` now without a proof (nothing is counted).
