@@ -224,14 +224,19 @@ impl Proxy {
             if let Some(x) = self.get_mut(key) {
                 x.delivery = Some(Box::new(ClientDelivery {
                     mid,
-                    retransmits: 0,
+                    sent: 0,
                     timeout,
+                    since: now,
                 }));
             }
         }
         match ty {
-            MessageType::Con => self.out.push_con(Destination::Client(client), bytes, key),
-            _ => self.out.push(Destination::Client(client), bytes),
+            MessageType::Con => {
+                if self.out.push_con(Destination::Client(client), bytes, key) {
+                    self.count_sent(key);
+                }
+            }
+            _ => _ = self.out.push(Destination::Client(client), bytes),
         };
     }
 
@@ -240,7 +245,8 @@ impl Proxy {
     pub(super) fn retransmit_to_client(&mut self, now: Timestamp, key: ExchangeKey) {
         let Some(x) = self.get_mut(key) else { return };
         let Some(d) = x.delivery.as_mut() else { return };
-        if d.retransmits >= params::MAX_RETRANSMIT {
+        let lifetime_over = now.saturating_since(d.since) >= params::EXCHANGE_LIFETIME;
+        if d.sent > params::MAX_RETRANSMIT || lifetime_over {
             let mid = d.mid;
             x.delivery = None;
             let client = x.client;
@@ -253,12 +259,20 @@ impl Proxy {
             self.observer_gone(now, key, ObserverLoss::NeverAcked);
             return self.delivered(now, key);
         }
-        d.retransmits += 1;
+        let again = d.sent > 0;
         d.timeout *= 2;
-        let timeout = d.timeout;
-        self.set_deadline(key, TimerKind::ClientRetransmit, Some(now + timeout));
-        self.counters.client_retransmissions += 1;
+        let next = (now + d.timeout).min(d.since + params::EXCHANGE_LIFETIME);
+        if again {
+            self.counters.client_retransmissions += 1;
+        }
+        self.set_deadline(key, TimerKind::ClientRetransmit, Some(next));
         self.send_delivery(key);
+    }
+
+    fn count_sent(&mut self, key: ExchangeKey) {
+        if let Some(d) = self.get_mut(key).and_then(|x| x.delivery.as_mut()) {
+            d.sent += 1;
+        }
     }
 
     /// What was withheld from a client that has now proven its address (`validation.rs`)
@@ -278,9 +292,14 @@ impl Proxy {
         else {
             return;
         };
-        if let Some(answer) = x.answer.as_deref() {
-            self.out
-                .push_con(Destination::Client(x.client), answer, key);
+        let Some(answer) = x.answer.as_deref() else {
+            return;
+        };
+        if self
+            .out
+            .push_con(Destination::Client(x.client), answer, key)
+        {
+            self.count_sent(key);
         }
     }
 

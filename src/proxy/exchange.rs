@@ -157,8 +157,15 @@ pub enum Reply {
 #[derive(Debug)]
 pub struct ClientDelivery {
     pub mid: u16,
-    pub retransmits: u32,
+    /// Transmissions that went; one withheld from a client that has not proven its address
+    /// (`validation.rs`) does not count, so that each answer still gets its
+    /// 1 + MAX_RETRANSMIT chances once it may go.
+    pub sent: u32,
+    /// The current retransmission timeout, doubled at each attempt (RFC 7252 §4.2).
     pub timeout: std::time::Duration,
+    /// The first attempt: past EXCHANGE_LIFETIME from it the delivery gives up, however few
+    /// transmissions went.
+    pub since: crate::time::Timestamp,
 }
 
 /// Per-exchange state. See the module docs of [`super`] for its life cycle.

@@ -14,9 +14,14 @@
 //! NON one, RFC 7252 §5.2.2, §5.2.3), whose ACK proves the source. One such CON is out per
 //! unproven source at a time (the "probe", NSTART = 1, §4.7); the others are withheld, as a
 //! lossy network would hold them, and go the moment the proof arrives, or at their own
-//! retransmission. A spoofed victim so receives one datagram over the allowance, and no more
-//! while that CON is retransmitted (its retransmissions are within the allowance or withheld);
-//! only once it has timed out (MAX_TRANSMIT_WAIT, 93 s) may another take its place.
+//! retransmission (a withheld transmission does not count among a CON's 1 + MAX_RETRANSMIT).
+//! A spoofed victim so receives one datagram over the allowance, and no more while that CON
+//! is retransmitted (its retransmissions are within the allowance or withheld); only once it
+//! has been given up (EXCHANGE_LIFETIME, 247 s, after it went) may another take its place.
+//!
+//! Before that CON, an answer that does not fit is held and the client pinged (RFC 7252
+//! §4.3): an RST proves the client, and the answer goes as it would have, piggybacked or NON
+//! (`delivery.rs`).
 //!
 //! Being proven lasts [`PROVEN_FOR`] from the latest proof. A client whose answers fit its
 //! allowance (answers no larger than three requests) never needs one.

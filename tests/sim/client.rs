@@ -11,7 +11,7 @@ use backoffd::coap::params::{
     ACK_RANDOM_FACTOR, ACK_TIMEOUT, EXCHANGE_LIFETIME, MAX_RETRANSMIT, MAX_TRANSMIT_WAIT,
     NON_LIFETIME,
 };
-use backoffd::coap::{empty_ack, Code, Message, MessageBuilder, MessageType};
+use backoffd::coap::{empty_ack, rst, Code, Message, MessageBuilder, MessageType};
 use backoffd::time::Timestamp;
 use rand::Rng;
 
@@ -244,7 +244,14 @@ impl Client {
                 };
                 self.accept(ctx, id, &msg);
             }
-            _ => self.stray(ctx, "an RST, a request or an empty CON/NON", &msg),
+            // A ping (the proxy asking for proof of this client's address): RST, as RFC 7252
+            // §4.3 asks of every endpoint.
+            MessageType::Con if code.is_empty() => {
+                let mut reset = Vec::with_capacity(4);
+                rst(&mut reset, mid);
+                ctx.send(Hop::ClientToProxy(self.id), reset, None);
+            }
+            _ => self.stray(ctx, "an RST, a request or an empty NON", &msg),
         }
     }
 

@@ -597,8 +597,14 @@ impl Ledger {
                 _ => self.policy,
             };
             forwarded += u64::from(r.first_up.is_some());
+            // An answer to a client that has not proven its address may wait for the proof
+            // (issue 24): at most EXCHANGE_LIFETIME more, when the proxy held or withheld any.
+            let proof_wait = match withheld || counters.answers_held_for_proof > 0 {
+                true => backoffd::coap::params::EXCHANGE_LIFETIME,
+                false => Duration::ZERO,
+            };
             if let (Some(first), Some(fin)) = (r.first_up, r.final_at) {
-                if fin - first > policy.total_timeout + SLACK {
+                if fin - first > policy.total_timeout + SLACK + proof_wait {
                     problems.push(format!(
                         "request {id}: answered {:?} after forwarding, total_timeout {:?}",
                         fin - first,

@@ -212,7 +212,9 @@ fn separate_answers_never_acknowledged_stay_within_3x_plus_one_datagram() {
         victim(),
         &requests,
         (Upstream::Slow, false),
-        120_000,
+        // 250 s: a CON whose retransmissions are withheld is given up EXCHANGE_LIFETIME
+        // after its first attempt.
+        250_000,
     );
     assert_bounded("CONs to a slow resource", total(&requests), &got);
     let empty_acks = got.messages().filter(|m| m.code().is_empty()).count();
@@ -240,8 +242,9 @@ fn an_observation_never_acknowledged_stays_within_3x_plus_one_datagram_and_ends(
     let (up, up_mid) = (copy.token().to_vec(), copy.message_id());
     let mut got = Received::default();
     // The registration's answer (on the ACK of the upstream copy), then 5 notifications a
-    // second for 120 s.
-    for i in 0..=600u64 {
+    // second for 250 s: the CON asking for the proof is given up EXCHANGE_LIFETIME after it
+    // went, and the observation with it.
+    for i in 0..=1250u64 {
         let now = t(10 + 200 * i);
         while let Some(at) = p.poll_timeout().filter(|&at| at <= now) {
             p.handle_timeout(at);

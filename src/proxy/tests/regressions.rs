@@ -157,6 +157,9 @@ fn a_separate_answer_stays_reserved_for_the_lifetime_after_it_was_sent() {
             ..RetryPolicy::DEFAULT
         }
     });
+    // A client that has proven its address: every retransmission goes (`budget.rs` tests
+    // those withheld from one that has not).
+    p.prove_source(secs(0.0), client(1));
     p.handle_client_datagram(
         secs(0.0),
         client(1),
