@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use crate::coap::option::{
-    decode_uint, BLOCK2, ETAG, LOCATION_PATH, MAX_AGE, NO_RESPONSE, OBSERVE, URI_PATH,
+    decode_uint, BLOCK2, ETAG, LOCATION_PATH, MAX_AGE, NO_RESPONSE, OBSERVE, OSCORE, URI_PATH,
 };
 use crate::coap::{Code, Message, MessageBuilder, MessageType};
 use crate::proxy::{Destination, Proxy, ProxyConfig, Routing, Transmit};
@@ -862,4 +862,46 @@ fn fetch_responses_are_keyed_by_their_payload_and_never_answer_a_get() {
     assert_eq!(up.len(), 1, "another body is another key");
     let (up, _) = send(&mut p, at(1.0), &req(Code::GET, 4, &[]));
     assert_eq!(up.len(), 1, "a FETCH's answer never answers a GET");
+}
+
+#[test]
+fn oscore_registrations_are_never_served_from_the_cache_nor_fanned_out() {
+    // RFC 8613: each is protected end to end for its client; the cache stays out of them.
+    let mut p = cached_proxy();
+    for n in 1..=2u8 {
+        let from = observer(u16::from(n));
+        let opts: [Opt; 3] = [(OBSERVE, &[]), (OSCORE, &[0x09, n]), (URI_PATH, b"obs")];
+        let reg = message(
+            MessageType::Con,
+            Code::FETCH,
+            200 + u16::from(n),
+            &[n],
+            &opts,
+            b"c",
+        );
+        p.handle_client_datagram(at(f64::from(n)), from, &reg);
+        let out = drain(&mut p);
+        let up = upstream_part(&out);
+        assert_eq!(up.len(), 1, "registration {n} goes upstream");
+        let up = parse(up[0]);
+        let answer_opts: [Opt; 3] = [(OBSERVE, &[5]), (OSCORE, &[]), (MAX_AGE, &[60])];
+        let ack = message(
+            MessageType::Ack,
+            Code::CONTENT,
+            up.message_id(),
+            up.token(),
+            &answer_opts,
+            b"sealed",
+        );
+        p.handle_upstream_datagram(at(f64::from(n)), EP0, &ack);
+        drain(&mut p);
+    }
+    let c = p.counters();
+    assert_eq!((c.forwarded, c.observers_joined, c.observations), (2, 0, 2));
+    let cache = p.cache_counters();
+    assert_eq!(
+        (cache.stored, cache.hits),
+        (0, 0),
+        "nothing of OSCORE is stored"
+    );
 }
