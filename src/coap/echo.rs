@@ -61,7 +61,7 @@ impl EchoKey {
     pub fn issue(&self, client: SocketAddr, now: Timestamp) -> [u8; ISSUED_LEN] {
         let secs = (now.as_nanos() / 1_000_000_000) as u32;
         let mut out = [0; ISSUED_LEN];
-        out[..4].copy_from_slice(&secs.to_be_bytes());
+        out[..4].copy_from_slice(&secs.wrapping_add(self.offset()).to_be_bytes());
         out[4..].copy_from_slice(&self.mac(client, secs).to_be_bytes());
         out
     }
@@ -75,7 +75,7 @@ impl EchoKey {
         lifetime: Duration,
     ) -> Result<(), EchoError> {
         let v: &[u8; ISSUED_LEN] = echo.0.try_into().map_err(|_| EchoError::NotOurs)?;
-        let secs = u32::from_be_bytes([v[0], v[1], v[2], v[3]]);
+        let secs = u32::from_be_bytes([v[0], v[1], v[2], v[3]]).wrapping_sub(self.offset());
         let mac = u64::from_be_bytes([v[4], v[5], v[6], v[7], v[8], v[9], v[10], v[11]]);
         if mac != self.mac(client, secs) {
             return Err(EchoError::Forged);
@@ -85,6 +85,12 @@ impl EchoKey {
             Some(age) if age <= lifetime.as_secs() => Ok(()),
             _ => Err(EchoError::Stale),
         }
+    }
+
+    /// Added to the clock in a value, so that the value does not tell the host's uptime (the
+    /// clock is monotonic, counted from boot): a secret of the key's, the same for every value.
+    fn offset(&self) -> u32 {
+        siphash24(self.k, b"echo clock offset") as u32
     }
 
     fn mac(&self, client: SocketAddr, secs: u32) -> u64 {
@@ -157,6 +163,16 @@ mod tests {
         assert_eq!(decode(&[7]), Ok(Echo(&[7])));
         assert!(decode(&[0; 40]).is_ok());
         assert_eq!(decode(&[0; 41]), Err(EchoError::TooLong));
+    }
+
+    #[test]
+    fn a_value_does_not_tell_the_hosts_uptime() {
+        // Issue 25: the first 4 bytes were the monotonic clock, in seconds since boot.
+        let at = Timestamp::from_nanos(1000 * 1_000_000_000);
+        let a: SocketAddr = "192.0.2.1:5683".parse().unwrap();
+        let clock = |k: EchoKey| u32::from_be_bytes(k.issue(a, at)[..4].try_into().unwrap());
+        let (one, two) = (clock(EchoKey::new([1, 2])), clock(EchoKey::new([3, 4])));
+        assert!(one != 1000 && two != 1000 && one != two, "{one} {two}");
     }
 
     #[test]

@@ -48,6 +48,16 @@ pub const fn proxy_must_reject(number: u16) -> bool {
     is_unsafe(number) && !is_known(number)
 }
 
+/// Whether the option may occur more than once in a message (RFC 7252 §5.10 Table 4, RFC
+/// 9175 §3.2); an option this codec does not know is taken as repeatable, since nothing says
+/// otherwise. A supernumerary occurrence of one that is not counts as unrecognised (§5.4.5).
+pub const fn is_repeatable(number: u16) -> bool {
+    matches!(
+        number,
+        IF_MATCH | ETAG | LOCATION_PATH | URI_PATH | URI_QUERY | LOCATION_QUERY | REQUEST_TAG
+    ) || !is_known(number)
+}
+
 /// Safe options with NoCacheKey bits 0b111 stay out of the cache key (RFC 7252 §5.4.6).
 pub const fn is_no_cache_key(number: u16) -> bool {
     number & 0x1e == 0x1c
@@ -157,6 +167,8 @@ mod tests {
         assert!(is_critical(OSCORE) && !is_unsafe(OSCORE) && !proxy_must_reject(OSCORE));
         assert!(!proxy_must_reject(65001) && !proxy_must_reject(2048));
         assert!(proxy_must_reject(66) && proxy_must_reject(67) && !proxy_must_reject(PROXY_URI));
+        assert!(is_repeatable(URI_PATH) && is_repeatable(ETAG) && is_repeatable(65001));
+        assert!(!is_repeatable(PROXY_URI) && !is_repeatable(BLOCK2) && !is_repeatable(OSCORE));
     }
 
     #[test]

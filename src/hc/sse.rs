@@ -42,13 +42,35 @@ pub fn event(seq: Option<u32>, cf: Option<u16>, payload: &[u8]) -> Vec<u8> {
     out.into_bytes()
 }
 
-/// One `data:` line per line of `text`: a line break inside a field would end it early.
+/// One `data:` line per line of `text`: a line break inside a field would end it early, and
+/// what follows it would be read as a field of its own (`id:`, `retry:`, `event:`, or a blank
+/// line that dispatches an event). So `text` is split where an event stream ends a line: at
+/// CRLF, a lone LF and a lone CR alike (WHATWG HTML, "event stream interpretation").
 fn data_lines(out: &mut String, text: &str) {
-    let text = text.strip_suffix('\n').unwrap_or(text);
-    for line in text.split('\n') {
-        let line = line.strip_suffix('\r').unwrap_or(line);
+    let text = (text.strip_suffix("\r\n"))
+        .or_else(|| text.strip_suffix(['\n', '\r']))
+        .unwrap_or(text);
+    for line in stream_lines(text) {
         let _ = writeln!(out, "data: {line}");
     }
+}
+
+/// The lines of `text` as an event stream reads them: each ends at CRLF, LF or CR.
+fn stream_lines(text: &str) -> impl Iterator<Item = &str> {
+    let mut rest = Some(text);
+    std::iter::from_fn(move || {
+        let r = rest?;
+        let Some(end) = r.find(['\r', '\n']) else {
+            rest = None;
+            return Some(r);
+        };
+        let next = match r[end..].starts_with("\r\n") {
+            true => end + 2,
+            false => end + 1,
+        };
+        rest = Some(&r[next..]);
+        Some(&r[..end])
+    })
 }
 
 /// Standard base64 with padding (RFC 4648 §4).
@@ -105,6 +127,64 @@ mod tests {
     fn each_line_of_a_multi_line_payload_is_its_own_data_line() {
         let e = String::from_utf8(event(None, Some(50), b"{\r\n\"a\": 1\n}\n")).unwrap();
         assert!(e.ends_with("data: {\ndata: \"a\": 1\ndata: }\n\n"), "{e}");
+    }
+
+    /// An event stream parser as the WHATWG HTML standard specifies one ("event stream
+    /// interpretation"): lines end at CRLF, LF or CR; `data` is joined by LF; a blank line
+    /// dispatches. Returns the events as (type, id, data), and the last `retry`.
+    fn parse_stream(stream: &str) -> (Vec<(String, String, String)>, Option<String>) {
+        let (mut events, mut retry) = (Vec::new(), None);
+        let (mut kind, mut id, mut data) = (String::new(), String::new(), String::new());
+        for line in stream_lines(stream) {
+            if line.is_empty() {
+                if !data.is_empty() {
+                    data.pop();
+                    let kind = std::mem::take(&mut kind);
+                    events.push((kind, id.clone(), std::mem::take(&mut data)));
+                }
+                continue;
+            }
+            if line.starts_with(':') {
+                continue;
+            }
+            let (field, value) = line.split_once(':').unwrap_or((line, ""));
+            let value = value.strip_prefix(' ').unwrap_or(value);
+            match field {
+                "event" => kind = value.to_string(),
+                "data" => data.push_str(&format!("{value}\n")),
+                "id" => id = value.to_string(),
+                "retry" => retry = Some(value.to_string()),
+                _ => {}
+            }
+        }
+        (events, retry)
+    }
+
+    #[test]
+    fn a_payload_with_bare_crs_cannot_inject_fields_or_events() {
+        // Issue 25, finding 4: 5 such notifications gave a spec parser 10 events, of type
+        // `admin`, id 999 and a 24 h reconnection delay.
+        let payload = b"temp=21\rid: 999\rretry: 86400000\revent: admin\r\rdata: forged-event";
+        let stream: String = (1..=5)
+            .map(|seq| String::from_utf8(event(Some(seq), Some(0), payload)).unwrap())
+            .collect();
+        let (events, retry) = parse_stream(&stream);
+        assert_eq!(events.len(), 5, "{stream}");
+        assert_eq!(retry, None);
+        for (seq, (kind, id, data)) in (1..=5).zip(&events) {
+            assert_eq!((kind.as_str(), id.as_str()), ("", seq.to_string().as_str()));
+            let lines = "temp=21\nid: 999\nretry: 86400000\nevent: admin\n\ndata: forged-event";
+            assert_eq!(data, lines, "the payload's lines, as data");
+        }
+    }
+
+    #[test]
+    fn every_line_end_splits_and_one_trailing_one_goes() {
+        let lines = |t| stream_lines(t).collect::<Vec<_>>();
+        assert_eq!(lines("a\r\nb\nc\rd"), ["a", "b", "c", "d"]);
+        assert_eq!(lines("a\r\rb"), ["a", "", "b"]);
+        let e = String::from_utf8(event(None, Some(0), b"x\r")).unwrap();
+        assert!(e.ends_with("data: x\n\n"), "{e}");
     }
 
     #[test]

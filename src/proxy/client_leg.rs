@@ -239,9 +239,15 @@ impl Proxy {
     /// with 4.02, and forwards safe-to-forward ones; RFC 8768) and the upstream for this
     /// request.
     fn route(&self, msg: &Message) -> Result<Route, LocalAnswer> {
-        let mut hop_limit = None;
+        let (mut hop_limit, mut previous) = (None, None);
         for (number, value) in msg.options() {
-            if number == HOP_LIMIT {
+            // Options come in number order, so a repeat follows its first occurrence. One
+            // that may not repeat counts as unrecognised (§5.4.5): unsafe, it is refused too.
+            let repeated = previous == Some(number) && !option::is_repeatable(number);
+            previous = Some(number);
+            if repeated && option::is_unsafe(number) {
+                return Err(answer(Code::BAD_OPTION, "repeated option"));
+            } else if number == HOP_LIMIT {
                 hop_limit = Some(value);
             } else if option::proxy_must_reject(number) {
                 // Unknown safe-to-forward options, critical or not, are forwarded (§5.7.2).

@@ -132,6 +132,35 @@ fn unrecognised_safe_options_are_forwarded_critical_or_not_both_ways() {
 }
 
 #[test]
+fn a_repeated_unsafe_option_that_may_not_repeat_gets_4_02() {
+    // RFC 7252 §5.4.5: the repeat counts as unrecognised; Proxy-Uri and Block2 are unsafe.
+    let uri: &[u8] = b"coap://127.0.0.1:5690/a";
+    let cases: [&[(u16, &[u8])]; 2] = [
+        &[(PROXY_URI, uri), (PROXY_URI, uri)],
+        &[(option::BLOCK2, &[0x02]), (option::BLOCK2, &[0x12])],
+    ];
+    for options in cases {
+        let mut p = forward();
+        p.handle_client_datagram(
+            t(0),
+            client(),
+            &request(MessageType::Con, Code::GET, 1, options),
+        );
+        let out = drain(&mut p);
+        assert_eq!(only_to_client(&out).code(), Code::BAD_OPTION, "{options:?}");
+    }
+    // Repeatable ones pass.
+    let mut p = reverse();
+    let paths: &[(u16, &[u8])] = &[(URI_PATH, b"a"), (URI_PATH, b"b")];
+    p.handle_client_datagram(
+        t(0),
+        client(),
+        &request(MessageType::Con, Code::GET, 1, paths),
+    );
+    assert_eq!(drain(&mut p)[0].to, Destination::Upstream(EP0));
+}
+
+#[test]
 fn a_response_with_an_unrecognised_unsafe_option_gets_5_02() {
     let mut p = reverse();
     let req = request(MessageType::Con, Code::GET, 1, &[]);
