@@ -189,7 +189,13 @@ impl Proxy {
     ) {
         let token = CoapToken::new(msg.token()).expect("parse checked the token length");
         if !self.out.fits(from, answer.len()) {
-            return self.answer_hit_as_con(now, (from, slot), (token, msg), answer, upstream);
+            return self.answer_hit_through_exchange(
+                now,
+                (from, slot),
+                (token, msg),
+                answer,
+                upstream,
+            );
         }
         self.clients.take_ref(slot);
         let replay = match msg.msg_type() {
@@ -202,10 +208,10 @@ impl Proxy {
         self.out.push(Destination::Client(from), answer);
     }
 
-    /// A hit past an unproven client's allowance goes as a relayed answer would: as a CON
-    /// whose ACK proves the client (`validation.rs`), retransmitted until then. So it takes
-    /// an exchange, one with no upstream leg.
-    fn answer_hit_as_con(
+    /// A hit past an unproven client's allowance goes as a relayed answer would: held while
+    /// the client is asked for its proof, then as usual or as a CON (`delivery.rs`,
+    /// `validation.rs`). So it takes an exchange, one with no upstream leg.
+    fn answer_hit_through_exchange(
         &mut self,
         now: Timestamp,
         client: (SocketAddr, ClientSlot),

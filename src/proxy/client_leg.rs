@@ -16,10 +16,7 @@ use super::engine::{encode_local, Destination, LocalAnswer, Proxy, Seen};
 use super::events::{ProxyEvent, Source};
 use super::exchange::{CoapToken, ExchangeKey, Reply, State, TimerKind};
 use super::route::{self, RouteError, Target};
-
-/// An answer may be this long (RFC 7252 §4.6's message size, when nothing is known of the
-/// path): what a client's send rate must still take for its request to be admitted.
-const LIKELY_ANSWER: usize = 1152;
+use super::validation::LIKELY_ANSWER;
 
 /// A request on its way upstream: where, the Message ID it leaves with, and what the cache
 /// does with its answer.
@@ -424,7 +421,8 @@ impl Proxy {
         };
         let mut buf = std::mem::take(&mut self.scratch);
         encode_local(&mut buf, ty, mid, token.as_bytes(), a);
-        if !a.diagnostic.is_empty() && !self.diagnostic_fits(from, buf.len(), msg) {
+        let request_len = msg.as_bytes().len();
+        if !a.diagnostic.is_empty() && !self.diagnostic_fits(from, buf.len(), request_len) {
             let bare = LocalAnswer {
                 diagnostic: "",
                 ..*a
@@ -444,9 +442,9 @@ impl Proxy {
     /// to `from` as it is. The diagnostic is optional (RFC 7252 §5.5.2): to a client not yet
     /// proven it goes only if the answer stays within 3x the request it answers, so errors
     /// never use up the allowance that the client's real answers need (the code alone is
-    /// about as long as the request).
-    fn diagnostic_fits(&self, from: SocketAddr, len: usize, request: &Message) -> bool {
-        self.out.fits(from, len) && (self.out.proven(from) || len <= 3 * request.as_bytes().len())
+    /// about as long as the request). `request_len`: the request's size.
+    pub(super) fn diagnostic_fits(&self, from: SocketAddr, len: usize, request_len: usize) -> bool {
+        self.out.fits(from, len) && (self.out.proven(from) || len <= 3 * request_len)
     }
 
     fn count_local(&mut self, code: Code) {

@@ -79,9 +79,7 @@ impl Proxy {
         self.out.validation_mut().hold(client, key);
         if self.out.validation().ping_due(now, client) {
             let mid = self.clients.fresh_mid(slot);
-            let mut buf = [0u8; 4].to_vec();
-            ping(&mut buf, mid);
-            if self.out.push(Destination::Client(client), &buf) {
+            if (self.out).push_encoded(Destination::Client(client), |b| ping(b, mid)) {
                 self.out.validation_mut().pinged(now, client, mid);
             }
         }

@@ -521,12 +521,7 @@ impl Proxy {
         };
         let mut buf = std::mem::take(&mut self.scratch);
         encode_local(&mut buf, MessageType::Ack, 0, token.as_bytes(), &answer);
-        let diagnostic_fits = self.out.fits(client, buf.len())
-            && (self.out.proven(client) || buf.len() <= 3 * request_len);
-        if !diagnostic_fits {
-            // The diagnostic is optional (RFC 7252 §5.5.2): without it the code alone fits an
-            // unproven client's allowance, needs no proof, and leaves the allowance to the
-            // client's real answers (see `Proxy::diagnostic_fits`).
+        if !self.diagnostic_fits(client, buf.len(), request_len) {
             let bare = LocalAnswer {
                 diagnostic: "",
                 ..answer

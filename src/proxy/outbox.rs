@@ -93,33 +93,31 @@ impl Outbox {
     /// Queues `payload` for `to`, unless `to` is a client the gate holds it from (then it is
     /// counted there). Returns whether it was queued.
     pub(super) fn push(&mut self, to: Destination, payload: &[u8]) -> bool {
-        self.push_gated(to, payload, None)
+        self.push_gated(to, payload, None, true)
     }
 
     /// Queues an answer the proxy made itself for `to`: within an unproven client's
     /// allowance like anything else, but not charged to the opt-in send rate, whose refusals
     /// (5.03 with Max-Age) are such answers, one per request the client sends.
     pub(super) fn push_local(&mut self, to: Destination, payload: &[u8]) -> bool {
-        if let Destination::Client(addr) = to {
-            let verdict = self.validation.admit(self.now, addr, payload.len(), None);
-            if !is_local_client(&addr) && verdict == Verdict::Withhold {
-                return false;
-            }
-        }
-        self.bytes.extend_from_slice(payload);
-        self.queue.push_back((to, payload.len()));
-        true
+        self.push_gated(to, payload, None, false)
     }
 
     /// Queues a CON of exchange `key` for `to`: past an unproven client's allowance it may
     /// go as the one CON that asks for the proof, or waits for it (`validation.rs`).
     pub(super) fn push_con(&mut self, to: Destination, payload: &[u8], key: ExchangeKey) -> bool {
-        self.push_gated(to, payload, Some(key))
+        self.push_gated(to, payload, Some(key), true)
     }
 
-    fn push_gated(&mut self, to: Destination, payload: &[u8], con: Option<ExchangeKey>) -> bool {
+    fn push_gated(
+        &mut self,
+        to: Destination,
+        payload: &[u8],
+        con: Option<ExchangeKey>,
+        rated: bool,
+    ) -> bool {
         if let Destination::Client(addr) = to {
-            if !self.admits(addr, payload.len(), con) {
+            if !self.admits(addr, payload.len(), con, rated) {
                 return false;
             }
         }
@@ -129,9 +127,15 @@ impl Outbox {
     }
 
     /// Whether `len` more bytes may go to client `addr`: within its allowance (or as its
-    /// probe) and its rate, unless it is an in-process client, which no spoofer can be
-    /// (`local.rs`).
-    fn admits(&mut self, addr: SocketAddr, len: usize, con: Option<ExchangeKey>) -> bool {
+    /// probe) and, if `rated`, its rate, unless it is an in-process client, which no spoofer
+    /// can be (`local.rs`).
+    fn admits(
+        &mut self,
+        addr: SocketAddr,
+        len: usize,
+        con: Option<ExchangeKey>,
+        rated: bool,
+    ) -> bool {
         if is_local_client(&addr) {
             return true;
         }
@@ -139,15 +143,22 @@ impl Outbox {
         if self.validation.admit(now, addr, len, con) == Verdict::Withhold {
             return false;
         }
-        self.budget.as_mut().is_none_or(|b| b.admit(now, addr, len))
+        let budget = self.budget.as_mut().filter(|_| rated);
+        budget.is_none_or(|b| b.admit(now, addr, len))
     }
 
-    /// Queues what `encode` writes (into a cleared buffer, as the CoAP encoders do) for `to`.
-    pub(super) fn push_encoded(&mut self, to: Destination, encode: impl FnOnce(&mut Vec<u8>)) {
+    /// Queues what `encode` writes (into a cleared buffer, as the CoAP encoders do) for `to`;
+    /// whether it was queued, as [`push`](Self::push).
+    pub(super) fn push_encoded(
+        &mut self,
+        to: Destination,
+        encode: impl FnOnce(&mut Vec<u8>),
+    ) -> bool {
         let mut scratch = std::mem::take(&mut self.scratch);
         encode(&mut scratch);
-        self.push(to, &scratch);
+        let queued = self.push(to, &scratch);
         self.scratch = scratch;
+        queued
     }
 
     /// Hands the oldest datagram and where it goes to `send`, then drops it from the queue.

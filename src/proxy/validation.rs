@@ -58,9 +58,10 @@ const MAX_WITHHELD: usize = 32;
 pub(super) const PROOF_WAIT: Duration = Duration::from_secs(1);
 /// Unmatched ACKs and RSTs an unproven source may send before its ACKs prove nothing.
 const MAX_WRONG_PROOFS: u8 = 8;
-/// `--validate-sources`: a request is challenged unless its source's allowance takes an
-/// answer this long (RFC 7252 §4.6's message size).
-const LIKELY_ANSWER: u64 = 1152;
+/// An answer may be this long (RFC 7252 §4.6's message size, when nothing is known of the
+/// path): with `--validate-sources` a request is challenged unless its source's allowance
+/// takes one, and with an opt-in send rate it is refused unless the client's bucket does.
+pub(super) const LIKELY_ANSWER: usize = 1152;
 
 /// What a source has shown.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -226,10 +227,7 @@ impl SourceValidation {
         self.withheld_datagrams += 1;
         let is_probe = |k| matches!(proof, Proof::Unproven { probe: Some(p), .. } if p == k);
         if let Some(key) = con.filter(|&k| !is_probe(k)) {
-            let list = self.withheld.entry(addr).or_default();
-            if list.len() < MAX_WITHHELD && !list.contains(&key) {
-                list.push(key);
-            }
+            self.hold(addr, key);
         }
         Verdict::Withhold
     }
@@ -246,7 +244,9 @@ impl SourceValidation {
         }
     }
 
-    /// Keeps `key`'s answer for when `addr` proves itself (it is held, `State::AwaitingProof`).
+    /// Remembers `key` to send when `addr` proves itself: a held answer
+    /// (`State::AwaitingProof`) or a withheld CON; at most [`MAX_WITHHELD`] per source (the
+    /// rest go at their own retransmission or deadline).
     pub(super) fn hold(&mut self, addr: SocketAddr, key: ExchangeKey) {
         let list = self.withheld.entry(addr).or_default();
         if list.len() < MAX_WITHHELD && !list.contains(&key) {
@@ -341,7 +341,7 @@ impl SourceValidation {
     fn challenge(&mut self, now: Timestamp, addr: SocketAddr) -> Option<[u8; echo::ISSUED_LEN]> {
         let s = self.entry(now, addr);
         let allowance = (AMPLIFICATION_FACTOR * s.received).saturating_sub(s.sent);
-        let fine = s.proven(now) || allowance >= LIKELY_ANSWER;
+        let fine = s.proven(now) || allowance >= LIKELY_ANSWER as u64;
         (!fine).then(|| self.key.issue(addr, now))
     }
 
