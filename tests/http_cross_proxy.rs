@@ -369,6 +369,34 @@ fn pipelined_requests_are_answered_in_order() {
     assert_eq!(got[2].body, big_body());
 }
 
+/// Issue 25, finding 5: requests the proxy answers itself (cache hits, 403s) and that were
+/// pipelined behind each other are all taken in the turn their predecessor was answered. Before,
+/// each batch waited for the in-process client's retransmission (2 s): so no request may have
+/// been sent to the engine twice, which the metrics count.
+#[test]
+fn pipelined_requests_the_proxy_answers_itself_need_no_retransmission() {
+    let extra = ["--metrics", "127.0.0.1:0", "--cache-size", "1MiB"];
+    let (_server, mut proxy, http, port) = proxy_to_aiocoap(&extra);
+    let metrics = logged_addr(&mut proxy, "metrics listening on ");
+    assert_eq!(curl(&[&format!("http://{http}/hello")]).status, 200);
+    let not_allowed = format!("/hc/coap://127.0.0.2:{port}/hello");
+    for (path, status) in [("/hello", 200), (not_allowed.as_str(), 403)] {
+        let mut s = TcpStream::connect(http).unwrap();
+        s.set_read_timeout(Some(T20)).unwrap();
+        let mut requests = format!("GET {path} HTTP/1.1\r\nHost: p\r\n\r\n").repeat(39);
+        requests += &format!("GET {path} HTTP/1.1\r\nHost: p\r\nConnection: close\r\n\r\n");
+        s.write_all(requests.as_bytes()).unwrap();
+        let mut raw = Vec::new();
+        s.read_to_end(&mut raw).unwrap();
+        let got = split_responses(&raw);
+        assert_eq!(got.len(), 40, "{path}");
+        assert!(got.iter().all(|r| r.status == status), "{path}: {got:?}");
+    }
+    let doc = common::exposition::scrape(metrics);
+    assert_eq!(doc.get("backoffd_coap_client_duplicates_total"), 0.0);
+    assert_eq!(doc.get("backoffd_coap_requests_total"), 81.0);
+}
+
 /// `curl -N` following the event stream of `path` through the cross-proxy at `http`.
 fn event_stream(http: SocketAddr, path: &str) -> Proc {
     Proc::spawn(

@@ -269,8 +269,11 @@ impl ProxyComponent {
         }
     }
 
-    /// Moves CoAP datagrams between the cross-proxy and the engine until neither has more,
-    /// then writes the HTTP answers that made.
+    /// Moves CoAP datagrams between the cross-proxy and the engine, and writes the HTTP
+    /// answers they make, until neither side has more. Writing an answer frees a pipelining
+    /// slot, so the connection parses its next request at once: what the engine answers
+    /// itself (a cache hit, a 403) must be taken in this turn too, or the request would wait
+    /// for the in-process client's retransmission (issue 25, finding 5).
     fn shuttle(&mut self, ctx: &mut Ctx<'_>) {
         let now = ctx.now();
         loop {
@@ -280,12 +283,13 @@ impl ProxyComponent {
                 }
             }
             self.flush(ctx);
-            if !self.http.as_ref().is_some_and(HttpFront::has_to_engine) {
+            let Some(http) = self.http.as_mut() else {
+                break;
+            };
+            http.write_answers(ctx);
+            if !http.has_to_engine() {
                 break;
             }
-        }
-        if let Some(http) = self.http.as_mut() {
-            http.write_answers(ctx);
         }
     }
 
