@@ -395,6 +395,25 @@ fn pipelined_requests_the_proxy_answers_itself_need_no_retransmission() {
     let doc = common::exposition::scrape(metrics);
     assert_eq!(doc.get("backoffd_coap_client_duplicates_total"), 0.0);
     assert_eq!(doc.get("backoffd_coap_requests_total"), 81.0);
+    assert_eq!(doc.get("backoffd_coap_response_cache_hits_total"), 40.0);
+}
+
+/// `Cache-Control: no-cache` on an HTTP request is a preference (RFC 9111 §5.2.1.4), and the
+/// cross-proxy does not pass it on: the cache is there to shield a constrained origin, and a
+/// browser's reload sends it on every request. A fresh entry answers it.
+#[test]
+fn a_request_no_cache_directive_is_answered_from_a_fresh_cached_response() {
+    let extra = ["--metrics", "127.0.0.1:0", "--cache-size", "1MiB"];
+    let (_server, mut proxy, http, _) = proxy_to_aiocoap(&extra);
+    let metrics = logged_addr(&mut proxy, "metrics listening on ");
+    let url = format!("http://{http}/hello");
+    assert_eq!(curl(&[&url]).status, 200);
+    for header in ["Cache-Control: no-cache", "Pragma: no-cache"] {
+        let got = curl(&["-H", header, &url]);
+        assert_eq!((got.status, got.text().as_str()), (200, "hello from aiocoap"));
+    }
+    let doc = common::exposition::scrape(metrics);
+    assert_eq!(doc.get("backoffd_coap_response_cache_hits_total"), 2.0);
 }
 
 /// `curl -N` following the event stream of `path` through the cross-proxy at `http`.

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use rand::Rng;
 
-use crate::coap::option::{self, OBSERVE};
+use crate::coap::option::{self, ETAG, OBSERVE};
 use crate::coap::{empty_ack, peek_header, Message, MessageType};
 use crate::time::Timestamp;
 
@@ -209,6 +209,23 @@ impl Proxy {
         })
     }
 
+    /// Whether a 2.03 names one of the ETags the request sent upstream carried. A 2.03 says
+    /// "the response with this ETag is still valid" and MUST carry that ETag (RFC 7252
+    /// §5.9.1.3): one without, or for an ETag nobody asked about, validates nothing, and the
+    /// client (which may have sent no ETag at all) would get an answer with no content.
+    fn validates_what_was_asked(&self, key: ExchangeKey, msg: &Message) -> bool {
+        let mut named = msg.options().filter(|&(n, _)| n == ETAG).map(|(_, v)| v);
+        let Some(etag) = named.next() else {
+            return false;
+        };
+        let sent = self.get(key).and_then(|x| x.request.as_deref());
+        match sent.map(Message::parse) {
+            Some(Ok(request)) => request.options().any(|(n, v)| n == ETAG && v == etag),
+            // The copy is gone only once nothing can go upstream again; the ETag is there.
+            _ => true,
+        }
+    }
+
     /// The upstream's answer to a pending request: relay it, or 5.02 if it carries an unsafe
     /// option we do not recognise (RFC 7252 §5.7.1). Safe-to-forward ones pass, critical or
     /// not: an OSCORE response (option 9) is for the client to verify, not for the proxy.
@@ -220,6 +237,9 @@ impl Proxy {
                 Code::BAD_GATEWAY,
                 "unrecognised unsafe option in response",
             );
+        }
+        if msg.code() == Code::VALID && !self.validates_what_was_asked(key, msg) {
+            return self.give_up(now, key, Code::BAD_GATEWAY, "2.03 for no ETag asked");
         }
         self.track_answer_code(msg.code());
         let registers = self.get(key).is_some_and(|x| x.wants_observe)

@@ -481,3 +481,48 @@ fn the_proxys_own_answers_are_kept_max_transmit_wait_real_ones_exchange_lifetime
     run_until(&mut p, secs(1.0 + 247.2));
     assert_eq!(kept(&p), (0, 0));
 }
+
+/// The upstream's answer to `req` with `code` and these options.
+fn answer_with(req: &[u8], code: Code, options: &[(u16, &[u8])]) -> Vec<u8> {
+    let req = Message::parse(req).unwrap();
+    let mut out = Vec::new();
+    let ty = MessageType::Ack;
+    let mut b = MessageBuilder::new(&mut out, ty, code, req.message_id(), req.token());
+    for &(n, v) in options {
+        b.option(n, v);
+    }
+    b.finish().unwrap();
+    out
+}
+
+#[test]
+fn a_2_03_that_names_no_etag_the_request_carried_is_5_02() {
+    use crate::coap::option::ETAG;
+    let cases: [(&[u8], &[u8], Code); 4] = [
+        (b"", b"", Code::BAD_GATEWAY),
+        (b"", b"v1", Code::BAD_GATEWAY),
+        (b"v1", b"v2", Code::BAD_GATEWAY),
+        (b"v1", b"v1", Code::VALID),
+    ];
+    for (i, (asked, named, want)) in cases.into_iter().enumerate() {
+        let mut p = proxy(|_| {});
+        let mut req = Vec::new();
+        let mut b = MessageBuilder::new(&mut req, MessageType::Con, Code::GET, 1, b"t");
+        if !asked.is_empty() {
+            b.option(ETAG, asked);
+        }
+        b.option(URI_PATH, b"r");
+        b.finish().unwrap();
+        p.handle_client_datagram(secs(0.0), client(1), &req);
+        let out = drain(&mut p);
+        let up = to_upstream(&out)[0].to_vec();
+        let options: Vec<(u16, &[u8])> = match named {
+            b"" => Vec::new(),
+            etag => vec![(ETAG, etag)],
+        };
+        let answer = answer_with(&up, Code::VALID, &options);
+        p.handle_upstream_datagram(secs(0.1), EP0, &answer);
+        let got = codes_to(&drain(&mut p), client(1));
+        assert_eq!(got, [want], "case {i}: asked {asked:?}, 2.03 named {named:?}");
+    }
+}
