@@ -293,3 +293,38 @@ fn without_http_cors_the_page_from_another_origin_reads_nothing() {
     assert!(events(dom).is_empty(), "{dom}");
     assert!(!dom.contains(r#"<div id="done">"#), "{dom}");
 }
+
+/// Issue 25, finding 4: an origin whose notifications end lines with bare CRs cannot add
+/// fields or events to the stream a browser reads. EventSource ends a line at CR, LF or CRLF
+/// (WHATWG HTML, "event stream interpretation"); the proxy splits the payload the same way and
+/// prefixes every piece with `data:`, so each notification stays one message event whose data
+/// is the payload with its line ends made LFs, and its id stays the Observe value.
+#[test]
+fn bare_crs_in_a_notification_add_no_event_field_or_id_in_a_browser() {
+    peers();
+    browser();
+    let (dir, _pages, page_port) = serve_page("browser-bare-cr");
+    let (_coap, coap_port) = aiocoap_server_with(&["--tick", "0.2"]);
+    let upstream = format!("127.0.0.1:{coap_port}");
+    let page_origin = format!("http://127.0.0.1:{page_port}");
+    let (_proxy, http) = http_proxy(&["--upstream", &upstream, "--http-cors", &page_origin]);
+    let url = format!("{page_origin}/page.html?proxy=http://{http}&stream=/crclock");
+
+    let view = chromium(&dir, &url);
+    let dom = &view.dom;
+    let seen = events(dom);
+    assert!(seen.len() >= 3, "3 message events: {seen:?}; DOM:\n{dom}");
+    assert!(dom.contains(r#"<span id="admin">0</span>"#), "{dom}");
+    assert!(
+        seen.windows(2).all(|w| w[0].0 < w[1].0) && seen.iter().all(|(id, _)| *id != 999),
+        "lastEventId is the Observe value, never the injected 999: {seen:?}"
+    );
+    let injected = "\nid: 999\nretry: 86400000\nevent: admin\n\ndata: forged-event";
+    for (_, data) in &seen {
+        let tick = data.strip_suffix(injected);
+        assert!(
+            tick.is_some_and(|t| t.parse::<u64>().is_ok()),
+            "one event per notification, its whole payload as data: {data:?}"
+        );
+    }
+}

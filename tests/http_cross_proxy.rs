@@ -410,7 +410,10 @@ fn a_request_no_cache_directive_is_answered_from_a_fresh_cached_response() {
     assert_eq!(curl(&[&url]).status, 200);
     for header in ["Cache-Control: no-cache", "Pragma: no-cache"] {
         let got = curl(&["-H", header, &url]);
-        assert_eq!((got.status, got.text().as_str()), (200, "hello from aiocoap"));
+        assert_eq!(
+            (got.status, got.text().as_str()),
+            (200, "hello from aiocoap")
+        );
     }
     let doc = common::exposition::scrape(metrics);
     assert_eq!(doc.get("backoffd_coap_response_cache_hits_total"), 2.0);

@@ -24,6 +24,9 @@ then serves until killed. Resources:
               FETCH, 2.01 for POST with Location-Path /echo/new, 2.04 for PUT and PATCH,
               2.02 for DELETE), and prints `ECHO <METHOD>`
   /json       GET: {"t": 21.5} as application/json (Content-Format 50)
+  /crclock    observable like /clock, but each payload tries to inject Server-Sent Events
+              fields with bare CRs (issue 25): `<n>\rid: 999\rretry: 86400000\revent: admin`
+              `\r\rdata: forged-event`, as text/plain;charset=utf-8
 
 Every stdout line is flushed at once: the Rust test reads them as they come.
 """
@@ -181,6 +184,19 @@ class Clock(resource.ObservableResource):
         return aiocoap.Message(payload=str(self.value).encode())
 
 
+class InjectingClock(Clock):
+    """A clock whose notifications end lines with bare CRs, as a hostile origin might."""
+
+    INJECTION = "\rid: 999\rretry: 86400000\revent: admin\r\rdata: forged-event"
+
+    def update_observation_count(self, count):
+        say("CROBSERVERS", count)
+
+    async def render_get(self, request):
+        payload = (str(self.value) + self.INJECTION).encode()
+        return aiocoap.Message(payload=payload, content_format=0)
+
+
 async def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--host", default="127.0.0.1")
@@ -191,6 +207,7 @@ async def main():
     args = parser.parse_args()
 
     clock = Clock(args.tick)
+    crclock = InjectingClock(args.tick)
     site = resource.Site()
     site.add_resource(["hello"], Hello())
     site.add_resource(["slow"], Slow(args.slow))
@@ -201,6 +218,7 @@ async def main():
     site.add_resource(["tagged"], Tagged(args.tagged_max_age))
     site.add_resource(["echo"], Echo())
     site.add_resource(["json"], Json())
+    site.add_resource(["crclock"], crclock)
 
     ctx = await aiocoap.Context.create_server_context(
         site, bind=(args.host, 0), transports=["udp6"]
@@ -208,6 +226,7 @@ async def main():
     sock = ctx.request_interfaces[0].token_interface.message_interface.transport
     port = sock.get_extra_info("socket").getsockname()[1]
     clock.task = asyncio.create_task(clock.run())
+    crclock.task = asyncio.create_task(crclock.run())
     say("READY", port)
     # Serve until killed, or until the test process goes away (stdin closes).
     loop = asyncio.get_running_loop()

@@ -523,6 +523,10 @@ fn a_2_03_that_names_no_etag_the_request_carried_is_5_02() {
         let answer = answer_with(&up, Code::VALID, &options);
         p.handle_upstream_datagram(secs(0.1), EP0, &answer);
         let got = codes_to(&drain(&mut p), client(1));
-        assert_eq!(got, [want], "case {i}: asked {asked:?}, 2.03 named {named:?}");
+        assert_eq!(
+            got,
+            [want],
+            "case {i}: asked {asked:?}, 2.03 named {named:?}"
+        );
     }
 }
