@@ -19,6 +19,9 @@
 //! | `non_reader` | 11 | a peer that never reads: held output, and when it is given up; the connection cap |
 //! | `metrics_idle` | 12 | a scrape's time with every metrics slot held by an idle keep-alive |
 //! | `retry_flood` | 13 | retry-port connects in one session: intervals kept, the verdict, log lines |
+//!
+//! Issue 25's probes (the HTTP front and the answer store) are in `attack/hostile_http.rs`:
+//! `http_slots`, `answer_store`, `http_bodies`, `sse_cr` and `pipelined_local`.
 
 // The reflection cases are the test's (tests/proxy_reflection.rs), so that the figures printed
 // here are the ones it asserts on; the tests themselves are not compiled into the bench. It
@@ -26,6 +29,9 @@
 #[allow(dead_code, unused_imports)]
 #[path = "../tests/proxy_reflection.rs"]
 mod reflection;
+
+#[path = "attack/hostile_http.rs"]
+mod hostile_http;
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -64,6 +70,11 @@ const PROBES: &[(&str, Probe)] = &[
     ("non_reader", non_reader),
     ("metrics_idle", metrics_idle),
     ("retry_flood", retry_flood),
+    ("http_slots", hostile_http::http_slots),
+    ("answer_store", hostile_http::answer_store),
+    ("http_bodies", hostile_http::http_bodies),
+    ("sse_cr", hostile_http::sse_cr),
+    ("pipelined_local", hostile_http::pipelined_local),
 ];
 
 fn main() {
