@@ -319,6 +319,19 @@ mod tests {
     }
 
     #[test]
+    fn the_byte_bounds_of_kept_answers_take_sizes_and_refuse_zero_naming_the_flag() {
+        for flag in ["max-cached-bytes", "max-cached-bytes-per-client"] {
+            let line = format!("proxy --upstream 127.0.0.1:5684 --{flag} 512KiB");
+            assert_eq!(parse_only(&argv(&line)), Ok(()));
+            let line = format!("proxy --upstream 127.0.0.1:5684 --{flag} 0");
+            let e = parse_only(&argv(&line)).unwrap_err();
+            assert_eq!(e.0, format!("--{flag}: must be at least 1"));
+            let file = format!("[proxy]\nupstream = 127.0.0.1:5684\n{flag} = 2MiB\n");
+            assert_eq!(check_config_text("x.conf", &file), Ok(()));
+        }
+    }
+
+    #[test]
     fn cache_size_in_a_config_file_is_checked_on_its_line() {
         let file =
             |value: &str| format!("[proxy]\nupstream = 127.0.0.1:5684\n\ncache-size = {value}\n");

@@ -56,6 +56,12 @@ Limits and timing:
   --max-cached N                 finished answers kept for duplicates (default 100000)
   --max-cached-per-client N      of those, one client's at most: past it its own oldest go
                                  first (default 10000)
+  --max-cached-bytes BYTES       what those answers may take, the proxy's own kept apart
+                                 within as much again; past it the oldest go (default 8MiB)
+  --max-cached-bytes-per-client BYTES
+                                 of those, one client's at most: past it its own oldest go;
+                                 a longer answer is kept without its bytes, and a
+                                 retransmission then gets nothing (default 1MiB)
   --cache-size BYTES             response cache (RFC 7252 §5.6) for GET and FETCH: what it may
                                  hold, its bookkeeping included; the least recently used entry
                                  goes first (default 0: off; at most 1024MiB)
@@ -128,6 +134,8 @@ const CORE_SPEC: &[Spec] = &[
     value("max-options"),
     value("max-cached"),
     value("max-cached-per-client"),
+    value("max-cached-bytes"),
+    value("max-cached-bytes-per-client"),
     value("cache-size"),
     value("max-observations"),
     value("observe-con-every"),
@@ -298,6 +306,15 @@ pub fn config_from_flags(flags: &Flags) -> Result<ProxyConfig, UsageError> {
         max_cached: flags.get_or("max-cached", defaults.max_cached)?,
         max_cached_per_client: flags
             .get_or("max-cached-per-client", defaults.max_cached_per_client)?,
+        max_cached_bytes: flags
+            .get_or("max-cached-bytes", SizeArg(defaults.max_cached_bytes))?
+            .0,
+        max_cached_bytes_per_client: flags
+            .get_or(
+                "max-cached-bytes-per-client",
+                SizeArg(defaults.max_cached_bytes_per_client),
+            )?
+            .0,
         cache_size: flags.get_or("cache-size", SizeArg(defaults.cache_size))?.0,
         max_observations: flags.get_or("max-observations", defaults.max_observations)?,
         observe_con_every: flags.get_or("observe-con-every", defaults.observe_con_every)?,

@@ -9,13 +9,22 @@
 //! take it from the front: no allocation or free per answer, no timer per answer, and the only
 //! memory touched out of order is the caller's index entry for it.
 //!
-//! A ring may also give each client (by its [`ClientSlot`]) a share: past it, the client's own
-//! oldest answer goes, so that one source flooding the proxy cannot push other clients'
-//! answers out. That answer is usually not at the front: it is marked dead in place (it no
-//! longer counts, replays or holds its client) and its room is taken back when it reaches the
-//! front, or by a compaction once the dead are a third of the queue. A compaction moves
-//! entries, so an entry is found by its sequence number (kept in it) with a binary search when
-//! it is not where it would be without one.
+//! A ring is bounded twice: in answers, and in the bytes its byte queue holds, so that large
+//! answers (a cached 8 KB resource asked for ten thousand times) cost at most the byte bound
+//! and not ten thousand copies. The bytes counted are the queue's own, the dead ones below
+//! included: the bound is on what the ring really holds. An answer longer than a ring lets
+//! one client keep is kept without its bytes (its retransmissions get nothing, see
+//! [`Replay::Nothing`]): keeping it would evict every other answer of its client first.
+//!
+//! A ring may also give each client (by its [`ClientSlot`]) a share, in answers and in
+//! bytes: past it, the client's own oldest answer goes, so that one source flooding the proxy
+//! cannot push other clients' answers out. That answer is usually not at the front: it is
+//! marked dead in place (it no longer counts, replays or holds its client) and its room is
+//! taken back when it reaches the front, or by a compaction once the dead are a third of the
+//! entries or of the bytes (past one datagram's worth), or a quarter of the bytes of a ring at
+//! its byte bound. A compaction moves entries,
+//! so an entry is found by its sequence number (kept in it) with a binary search when it is
+//! not where it would be without one.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -33,12 +42,23 @@ pub(super) type ClientKey = (SocketAddr, CoapToken, u16);
 /// What a client's retransmission of an answered request gets.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) enum Replay<B> {
-    /// Nothing: a NON request, whose duplicates are ignored (RFC 7252 §4.3).
+    /// Nothing: a NON request, whose duplicates are ignored (RFC 7252 §4.3); or an answer
+    /// kept without its bytes (never sent, too long to keep, or to an in-process client,
+    /// which has it): the key alone stops the request from being handled twice.
     Nothing,
     /// An empty ACK with the request's MID: the answer travelled separately (§5.2.2).
     EmptyAck,
     /// This piggybacked answer again.
     Answer(B),
+}
+
+/// How much a ring, or one client's share of it, may keep.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Bound {
+    /// Answers.
+    pub count: usize,
+    /// Bytes of their encoded answers.
+    pub bytes: usize,
 }
 
 /// Where an entry's answer bytes are: absolute offsets into the byte queue.
@@ -54,6 +74,16 @@ enum Stored {
     Dead {
         len: u32,
     },
+}
+
+impl Stored {
+    /// Bytes it holds in the byte queue.
+    fn len(self) -> usize {
+        match self {
+            Stored::Answer { len, .. } | Stored::Dead { len } => len as usize,
+            Stored::Nothing | Stored::EmptyAck => 0,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -78,18 +108,19 @@ pub(super) struct Gone<K> {
     pub early: bool,
 }
 
-/// One client's part of a ring with shares: answers kept, and the sequence number from which
-/// its oldest is looked for (every older one of its answers is gone).
+/// One client's part of a ring with shares: answers kept, their bytes, and the sequence
+/// number from which its oldest is looked for (every older one of its answers is gone).
 #[derive(Clone, Copy, Debug, Default)]
 struct Share {
     kept: u32,
+    bytes: usize,
     from: u64,
 }
 
-/// The per-client shares of a ring: at most `max` answers each, counted by client slot.
+/// The per-client shares of a ring: at most `max` each, counted by client slot.
 #[derive(Debug)]
 struct Shares {
-    max: usize,
+    max: Bound,
     of: Vec<Share>,
 }
 
@@ -98,8 +129,20 @@ struct Shares {
 /// which moves every entry, comes once per as many evictions as a third of what it moves).
 const DEAD_SLACK: usize = 64;
 
-/// Answers kept for `lifetime` after they finished, at most `max` of them, oldest first, each
-/// under the key `K` its duplicates are recognised by (the caller keeps the index).
+/// Bytes of dead entries that may wait for the front before a compaction, on top of half the
+/// live ones: one datagram, so that a small ring does not compact at every eviction. (The
+/// bytes a ring holds are then at most 1.5 times its live ones plus this.)
+const DEAD_BYTES_SLACK: usize = 65_536;
+
+/// A ring over its byte bound compacts rather than evicts once this fraction (1/N) of its
+/// bytes are dead: the live answers are then at least three quarters of the bound, so a
+/// client over its share (whose dead answers these are) never makes the ring evict others'
+/// answers before they take most of the bound; and a compaction, which moves the live bytes,
+/// moves at most three for each dead byte it frees.
+const DEAD_BYTES_FRACTION: usize = 4;
+
+/// Answers kept for `lifetime` after they finished, within `max`, oldest first, each under
+/// the key `K` its duplicates are recognised by (the caller keeps the index).
 #[derive(Debug)]
 pub(super) struct AnswerRing<K> {
     entries: VecDeque<Entry<K>>,
@@ -112,14 +155,18 @@ pub(super) struct AnswerRing<K> {
     first_byte: u64,
     /// Entries marked dead; never the front one.
     dead: usize,
+    /// Bytes of the dead entries, still in the byte queue.
+    dead_bytes: usize,
+    /// Answers kept without their bytes because they were longer than a client may keep.
+    too_large: u64,
     lifetime: Duration,
-    max: usize,
+    max: Bound,
     shares: Option<Shares>,
 }
 
 impl<K: Copy> AnswerRing<K> {
     /// A ring without shares.
-    pub(super) fn new(lifetime: Duration, max: usize) -> Self {
+    pub(super) fn new(lifetime: Duration, max: Bound) -> Self {
         AnswerRing {
             entries: VecDeque::new(),
             bytes: VecDeque::new(),
@@ -127,15 +174,17 @@ impl<K: Copy> AnswerRing<K> {
             next_seq: 0,
             first_byte: 0,
             dead: 0,
+            dead_bytes: 0,
+            too_large: 0,
             lifetime,
             max,
             shares: None,
         }
     }
 
-    /// A ring where one client keeps at most `share` answers (see
+    /// A ring where one client keeps at most `share` (see
     /// [`pop_over_share`](Self::pop_over_share)).
-    pub(super) fn with_shares(lifetime: Duration, max: usize, share: usize) -> Self {
+    pub(super) fn with_shares(lifetime: Duration, max: Bound, share: Bound) -> Self {
         AnswerRing {
             shares: Some(Shares {
                 max: share,
@@ -150,9 +199,30 @@ impl<K: Copy> AnswerRing<K> {
         self.entries.len() - self.dead
     }
 
-    /// Keeps an answer for `key`; returns its sequence number. May leave the ring over its
-    /// bound or the client over its share: [`pop_over_share`](Self::pop_over_share) and
-    /// [`pop_over_bound`](Self::pop_over_bound) make room.
+    /// Bytes the byte queue holds: the live answers' and the dead ones' not yet dropped.
+    pub(super) fn bytes(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// Answers kept without their bytes so far, being longer than a client may keep.
+    pub(super) fn too_large(&self) -> u64 {
+        self.too_large
+    }
+
+    /// The longest answer kept with its bytes: one client's share of bytes, or the whole
+    /// bound. A longer one would take its client's every other answer, or all the ring's,
+    /// and then itself.
+    fn longest_kept(&self) -> usize {
+        let share = self.shares.as_ref().map_or(usize::MAX, |s| s.max.bytes);
+        share.min(self.max.bytes)
+    }
+
+    /// Keeps an answer for `key`; returns its sequence number. An answer longer than
+    /// [`longest_kept`](Self::longest_kept) is kept as [`Replay::Nothing`]: its key still
+    /// stops the request from being handled twice, and its bytes are not kept. May leave
+    /// the ring over its bound or the client over its share:
+    /// [`pop_over_share`](Self::pop_over_share) and [`pop_over_bound`](Self::pop_over_bound)
+    /// make room.
     pub(super) fn push(
         &mut self,
         now: Timestamp,
@@ -163,7 +233,12 @@ impl<K: Copy> AnswerRing<K> {
         let stored = match replay {
             Replay::Nothing => Stored::Nothing,
             Replay::EmptyAck => Stored::EmptyAck,
+            Replay::Answer(b) if b.len() > self.longest_kept() => {
+                self.too_large += 1;
+                Stored::Nothing
+            }
             Replay::Answer(b) => {
+                self.reserve(b.len());
                 let start = self.first_byte + self.bytes.len() as u64;
                 self.bytes.extend(b);
                 Stored::Answer {
@@ -186,8 +261,21 @@ impl<K: Copy> AnswerRing<K> {
         });
         if let Some(share) = self.share_mut(client) {
             share.kept += 1;
+            share.bytes += stored.len();
         }
         seq
+    }
+
+    /// Room for `len` more bytes: the capacity doubles as usual, but never past the bound
+    /// plus this answer, the most the queue holds before the caller evicts. (A ring buffer's
+    /// head goes round all of its capacity, so all of it ends up in memory.)
+    fn reserve(&mut self, len: usize) {
+        let (held, capacity) = (self.bytes.len(), self.bytes.capacity());
+        if held + len <= capacity {
+            return;
+        }
+        let target = (2 * capacity).min(self.max.bytes.saturating_add(len));
+        self.bytes.reserve_exact(target.max(held + len) - held);
     }
 
     /// The share of `client`, if this ring keeps shares (grown to hold its slot).
@@ -263,22 +351,31 @@ impl<K: Copy> AnswerRing<K> {
         }
     }
 
-    /// The oldest answer, if the ring holds more than its bound (or spans more sequence
-    /// numbers than an entry can name, which no real rate comes near).
+    /// The oldest answer, if the ring holds more than its bound in answers or in bytes (or
+    /// spans more sequence numbers than an entry can name, which no real rate comes near).
+    /// Over the byte bound with enough of its bytes dead, it compacts first (see
+    /// [`DEAD_BYTES_FRACTION`]), which may be room enough.
     pub(super) fn pop_over_bound(&mut self, now: Timestamp) -> Option<Gone<K>> {
+        let worth_compacting =
+            self.dead_bytes > 0 && self.dead_bytes * DEAD_BYTES_FRACTION >= self.bytes.len();
+        if self.bytes.len() > self.max.bytes && worth_compacting {
+            self.compact();
+        }
         let span = self.next_seq - self.first_seq;
-        match self.len() > self.max || span >= u64::from(u32::MAX) {
+        let over = self.len() > self.max.count || self.bytes.len() > self.max.bytes;
+        match over || span >= u64::from(u32::MAX) {
             true => self.pop(now, true),
             false => None,
         }
     }
 
-    /// The oldest answer of `client`, if it holds more than its share: one client cannot
-    /// take the room of the others, and its newest answers are the ones it may still ask for.
+    /// The oldest answer of `client`, if it holds more than its share in answers or bytes:
+    /// one client cannot take the room of the others, and its newest answers are the ones it
+    /// may still ask for. (One call takes one answer; a long one may need several to go.)
     pub(super) fn pop_over_share(&mut self, now: Timestamp, client: ClientSlot) -> Option<Gone<K>> {
         let shares = self.shares.as_ref()?;
         let share = *shares.of.get(client.index())?;
-        if share.kept as usize <= shares.max {
+        if share.kept as usize <= shares.max.count && share.bytes <= shares.max.bytes {
             return None;
         }
         let from = self.lower_bound(share.from);
@@ -294,11 +391,10 @@ impl<K: Copy> AnswerRing<K> {
             return self.pop(now, true);
         }
         let e = &mut self.entries[i];
-        let len = match e.stored {
-            Stored::Answer { len, .. } => len,
-            _ => 0,
+        let held = e.stored;
+        e.stored = Stored::Dead {
+            len: held.len() as u32,
         };
-        e.stored = Stored::Dead { len };
         let gone = Gone {
             key: e.key,
             seq,
@@ -306,8 +402,12 @@ impl<K: Copy> AnswerRing<K> {
             early: e.kept + MAX_TRANSMIT_WAIT > now,
         };
         self.dead += 1;
-        self.uncount(Some(client));
-        if self.dead > self.len() / 2 + DEAD_SLACK {
+        self.dead_bytes += held.len();
+        self.uncount(Some(client), held);
+        let live_bytes = self.bytes.len() - self.dead_bytes;
+        if self.dead > self.len() / 2 + DEAD_SLACK
+            || self.dead_bytes > live_bytes / 2 + DEAD_BYTES_SLACK
+        {
             self.compact();
         }
         Some(gone)
@@ -319,9 +419,11 @@ impl<K: Copy> AnswerRing<K> {
         (self.entries).partition_point(|e| self.offset_of(e) < offset)
     }
 
-    fn uncount(&mut self, client: Option<ClientSlot>) {
+    /// The client's share no longer counts an answer that held `stored`.
+    fn uncount(&mut self, client: Option<ClientSlot>, stored: Stored) {
         if let Some(share) = self.share_mut(client) {
             share.kept -= 1;
+            share.bytes -= stored.len();
         }
     }
 
@@ -344,6 +446,7 @@ impl<K: Copy> AnswerRing<K> {
         });
         self.bytes = bytes;
         self.dead = 0;
+        self.dead_bytes = 0;
     }
 
     /// Takes the front entry (live: the dead never stay in front), then the dead behind it.
@@ -351,11 +454,12 @@ impl<K: Copy> AnswerRing<K> {
         let e = self.entries.pop_front()?;
         let seq = self.first_seq;
         self.drop_bytes(e.stored);
-        self.uncount(e.client);
+        self.uncount(e.client, e.stored);
         while let Some(Stored::Dead { .. }) = self.entries.front().map(|e| e.stored) {
             let dead = self.entries.pop_front().expect("just seen");
             self.drop_bytes(dead.stored);
             self.dead -= 1;
+            self.dead_bytes -= dead.stored.len();
         }
         self.first_seq = match self.entries.front() {
             Some(front) => seq + u64::from(front.seq.wrapping_sub(seq as u32)),
@@ -393,9 +497,25 @@ mod tests {
         Timestamp::from_nanos(s * 1_000_000_000)
     }
 
+    /// A bound in answers only.
+    fn answers(count: usize) -> Bound {
+        Bound {
+            count,
+            bytes: usize::MAX,
+        }
+    }
+
+    /// A bound in bytes only.
+    fn bytes(bytes: usize) -> Bound {
+        Bound {
+            count: usize::MAX,
+            bytes,
+        }
+    }
+
     #[test]
     fn answers_replay_until_they_expire_oldest_first() {
-        let mut ring = AnswerRing::new(Duration::from_secs(10), 100);
+        let mut ring = AnswerRing::new(Duration::from_secs(10), answers(100));
         let slot = Some(crate::proxy::clients::tests::some_slot());
         let a = ring.push(at(1), key(1), Replay::Answer(b"first"), None);
         let b = ring.push(at(2), key(2), Replay::EmptyAck, slot);
@@ -421,7 +541,7 @@ mod tests {
 
     #[test]
     fn the_bound_evicts_the_oldest_and_says_if_a_client_could_still_ask() {
-        let mut ring = AnswerRing::new(Duration::from_secs(247), 2);
+        let mut ring = AnswerRing::new(Duration::from_secs(247), answers(2));
         for n in 0..3 {
             ring.push(at(u64::from(n)), key(n), Replay::Nothing, None);
         }
@@ -435,7 +555,7 @@ mod tests {
     #[test]
     fn a_client_over_its_share_loses_its_own_oldest_answer_not_the_others() {
         let (flooder, other) = (clients::tests::slot(1), clients::tests::slot(2));
-        let mut ring = AnswerRing::with_shares(Duration::from_secs(247), 100, 3);
+        let mut ring = AnswerRing::with_shares(Duration::from_secs(247), answers(100), answers(3));
         let legit = ring.push(at(0), key(0), Replay::Answer(b"legit"), Some(other));
         let (mut seqs, mut gone) = (Vec::new(), Vec::new());
         for n in 1..=6 {
@@ -459,7 +579,7 @@ mod tests {
     #[test]
     fn the_oldest_of_a_client_at_the_front_leaves_from_the_front() {
         let c = clients::tests::slot(0);
-        let mut ring = AnswerRing::with_shares(Duration::from_secs(247), 100, 2);
+        let mut ring = AnswerRing::with_shares(Duration::from_secs(247), answers(100), answers(2));
         for n in 0..1000 {
             ring.push(at(1), key(n), Replay::Answer(b"x"), Some(c));
             if n >= 2 {
@@ -471,15 +591,25 @@ mod tests {
         assert_eq!((ring.len(), ring.bytes.len()), (2, 2));
     }
 
-    /// A model of the ring: every entry pushed with its client, bytes and whether it is kept.
+    /// A model of the ring: every entry pushed with its client, its bytes (`None`: kept
+    /// without them, being too long) and whether it is kept. Small answers first, where the
+    /// bounds in answers bind; then longer ones, where the bounds in bytes do; now and then
+    /// one longer than a share.
     #[test]
     fn shares_bounds_and_expiry_agree_with_a_model_through_compactions() {
         let mut rng = crate::test_support::Rng::new(0x5eed_cafe);
-        let (share, max) = (40, 150);
+        let share = Bound {
+            count: 40,
+            bytes: 900,
+        };
+        let max = Bound {
+            count: 150,
+            bytes: 3_000,
+        };
         let mut ring = AnswerRing::with_shares(Duration::from_secs(30), max, share);
-        let mut model: Vec<(u64, u32, Vec<u8>, bool)> = Vec::new();
-        let mut compactions = 0;
-        for step in 0..20_000u32 {
+        let mut model: Vec<(u64, u32, Option<Vec<u8>>, bool)> = Vec::new();
+        let (mut compactions, mut too_large) = (0, 0);
+        for step in 0..40_000u32 {
             let now = at(u64::from(step / 100));
             // Client 0 floods; 1..=8 trickle.
             let client = if rng.below(3) > 0 {
@@ -487,16 +617,23 @@ mod tests {
             } else {
                 1 + rng.below(8) as u32
             };
-            let body = format!("{step}:{}", "b".repeat(rng.below(20)));
+            let longest = if step < 20_000 { 8 } else { 90 };
+            let pad = match rng.below(400) {
+                0 => share.bytes,
+                _ => rng.below(longest),
+            };
+            let body = format!("{step}:{}", "b".repeat(pad)).into_bytes();
             let seq = ring.push(
                 now,
-                key(step as u16),
-                Replay::Answer(body.as_bytes()),
+                key((step % 20_000) as u16),
+                Replay::Answer(&body),
                 Some(clients::tests::slot(client)),
             );
-            model.push((seq, client, body.into_bytes(), true));
+            let fits = body.len() <= share.bytes;
+            too_large += usize::from(!fits);
+            model.push((seq, client, fits.then_some(body), true));
             let dead_before = ring.dead;
-            if let Some(g) = ring.pop_over_share(now, clients::tests::slot(client)) {
+            while let Some(g) = ring.pop_over_share(now, clients::tests::slot(client)) {
                 let oldest = model.iter_mut().find(|m| m.1 == client && m.3).unwrap();
                 assert_eq!(g.seq, oldest.0, "step {step}: the client's own oldest");
                 oldest.3 = false;
@@ -507,24 +644,133 @@ mod tests {
                 assert_eq!(g.seq, oldest.0, "step {step}: the oldest of all");
                 oldest.3 = false;
             }
+            // What the ring holds, dead bytes included, is within its bound; so is what
+            // its byte queue may grow to.
+            assert!(ring.bytes() <= max.bytes, "step {step}");
+            assert!(
+                ring.bytes.capacity() <= max.bytes + share.bytes,
+                "step {step}"
+            );
             if step % 97 == 0 {
                 for (seq, c, body, kept) in &model {
-                    let want = kept.then(|| Replay::Answer(body.clone()));
+                    let want = kept.then(|| match body {
+                        Some(body) => Replay::Answer(body.clone()),
+                        None => Replay::Nothing,
+                    });
                     assert_eq!(ring.replay(*seq), want, "step {step}, seq {seq} of {c}");
                 }
                 let live = model.iter().filter(|m| m.3).count();
                 assert_eq!(ring.len(), live);
                 assert!(ring.entries.len() <= live + live / 2 + DEAD_SLACK + 1);
-                let per_client = |c| model.iter().filter(|m| m.1 == c && m.3).count();
-                assert!((0..9).all(|c| per_client(c) <= share), "step {step}");
+                let of = |c: u32| model.iter().filter(move |m| m.1 == c && m.3);
+                let bytes_of = |c| {
+                    of(c)
+                        .map(|m| m.2.as_ref().map_or(0, Vec::len))
+                        .sum::<usize>()
+                };
+                assert!((0..9).all(|c| of(c).count() <= share.count), "step {step}");
+                assert!((0..9).all(|c| bytes_of(c) <= share.bytes), "step {step}");
+                let live_bytes: usize = (0..9).map(bytes_of).sum();
+                assert_eq!(ring.bytes(), live_bytes + ring.dead_bytes, "step {step}");
             }
         }
         assert!(compactions > 10, "{compactions} compactions");
+        assert!(too_large > 50 && ring.too_large() == too_large as u64);
+    }
+
+    #[test]
+    fn the_byte_bound_evicts_the_oldest_and_says_if_a_client_could_still_ask() {
+        let mut ring = AnswerRing::new(Duration::from_secs(247), bytes(100));
+        let seqs: Vec<u64> = (0..10)
+            .map(|n| ring.push(at(0), key(n), Replay::Answer(&[n as u8; 10]), None))
+            .collect();
+        assert_eq!((ring.pop_over_bound(at(0)), ring.bytes()), (None, 100));
+        // 25 more bytes: the three oldest go, every one while its client could still ask.
+        let last = ring.push(at(1), key(10), Replay::Answer(&[10; 25]), None);
+        let gone: Vec<_> = std::iter::from_fn(|| ring.pop_over_bound(at(1))).collect();
+        assert_eq!(gone.iter().map(|g| g.seq).collect::<Vec<_>>(), seqs[..3]);
+        assert!(gone.iter().all(|g| g.early));
+        assert_eq!((ring.bytes(), ring.len()), (95, 8));
+        assert_eq!(ring.replay(last), Some(Replay::Answer(vec![10; 25])));
+        assert_eq!(ring.replay(seqs[3]), Some(Replay::Answer(vec![3; 10])));
+    }
+
+    #[test]
+    fn a_client_over_its_byte_share_loses_its_own_oldest_answers_not_the_others() {
+        let (flooder, other) = (clients::tests::slot(1), clients::tests::slot(2));
+        let mut ring = AnswerRing::with_shares(Duration::from_secs(247), bytes(1000), bytes(30));
+        let legit = ring.push(at(0), key(0), Replay::Answer(b"legit"), Some(other));
+        let first: Vec<u64> = (1..=3)
+            .map(|n| ring.push(at(1), key(n), Replay::Answer(&[1; 10]), Some(flooder)))
+            .collect();
+        assert_eq!(
+            ring.pop_over_share(at(1), flooder),
+            None,
+            "30 bytes: its share"
+        );
+        // 20 more bytes: its two oldest make room, one call each.
+        let long = ring.push(at(1), key(4), Replay::Answer(&[4; 20]), Some(flooder));
+        let gone: Vec<_> = std::iter::from_fn(|| ring.pop_over_share(at(1), flooder))
+            .map(|g| g.seq)
+            .collect();
+        assert_eq!(gone, first[..2]);
+        assert_eq!(ring.pop_over_share(at(1), other), None);
+        assert_eq!(ring.replay(legit), Some(Replay::Answer(b"legit".to_vec())));
+        assert!(ring.holds(first[2]) && ring.holds(long));
+        // The dead bytes stay in the queue until they can go: they are counted there.
+        assert_eq!(ring.bytes(), 5 + 30 + 20);
+    }
+
+    #[test]
+    fn an_answer_longer_than_a_share_is_kept_without_its_bytes() {
+        let c = clients::tests::slot(1);
+        let mut ring = AnswerRing::with_shares(Duration::from_secs(247), bytes(1000), bytes(30));
+        let small = ring.push(at(0), key(0), Replay::Answer(b"small"), Some(c));
+        let long = ring.push(at(0), key(1), Replay::Answer(&[7; 31]), Some(c));
+        assert_eq!(ring.pop_over_share(at(0), c), None, "nothing of it counted");
+        assert_eq!(ring.replay(long), Some(Replay::Nothing));
+        assert_eq!(ring.replay(small), Some(Replay::Answer(b"small".to_vec())));
+        assert_eq!((ring.bytes(), ring.len(), ring.too_large()), (5, 2, 1));
+        // Without shares, the bound is the limit.
+        let mut ring = AnswerRing::new(Duration::from_secs(247), bytes(10));
+        let long = ring.push(at(0), key(1), Replay::Answer(&[7; 11]), None);
+        assert_eq!(
+            (ring.replay(long), ring.bytes()),
+            (Some(Replay::Nothing), 0)
+        );
+    }
+
+    #[test]
+    fn at_the_byte_bound_a_flooders_dead_bytes_go_before_the_others_answers() {
+        let flooder = clients::tests::slot(0);
+        let mut ring = AnswerRing::with_shares(Duration::from_secs(247), bytes(1000), bytes(200));
+        let legit: Vec<u64> = (1..=3)
+            .flat_map(|c| [c, c + 10])
+            .map(|n| {
+                let c = clients::tests::slot(u32::from(n % 10));
+                ring.push(at(0), key(n), Replay::Answer(&[n as u8; 100]), Some(c))
+            })
+            .collect();
+        let mut compacted = false;
+        for n in 100..400 {
+            ring.push(at(1), key(n), Replay::Answer(&[0; 100]), Some(flooder));
+            while ring.pop_over_share(at(1), flooder).is_some() {}
+            let dead = ring.dead_bytes;
+            assert_eq!(
+                ring.pop_over_bound(at(1)),
+                None,
+                "no answer of the others goes"
+            );
+            compacted |= ring.dead_bytes < dead;
+            assert!(ring.bytes() <= 1000);
+        }
+        assert!(compacted);
+        assert!(legit.iter().all(|&s| ring.holds(s)));
     }
 
     #[test]
     fn answers_survive_the_byte_queue_wrapping_around() {
-        let mut ring = AnswerRing::new(Duration::from_secs(20), 1000);
+        let mut ring = AnswerRing::new(Duration::from_secs(20), answers(1000));
         let mut live = VecDeque::new();
         for n in 0..5000u32 {
             let body = format!("answer {n} {}", "x".repeat((n % 37) as usize));

@@ -178,7 +178,10 @@ impl Proxy {
     }
 
     /// Sends a hit and keeps it for the request's retransmissions, like any answer the proxy
-    /// gives without asking upstream (`Proxy::local_answers`).
+    /// gives without asking upstream (`Proxy::local_answers`): the same answer again, Max-Age
+    /// and all (RFC 7252 §4.5), within the store's bounds in bytes. A hit the outbox did not
+    /// queue (over the client's send rate) is not kept: a retransmission is a GET or FETCH
+    /// answered from the cache afresh (`Proxy::keep_local_answer`).
     fn answer_from_cache(
         &mut self,
         now: Timestamp,
@@ -197,15 +200,17 @@ impl Proxy {
                 upstream,
             );
         }
+        // The upstream's answer, relayed from the cache: counted like one relayed at once.
+        self.track_answer_code(Code(answer[1]));
+        if !self.out.push(Destination::Client(from), answer) {
+            return;
+        }
         self.clients.take_ref(slot);
         let replay = match msg.msg_type() {
             MessageType::Con => Replay::Answer(answer),
             _ => Replay::Nothing,
         };
         self.keep_local_answer(now, (from, token, msg.message_id()), replay, slot);
-        // The upstream's answer, relayed from the cache: counted like one relayed at once.
-        self.track_answer_code(Code(answer[1]));
-        self.out.push(Destination::Client(from), answer);
     }
 
     /// A hit past an unproven client's allowance goes as a relayed answer would: held while

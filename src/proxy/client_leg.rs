@@ -412,9 +412,6 @@ impl Proxy {
     ) {
         self.count_local(a.code);
         let con = msg.msg_type() == MessageType::Con;
-        // The kept answer holds the client's entry: its share, and for a NON answer (a MID of
-        // ours) its numbering.
-        self.clients.take_ref(slot);
         let (ty, mid) = match con {
             true => (MessageType::Ack, msg.message_id()),
             false => (MessageType::Non, self.clients.fresh_mid(slot)),
@@ -429,12 +426,16 @@ impl Proxy {
             };
             encode_local(&mut buf, ty, mid, token.as_bytes(), &bare);
         }
-        let replay = match con {
-            true => Replay::Answer(&buf[..]),
-            false => Replay::Nothing,
-        };
-        self.keep_local_answer(now, (from, token, msg.message_id()), replay, slot);
-        self.out.push_local(Destination::Client(from), &buf);
+        // Kept only if it went (`Proxy::keep_local_answer`). The kept answer holds the client's
+        // entry: its share, and for a NON answer (a MID of ours) its numbering.
+        if self.out.push_local(Destination::Client(from), &buf) {
+            self.clients.take_ref(slot);
+            let replay = match con {
+                true => Replay::Answer(&buf[..]),
+                false => Replay::Nothing,
+            };
+            self.keep_local_answer(now, (from, token, msg.message_id()), replay, slot);
+        }
         self.scratch = buf;
     }
 

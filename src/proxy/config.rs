@@ -169,6 +169,15 @@ pub struct ProxyConfig {
     /// client's own oldest answer goes, so that one source cannot push the others' out. The
     /// proxy's own answers have a share of the same size in their store.
     pub max_cached_per_client: usize,
+    /// `--max-cached-bytes`: the bytes those answers may take, each store apart (the proxy's
+    /// own answers have a bound of the same size in theirs); past it the oldest go, as past
+    /// `max_cached`. Counted on what the store really holds, so this bounds its memory:
+    /// 100,000 answers of 8 KB would be 800 MB.
+    pub max_cached_bytes: usize,
+    /// `--max-cached-bytes-per-client`: of those, one client's at most; past it its own
+    /// oldest go, as past `max_cached_per_client`. An answer longer than this is kept without
+    /// its bytes: its retransmissions get nothing (and are never forwarded again).
+    pub max_cached_bytes_per_client: usize,
     /// `--cache-size`: bytes the response cache may hold in all, its entries' bookkeeping
     /// included (RFC 7252 §5.6; `proxy/cache/`). 0, the default, turns it off: a cache
     /// changes what clients see (answers up to Max-Age old), so it is the operator's choice.
@@ -225,6 +234,8 @@ impl Default for ProxyConfig {
             max_options: 64,
             max_cached: 100_000,
             max_cached_per_client: 10_000,
+            max_cached_bytes: 8 << 20,
+            max_cached_bytes_per_client: 1 << 20,
             cache_size: 0,
             max_observations: 1_000,
             observe_con_every: 20,
@@ -288,6 +299,11 @@ impl ProxyConfig {
             ("max-inflight-per-client", self.max_inflight_per_client),
             ("max-cached", self.max_cached),
             ("max-cached-per-client", self.max_cached_per_client),
+            ("max-cached-bytes", self.max_cached_bytes),
+            (
+                "max-cached-bytes-per-client",
+                self.max_cached_bytes_per_client,
+            ),
             ("max-options", self.max_options),
         ] {
             if v == 0 {
@@ -477,6 +493,11 @@ mod tests {
             (|c| c.max_inflight_bytes = 1000, "--max-inflight-bytes"),
             (|c| c.max_options = 0, "--max-options"),
             (|c| c.max_cached_per_client = 0, "--max-cached-per-client"),
+            (|c| c.max_cached_bytes = 0, "--max-cached-bytes"),
+            (
+                |c| c.max_cached_bytes_per_client = 0,
+                "--max-cached-bytes-per-client",
+            ),
         ] {
             let mut bad = c.clone();
             edit(&mut bad);

@@ -91,15 +91,20 @@ pub struct Counters {
     pub stale_timer_events: u64,
     /// Confirmable answers the client never acknowledged.
     pub client_delivery_failures: u64,
-    /// Answers evicted from a full answer cache before their lifetime ended.
+    /// Answers evicted from a full answer cache (`max_cached`, or `max_cached_bytes`) before
+    /// their lifetime ended.
     pub cache_evictions: u64,
     /// Of those, answers evicted while their client could still retransmit (cache too small).
     pub early_evictions: u64,
     /// The proxy's own answers (never forwarded) evicted from their full store.
     pub local_answer_evictions: u64,
-    /// Kept answers (the proxy's own included) of a client over `max_cached_per_client`,
-    /// evicted to make room for its newer ones: its own oldest first.
+    /// Kept answers (the proxy's own included) of a client over `max_cached_per_client` or
+    /// `max_cached_bytes_per_client`, evicted to make room for its newer ones: its own oldest
+    /// first.
     pub share_evictions: u64,
+    /// Answers kept without their bytes, being longer than `max_cached_bytes_per_client` (or
+    /// `max_cached_bytes`): their retransmissions get nothing, and are not forwarded again.
+    pub answers_too_large_to_keep: u64,
     /// Datagrams to clients dropped because their source was over its send budget
     /// (`ProxyConfig::client_budget`, RFC 7252 §11.3).
     pub over_budget_dropped: u64,
@@ -133,6 +138,9 @@ pub struct Counters {
     pub live_exchanges: u64,
     /// Gauge: answers kept to answer duplicates (the proxy's own included).
     pub cached_answers: u64,
+    /// Gauge: the bytes their stores hold (within `max_cached_bytes` each), dead ones not
+    /// yet dropped included.
+    pub cached_answer_bytes: u64,
     /// Gauge: of the live exchanges, requests still waiting on an upstream (`Waiting` or
     /// `AwaitingSeparate`).
     pub in_flight: u64,

@@ -9,7 +9,7 @@ use crate::coap::option::BLOCK2;
 use crate::coap::{empty_ack, params, ping, rewrite, Code, Message, MessageType};
 use crate::time::Timestamp;
 
-use super::engine::{encode_local, Destination, LocalAnswer, Proxy};
+use super::engine::{encode_local, Destination, LastAnswer, LocalAnswer, Proxy};
 use super::events::{ObserverLoss, ProxyEvent};
 use super::exchange::{ClientDelivery, ExchangeKey, Reply, State, TimerKind};
 use super::validation::{ProvedBy, PROOF_WAIT};
@@ -172,7 +172,7 @@ impl Proxy {
             self.scratch = bytes;
             return self.finish(now, key);
         }
-        self.send_to_client(now, key, ty, mid, &bytes);
+        let queued = self.send_to_client(now, key, ty, mid, &bytes);
         self.set_deadline(key, TimerKind::AckDelay, None);
         let delivering = self.get(key).is_some_and(|x| x.delivery.is_some());
         if observing || delivering {
@@ -184,13 +184,21 @@ impl Proxy {
         match (observing, delivering) {
             (true, _) => self.start_observation(now, key, msg),
             (false, true) => self.finish(now, key),
-            // Done: the answer goes straight to the cache, never boxed for the exchange.
-            (false, false) => self.retire(now, key, Some(&bytes)),
+            // Done: the answer goes straight to the cache, never boxed for the exchange; one
+            // the outbox did not queue (over the client's send rate) is not kept.
+            (false, false) => {
+                let last = match queued {
+                    true => LastAnswer::Queued(&bytes),
+                    false => LastAnswer::NotQueued,
+                };
+                self.retire(now, key, last);
+            }
         }
         self.scratch = bytes;
     }
 
     /// Sends a CON or NON to the client, tracking its MID for the ACK/RST; CON is retransmitted.
+    /// Returns whether the outbox queued it (a CON it withheld still goes, retransmitted).
     ///
     /// A NON's MID is tracked only for an observation, where the client's RST cancels it
     /// (RFC 7641 §3.6); an RST to a plain NON answer would have nothing left to stop.
@@ -201,8 +209,10 @@ impl Proxy {
         ty: MessageType,
         mid: u16,
         bytes: &[u8],
-    ) {
-        let Some(x) = self.get(key) else { return };
+    ) -> bool {
+        let Some(x) = self.get(key) else {
+            return false;
+        };
         let (client, observe) = (x.client, x.wants_observe);
         if ty == MessageType::Non && observe {
             self.forget_non_mid(key);
@@ -230,12 +240,14 @@ impl Proxy {
         }
         match ty {
             MessageType::Con => {
-                if self.out.push_con(Destination::Client(client), bytes, key) {
+                let queued = self.out.push_con(Destination::Client(client), bytes, key);
+                if queued {
                     self.count_sent(key);
                 }
+                queued
             }
-            _ => _ = self.out.push(Destination::Client(client), bytes),
-        };
+            _ => self.out.push(Destination::Client(client), bytes),
+        }
     }
 
     /// The retransmission timer of a CON to the client fired: send it again, or give up after

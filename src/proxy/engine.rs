@@ -21,7 +21,7 @@ use crate::coap::{params, Code, Message, MessageBuilder, MessageType};
 use crate::time::Timestamp;
 use crate::timer::TimerWheel;
 
-use super::answer_cache::{AnswerRing, ClientKey, Gone, Replay};
+use super::answer_cache::{AnswerRing, Bound, ClientKey, Gone, Replay};
 use super::budget::SendBudget;
 use super::cache::{CacheCounters, ResponseCache};
 use super::clients::{ClientSlot, Clients};
@@ -30,6 +30,7 @@ use super::events::{Events, ProxyEvent};
 use super::exchange::{CoapToken, Exchange, ExchangeKey, Reply, State, TimerKind};
 use super::fanout::Fanout;
 use super::keyed_hash::{KeyedMap, KeyedState};
+use super::local::is_local_client;
 pub use super::outbox::Destination;
 use super::outbox::Outbox;
 use super::validation::SourceValidation;
@@ -141,7 +142,7 @@ pub struct Proxy {
     pub(super) counters: Counters,
     /// Answers to requests that went upstream, for the clients' retransmissions: kept
     /// EXCHANGE_LIFETIME (NON answers too, so all expire in the order they came), bounded in
-    /// all and per client.
+    /// all and per client, in answers and in bytes.
     pub(super) answers: AnswerRing<ClientKey>,
     /// Answers the proxy made without asking an upstream (4.xx, 5.03, 5.05, 5.08): cheap to
     /// make again, so kept only [`LOCAL_ANSWER_LIFETIME`], and apart, so that a flood of them
@@ -188,7 +189,14 @@ impl Proxy {
             config.max_upstream_endpoints,
             rng.random(),
         );
-        let (max_cached, share) = (config.max_cached, config.max_cached_per_client);
+        let bound = Bound {
+            count: config.max_cached,
+            bytes: config.max_cached_bytes,
+        };
+        let share = Bound {
+            count: config.max_cached_per_client,
+            bytes: config.max_cached_bytes_per_client,
+        };
         let cache = ResponseCache::new(config.cache_size, [seeds.hash[1], !seeds.hash[0]]);
         let clients = Clients::new(rng.random(), &hash);
         let echo_key = crate::coap::echo::EchoKey::new([seeds.hash[1], seeds.hash[0] ^ 0xec40]);
@@ -211,9 +219,9 @@ impl Proxy {
             out,
             rng,
             counters: Counters::default(),
-            answers: AnswerRing::with_shares(params::EXCHANGE_LIFETIME, max_cached, share),
-            local_answers: AnswerRing::with_shares(LOCAL_ANSWER_LIFETIME, max_cached, share),
-            upstream_cons: AnswerRing::new(params::MAX_TRANSMIT_WAIT, max_cached),
+            answers: AnswerRing::with_shares(params::EXCHANGE_LIFETIME, bound, share),
+            local_answers: AnswerRing::with_shares(LOCAL_ANSWER_LIFETIME, bound, share),
+            upstream_cons: AnswerRing::new(params::MAX_TRANSMIT_WAIT, bound),
             by_upstream_con: hash.map(),
             cache,
             fanout: Fanout::new(&hash),
@@ -323,6 +331,8 @@ impl Proxy {
         Counters {
             live_exchanges: self.exchanges.len() as u64,
             cached_answers: (self.answers.len() + self.local_answers.len()) as u64,
+            cached_answer_bytes: (self.answers.bytes() + self.local_answers.bytes()) as u64,
+            answers_too_large_to_keep: self.answers.too_large() + self.local_answers.too_large(),
             in_flight: self.inflight as u64,
             observations: self.observations as u64,
             in_flight_bytes: self.inflight_bytes as u64,
@@ -573,7 +583,7 @@ impl Proxy {
     pub(super) fn finish(&mut self, now: Timestamp, key: ExchangeKey) {
         let Some(x) = self.get_mut(key) else { return };
         if x.delivery.is_none() {
-            return self.retire(now, key, None);
+            return self.retire(now, key, LastAnswer::Held);
         }
         x.state = State::Answered;
         self.delivering.push_back(key);
@@ -585,7 +595,7 @@ impl Proxy {
     pub(super) fn delivered(&mut self, now: Timestamp, key: ExchangeKey) {
         if self.get(key).is_some_and(|x| x.state == State::Answered) {
             self.delivering_count -= 1;
-            self.retire(now, key, None);
+            self.retire(now, key, LastAnswer::Held);
             while let Some(&front) = self.delivering.front() {
                 if self.get(front).is_some_and(|x| x.state == State::Answered) {
                     break;
@@ -620,28 +630,36 @@ impl Proxy {
         }
     }
 
-    /// Removes the exchange and keeps its answer for the client's duplicates: `answer`, or
-    /// the one the exchange holds.
-    pub(super) fn retire(&mut self, now: Timestamp, key: ExchangeKey, answer: Option<&[u8]>) {
+    /// Removes the exchange and keeps its answer for the client's duplicates (see
+    /// [`LastAnswer`]). The key is kept whatever the answer: a request that went upstream is
+    /// never forwarded again while it is.
+    pub(super) fn retire(&mut self, now: Timestamp, key: ExchangeKey, last: LastAnswer) {
         self.forget_non_mid(key);
         let x = self.exchanges.remove(key.index as usize);
         if let Some((id, _)) = x.deadlines.wheel {
             self.timers.cancel(id);
         }
         let client_key = (x.client, x.client_token, x.client_mid);
-        let answer = answer.or(x.answer.as_deref());
-        let replay = match (x.reply, answer) {
-            (Reply::Piggyback, Some(answer)) => Replay::Answer(answer),
-            (Reply::Piggyback | Reply::Separate, _) => Replay::EmptyAck,
+        let replay = match (x.reply, last) {
+            // Never sent (over the client's send rate): a retransmission gets nothing, not an
+            // answer it was refused, nor an empty ACK promising one.
+            (_, LastAnswer::NotQueued) => Replay::Nothing,
+            (Reply::Piggyback, LastAnswer::Queued(answer)) => Replay::Answer(answer),
+            (Reply::Piggyback, LastAnswer::Held) => match x.answer.as_deref() {
+                Some(answer) => Replay::Answer(answer),
+                None => Replay::EmptyAck,
+            },
+            (Reply::Separate, _) => Replay::EmptyAck,
             (Reply::Non, _) => Replay::Nothing,
         };
         // The kept answer takes over the exchange's reference on its client: it counts in the
         // client's share, and an answer with a MID of ours keeps its numbering (`clients.rs`).
+        let replay = kept_for(&x.client, replay);
         let seq = self
             .answers
             .push(now, client_key, replay, Some(x.client_slot));
         self.by_client.insert(client_key, Seen::Answered(seq));
-        if let Some(gone) = self.answers.pop_over_share(now, x.client_slot) {
+        while let Some(gone) = self.answers.pop_over_share(now, x.client_slot) {
             self.counters.share_evictions += 1;
             self.forget_answer(gone, Seen::Answered);
         }
@@ -660,7 +678,10 @@ impl Proxy {
     }
 
     /// Keeps the proxy's own answer to a request that never went upstream, with a reference
-    /// on its client taken for it.
+    /// on its client taken for it. Only an answer that was queued: one the outbox did not
+    /// queue is not kept at all, and the request's retransmission is handled afresh, which
+    /// is allowed for these: it runs nothing twice (see [`LOCAL_ANSWER_LIFETIME`]; a cache
+    /// hit answers a GET or FETCH, which are safe, RFC 7252 §5.1).
     pub(super) fn keep_local_answer(
         &mut self,
         now: Timestamp,
@@ -668,12 +689,13 @@ impl Proxy {
         replay: Replay<&[u8]>,
         client: ClientSlot,
     ) {
+        let replay = kept_for(&client_key.0, replay);
         let seq = self
             .local_answers
             .push(now, client_key, replay, Some(client));
         self.by_client
             .insert(client_key, Seen::AnsweredLocally(seq));
-        if let Some(gone) = self.local_answers.pop_over_share(now, client) {
+        while let Some(gone) = self.local_answers.pop_over_share(now, client) {
             self.counters.share_evictions += 1;
             self.forget_answer(gone, Seen::AnsweredLocally);
         }
@@ -768,6 +790,30 @@ impl Proxy {
         let g = self.next_generation;
         self.next_generation = g.wrapping_add(1).max(1);
         g
+    }
+}
+
+/// What became of an exchange's last answer, for [`Proxy::retire`] to keep.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum LastAnswer<'a> {
+    /// The one the exchange holds (`Exchange::answer`), if any, which went already: a CON
+    /// delivered, a registration's answer, or none (its ACK was empty).
+    Held,
+    /// This one, just queued for the client.
+    Queued(&'a [u8]),
+    /// One the outbox did not queue: the client never got it.
+    NotQueued,
+}
+
+/// What a kept answer to `client` replays. An in-process client (the HTTP cross-proxy,
+/// `local.rs`) is handed every answer in the process and never loses one: when its request
+/// is retransmitted all the same (its timer ran out as the answer came), it has the answer
+/// already, so only the key is kept (it still stops a second forward), not a second copy of
+/// the answer, which for HTTP is often a large cached one.
+fn kept_for<'a>(client: &SocketAddr, replay: Replay<&'a [u8]>) -> Replay<&'a [u8]> {
+    match replay {
+        Replay::Answer(_) if is_local_client(client) => Replay::Nothing,
+        replay => replay,
     }
 }
 

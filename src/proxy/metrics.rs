@@ -125,7 +125,7 @@ const COUNTERS: &[(&str, &str, fn(&Counters) -> u64)] = &[
     ),
     (
         "cache_evictions_total",
-        "Finished answers evicted because their store was full (--max-cached).",
+        "Finished answers evicted because their store was full (--max-cached, --max-cached-bytes).",
         |c| c.cache_evictions,
     ),
     (
@@ -140,8 +140,13 @@ const COUNTERS: &[(&str, &str, fn(&Counters) -> u64)] = &[
     ),
     (
         "share_evictions_total",
-        "Kept answers of a client over --max-cached-per-client, its oldest evicted first.",
+        "Kept answers of a client over --max-cached-per-client or --max-cached-bytes-per-client, its oldest evicted first.",
         |c| c.share_evictions,
+    ),
+    (
+        "answers_too_large_to_keep_total",
+        "Answers kept without their bytes, longer than --max-cached-bytes-per-client.",
+        |c| c.answers_too_large_to_keep,
     ),
     (
         "too_many_options_total",
@@ -264,6 +269,11 @@ const GAUGES: &[Gauge] = &[
         "cached_answers",
         "Finished answers kept for retransmissions.",
         |c| c.cached_answers as f64,
+    ),
+    (
+        "cached_answer_bytes",
+        "Bytes the stores of finished answers hold (--max-cached-bytes each).",
+        |c| c.cached_answer_bytes as f64,
     ),
     ("in_flight", "Requests still waiting on an upstream.", |c| {
         c.in_flight as f64

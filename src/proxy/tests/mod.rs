@@ -3,6 +3,7 @@
 //! the whole [`Proxy`] with datagrams and timeouts. Simulations with loss, duplication and
 //! reordering over millions of exchanges live in `tests/proxy_sim.rs`.
 
+mod answers;
 mod behaviours;
 mod budget;
 mod cache;
