@@ -383,7 +383,7 @@ impl Proxy {
         Some(answer)
     }
 
-    fn unavailable(&self, why: &'static str) -> LocalAnswer {
+    pub(super) fn unavailable(&self, why: &'static str) -> LocalAnswer {
         LocalAnswer {
             code: Code::SERVICE_UNAVAILABLE,
             max_age: Some(

@@ -38,6 +38,9 @@ struct ClientState {
     refs: u32,
     /// Of the client's exchanges, those still waiting on an upstream.
     inflight: u32,
+    /// Bytes of the answers its live exchanges keep (held for proof, being delivered, the
+    /// latest notification): what the proxy holds for it besides the kept answers.
+    answer_bytes: usize,
 }
 
 /// Every client something is still kept for.
@@ -69,6 +72,7 @@ impl Clients {
             next_mid: self.rng.random(),
             refs: 0,
             inflight: 0,
+            answer_bytes: 0,
         }) as u32);
         self.by_addr.insert(addr, slot);
         slot
@@ -116,6 +120,17 @@ impl Clients {
             true => state.inflight += 1,
             false => state.inflight -= 1,
         }
+    }
+
+    /// Bytes of the answers this client's live exchanges keep.
+    pub(super) fn answer_bytes(&self, slot: ClientSlot) -> usize {
+        self.slab[slot.0 as usize].answer_bytes
+    }
+
+    /// The client's exchanges now keep `added` bytes more and `removed` fewer.
+    pub(super) fn count_answer_bytes(&mut self, slot: ClientSlot, added: usize, removed: usize) {
+        let state = self.state(slot);
+        state.answer_bytes = state.answer_bytes + added - removed;
     }
 
     /// Clients with an entry.

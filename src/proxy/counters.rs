@@ -38,6 +38,9 @@ pub struct Counters {
     /// 5.03s because the client's opt-in send rate (`--client-bytes-per-sec`) could not take
     /// an answer.
     pub refused_client_rate: u64,
+    /// 5.03s in place of an answer that an unproven client's answers waiting for its proof
+    /// had no room for (`validation::MAX_HELD_BYTES`, `MAX_HELD_BYTES_TOTAL`).
+    pub refused_proof_backlog: u64,
     /// 5.03s because `max_inflight` requests were in flight in all.
     pub refused_inflight: u64,
     /// 5.03s because `max_inflight_per_upstream` requests were in flight to the upstream.
@@ -148,6 +151,9 @@ pub struct Counters {
     pub observations: u64,
     /// Gauge: bytes of the request copies kept for retransmission upstream.
     pub in_flight_bytes: u64,
+    /// Bytes of the answers live exchanges keep (held for a proof, being delivered, an
+    /// observation's latest notification).
+    pub exchange_answer_bytes: u64,
     /// Gauge: client addresses whose send budget is tracked.
     pub budget_sources: u64,
     /// Gauge: client addresses whose proof of receipt is tracked.

@@ -9,10 +9,11 @@ use crate::coap::option::BLOCK2;
 use crate::coap::{empty_ack, params, ping, rewrite, Code, Message, MessageType};
 use crate::time::Timestamp;
 
+use super::clients::ClientSlot;
 use super::engine::{encode_local, Destination, LastAnswer, LocalAnswer, Proxy};
 use super::events::{ObserverLoss, ProxyEvent};
 use super::exchange::{ClientDelivery, ExchangeKey, Reply, State, TimerKind};
-use super::validation::{ProvedBy, PROOF_WAIT};
+use super::validation::{ProvedBy, MAX_HELD_BYTES, MAX_HELD_BYTES_TOTAL, PROOF_WAIT};
 
 impl Proxy {
     /// The client's CON request was not answered quickly: ACK it now, answer separately later.
@@ -45,10 +46,42 @@ impl Proxy {
         let Some(x) = self.get(key) else { return };
         let len = msg.as_bytes().len() - msg.token().len() + x.client_token.as_bytes().len();
         let fits = x.reply == Reply::Separate || self.out.fits(x.client, len);
+        let room = self.room_to_hold(x.client_slot, len);
         match (fits, observing) {
             (true, _) => self.send_answer(now, key, msg, observing, false),
-            (false, false) => self.hold_for_proof(now, key, msg),
+            (false, false) if room => self.hold_for_proof(now, key, msg),
+            (false, false) => self.refuse_for_proof_backlog(now, key),
             (false, true) => self.send_answer(now, key, msg, observing, true),
+        }
+    }
+
+    /// Whether `len` more bytes may wait for the proof of the client in `slot`: what its
+    /// exchanges keep, and what all exchanges keep, stay within the bounds of `validation.rs`.
+    /// What they keep includes their withheld CONs, so the bound covers an answer's whole
+    /// wait, not only its first second.
+    fn room_to_hold(&self, slot: ClientSlot, len: usize) -> bool {
+        self.clients.answer_bytes(slot) + len <= MAX_HELD_BYTES
+            && self.answer_bytes + len <= MAX_HELD_BYTES_TOTAL
+    }
+
+    /// No room to keep the answer until the client proves its address: a 5.03 with Max-Age
+    /// instead (RFC 7252 §5.9.3.4), small enough for its allowance, so that a real client
+    /// retries after it proved itself, and a spoofed one costs the proxy no memory.
+    fn refuse_for_proof_backlog(&mut self, now: Timestamp, key: ExchangeKey) {
+        let Some(x) = self.get(key) else { return };
+        let token = x.client_token;
+        self.counters.refused_proof_backlog += 1;
+        // Bare: the client is unproven, and the code and Max-Age are about as long as the
+        // request (a diagnostic would not fit its 3x, see `Proxy::diagnostic_fits`).
+        let answer = LocalAnswer {
+            diagnostic: "",
+            ..self.unavailable("too many answers waiting for this client's proof")
+        };
+        let mut buf = Vec::with_capacity(64);
+        encode_local(&mut buf, MessageType::Ack, 0, token.as_bytes(), &answer);
+        match Message::parse(&buf) {
+            Ok(msg) => self.send_answer(now, key, &msg, false, false),
+            Err(_) => self.finish(now, key),
         }
     }
 
@@ -70,9 +103,9 @@ impl Proxy {
             return self.finish(now, key);
         }
         if let Some(x) = self.get_mut(key) {
-            x.answer = Some(bytes.into_boxed_slice());
             x.state = State::AwaitingProof;
         }
+        self.keep_answer(key, Some(bytes.into_boxed_slice()));
         self.counters.answers_held_for_proof += 1;
         self.set_deadline(key, TimerKind::AckDelay, None);
         self.set_deadline(key, TimerKind::ProofWait, Some(now + PROOF_WAIT));
@@ -94,8 +127,8 @@ impl Proxy {
         else {
             return;
         };
-        let held = x.answer.take();
         x.state = State::Answered;
+        let held = self.keep_answer(key, None);
         self.set_deadline(key, TimerKind::ProofWait, None);
         let Some(Ok(msg)) = held.as_deref().map(Message::parse) else {
             return self.finish(now, key);
@@ -177,9 +210,7 @@ impl Proxy {
         let delivering = self.get(key).is_some_and(|x| x.delivery.is_some());
         if observing || delivering {
             // Retransmitted or replayed later: the exchange keeps it.
-            if let Some(x) = self.get_mut(key) {
-                x.answer = Some(Box::from(&bytes[..]));
-            }
+            self.keep_answer(key, Some(Box::from(&bytes[..])));
         }
         match (observing, delivering) {
             (true, _) => self.start_observation(now, key, msg),

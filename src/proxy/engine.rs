@@ -165,6 +165,9 @@ pub struct Proxy {
     /// Bytes of the request copies exchanges keep (`Exchange::request`), within
     /// `max_inflight_bytes`.
     pub(super) inflight_bytes: usize,
+    /// Bytes of the answers live exchanges keep (`Exchange::answer`): held for a client's
+    /// proof, being delivered as CONs, an observation's latest notification.
+    pub(super) answer_bytes: usize,
     pub(super) observations: usize,
     pub(super) clients: Clients,
     /// Diagnostics for the driver to log.
@@ -229,6 +232,7 @@ impl Proxy {
             delivering_count: 0,
             inflight: 0,
             inflight_bytes: 0,
+            answer_bytes: 0,
             observations: 0,
             clients,
             events: Events::default(),
@@ -336,6 +340,7 @@ impl Proxy {
             in_flight: self.inflight as u64,
             observations: self.observations as u64,
             in_flight_bytes: self.inflight_bytes as u64,
+            exchange_answer_bytes: self.answer_bytes as u64,
             events_dropped: self.events.dropped(),
             over_budget_dropped: self.out.budget().map_or(0, |b| b.dropped),
             amplification_dropped: self.out.validation().withheld_datagrams,
@@ -639,6 +644,9 @@ impl Proxy {
         if let Some((id, _)) = x.deadlines.wheel {
             self.timers.cancel(id);
         }
+        let kept = x.answer.as_deref().map_or(0, <[u8]>::len);
+        self.clients.count_answer_bytes(x.client_slot, 0, kept);
+        self.answer_bytes -= kept;
         let client_key = (x.client, x.client_token, x.client_mid);
         let replay = match (x.reply, last) {
             // Never sent (over the client's send rate): a retransmission gets nothing, not an

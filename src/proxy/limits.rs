@@ -76,4 +76,21 @@ impl Proxy {
             self.inflight_bytes -= request.len();
         }
     }
+
+    /// Replaces the answer the exchange keeps (for a retransmission, a proof, a replay),
+    /// counting its bytes for its client and in all; the old one is returned.
+    pub(super) fn keep_answer(
+        &mut self,
+        key: ExchangeKey,
+        answer: Option<Box<[u8]>>,
+    ) -> Option<Box<[u8]>> {
+        let x = self.get_mut(key)?;
+        let added = answer.as_deref().map_or(0, <[u8]>::len);
+        let old = std::mem::replace(&mut x.answer, answer);
+        let removed = old.as_deref().map_or(0, <[u8]>::len);
+        let slot = x.client_slot;
+        self.clients.count_answer_bytes(slot, added, removed);
+        self.answer_bytes = self.answer_bytes + added - removed;
+        old
+    }
 }

@@ -238,6 +238,7 @@ pub(super) fn write_proxy_metrics(c: &Counters, send_drops: u64, out: &mut Metri
             ("endpoints", c.refused_endpoints),
             ("client", c.refused_client),
             ("client_rate", c.refused_client_rate),
+            ("proof_backlog", c.refused_proof_backlog),
             ("inflight", c.refused_inflight),
             ("upstream_inflight", c.refused_upstream_inflight),
             ("inflight_bytes", c.refused_inflight_bytes),
@@ -282,6 +283,12 @@ const GAUGES: &[Gauge] = &[
         "in_flight_bytes",
         "Bytes of the request copies kept for retransmission upstream.",
         |c| c.in_flight_bytes as f64,
+    ),
+    (
+        "exchange_answer_bytes",
+        "Bytes of the answers live exchanges keep: held for a client's proof, being delivered \
+         as CONs, an observation's latest notification.",
+        |c| c.exchange_answer_bytes as f64,
     ),
     (
         "budget_sources",

@@ -81,9 +81,7 @@ impl Proxy {
             if ty == MessageType::Con {
                 self.counters.notifications_con += 1;
             }
-            if let Some(x) = self.get_mut(key) {
-                x.answer = Some(Box::from(&bytes[..]));
-            }
+            self.keep_answer(key, Some(Box::from(&bytes[..])));
             self.send_to_client(now, key, ty, mid, &bytes);
         }
         if last {
@@ -130,8 +128,8 @@ impl Proxy {
         let Some(x) = self.get_mut(key) else { return };
         let Some(d) = x.delivery.as_mut() else { return };
         let old = std::mem::replace(&mut d.mid, mid);
-        x.answer = Some(bytes.into_boxed_slice());
         let client = x.client;
+        self.keep_answer(key, Some(bytes.into_boxed_slice()));
         self.counters.notifications_superseded += 1;
         if self.by_client_mid.get(&(client, old)) == Some(&key) {
             self.by_client_mid.remove(&(client, old));

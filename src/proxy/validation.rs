@@ -52,6 +52,15 @@ const MAX_SOURCES: usize = 65_536;
 /// Withheld CONs remembered per source, to send at once when the proof comes; more wait for
 /// their own retransmission.
 const MAX_WITHHELD: usize = 32;
+/// Bytes of answers one unproven source's exchanges may keep while they wait for its proof
+/// (held, or withheld CONs): past it, a request's answer is a 5.03 instead. A source that never
+/// proves itself (a spoofed victim) cannot make the proxy keep more than this for it, however
+/// many requests are sent in its name; a real client has its requests' answers for one round
+/// trip there, as many as its requests in flight (256 by default) of about a kilobyte.
+pub(super) const MAX_HELD_BYTES: usize = 256 << 10;
+/// Bytes of such answers for all unproven sources together: past it, the same 5.03. Proven
+/// clients are not affected.
+pub(super) const MAX_HELD_BYTES_TOTAL: usize = 4 << 20;
 /// How long an answer waits for the RST to the ping that asks the client for its proof
 /// before it goes as a CON asking for it instead: below ACK_TIMEOUT (2 s, RFC 7252 §4.8), so
 /// that it arrives before the client retransmits its request.

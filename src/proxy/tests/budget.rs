@@ -13,7 +13,7 @@ use crate::time::Timestamp;
 use super::drain;
 use super::observers::{notification, reverse, t};
 use super::EP0;
-use crate::proxy::validation::PROOF_WAIT;
+use crate::proxy::validation::{MAX_HELD_BYTES, PROOF_WAIT};
 use crate::proxy::{Destination, Proxy, Transmit};
 
 /// The longest datagram the proxy sends here: the one it may send past the allowance.
@@ -553,4 +553,38 @@ fn the_ack_that_proves_a_client_does_not_bring_its_own_answer_again() {
     empty_ack(&mut ack, Message::parse(&con.payload).unwrap().message_id());
     p.handle_client_datagram(at, client, &ack);
     assert!(drain(&mut p).is_empty(), "delivered once");
+}
+
+/// Issue 25, finding 2: the answers an unproven source's exchanges keep while they wait for
+/// its proof (held, then withheld CONs for up to EXCHANGE_LIFETIME) are bounded in bytes; past
+/// the bound its requests get a bare 5.03 with Max-Age, which fits its allowance. The bytes
+/// kept go back to zero once every exchange has gone.
+#[test]
+fn answers_waiting_for_a_proof_that_never_comes_are_bounded_in_bytes() {
+    let mut p = reverse(|_| {});
+    let requests: Vec<Vec<u8>> = (0..600).map(small_get).collect();
+    // 600 requests in 6 s: the withheld CONs live on (up to 247 s), so the bytes kept peak
+    // at the end of the run.
+    let got = run(&mut p, victim(), &requests, (Upstream::Fast, false), 6_000);
+    let most = p.counters().exchange_answer_bytes as usize;
+    assert!(
+        most > MAX_HELD_BYTES - 2_000,
+        "the bound was reached: {most} B"
+    );
+    assert!(most <= MAX_HELD_BYTES, "{most} B kept > {MAX_HELD_BYTES}");
+    let c = p.counters();
+    assert!(c.refused_proof_backlog > 0, "{c:?}");
+    let refusals = (got.messages())
+        .filter(|m| m.code() == Code::SERVICE_UNAVAILABLE && m.option(MAX_AGE).is_some())
+        .count();
+    assert!(refusals > 0, "the 5.03s reached the client");
+    while let Some(at) = p.poll_timeout() {
+        p.handle_timeout(at);
+        drain(&mut p);
+    }
+    assert_eq!(
+        p.counters().exchange_answer_bytes,
+        0,
+        "nothing kept at the end"
+    );
 }
