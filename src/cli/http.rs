@@ -16,12 +16,17 @@ pub const SPEC: &[Spec] = &[
     value("http-timeout"),
     value("http-max-connections"),
     value("http-max-streams"),
+    value("http-max-inflight-bytes"),
 ];
 
 /// Bodies are held whole (a request's until sent, a response's until reassembled), so what
 /// one peer may pin is about `PIPELINED x 2 x max body` per connection: with the defaults,
-/// 4 x 2 x 256 KiB = 2 MiB per connection, 256 MiB for 128 connections.
+/// 4 x 2 x 256 KiB = 2 MiB per connection, 256 MiB for 128 connections; request bodies are
+/// bounded together by `--http-max-inflight-bytes`.
 const DEFAULT_MAX_BODY: usize = 256 << 10;
+/// What request bodies in flight may hold together, unless `--http-max-body` is larger (then
+/// that: one largest body must fit, and a command line that worked keeps working).
+const DEFAULT_MAX_INFLIGHT_BODY: usize = 8 << 20;
 const MAX_BODY: usize = 64 << 20;
 /// Requests one connection may have parsed and unanswered (HTTP/1.1 pipelining, bounded).
 const PIPELINED: usize = 4;
@@ -43,6 +48,7 @@ pub fn from_flags(
             "--http-max-body: {max_body} is more than 64MiB"
         )));
     }
+    let max_inflight_body = inflight_flag(flags, max_body)?;
     let timeout = flags
         .get_or("http-timeout", DurationArg(Duration::from_secs(60)))?
         .0;
@@ -67,8 +73,23 @@ pub fn from_flags(
             ..http1::Config::default()
         },
         max_connections: positive(flags, "http-max-connections", 128)?,
+        max_inflight_body,
         front,
     }))
+}
+
+/// `--http-max-inflight-bytes`: at least one largest body, else no body could ever be taken.
+fn inflight_flag(flags: &Flags, max_body: usize) -> Result<usize, UsageError> {
+    let default = SizeArg(DEFAULT_MAX_INFLIGHT_BODY.max(max_body));
+    match flags.get_or("http-max-inflight-bytes", default)?.0 {
+        0 => Err(UsageError(
+            "--http-max-inflight-bytes: must be more than 0".into(),
+        )),
+        n if n < max_body => Err(UsageError(format!(
+            "--http-max-inflight-bytes: {n} is less than --http-max-body ({max_body})"
+        ))),
+        n => Ok(n),
+    }
 }
 
 /// An origin is written into every answer's Access-Control-Allow-Origin: one visible

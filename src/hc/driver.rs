@@ -31,9 +31,12 @@ pub struct HttpFrontConfig {
     pub addr: SocketAddr,
     /// Limits and timeouts of each HTTP/1.1 connection.
     pub http: http1::Config,
-    /// Connections open at once; past it, the longest idle one is closed for a new one, or
-    /// the new one is refused.
+    /// Connections open at once; past it, the one that made the least progress is closed for
+    /// a new one ([`http1::EvictionRank`]), or the new one is refused.
     pub max_connections: usize,
+    /// What request bodies in flight may hold, received by the connections or held by the
+    /// exchanges, together (`--http-max-inflight-bytes`); past it, 503 with `Retry-After`.
+    pub max_inflight_body: usize,
     /// The core's settings.
     pub front: HcConfig,
 }
@@ -51,6 +54,14 @@ impl HttpApp for HcFront {
     fn closed(&mut self, now: Timestamp, id: ConnId) {
         self.close(now, id);
     }
+
+    fn refused(&mut self, status: u16) {
+        self.count_refusal(status);
+    }
+
+    fn held_body_bytes(&self) -> usize {
+        HcFront::held_body_bytes(self)
+    }
 }
 
 /// See the module docs. Its keys start at `key_base`: the listener's (and the core's timer),
@@ -66,8 +77,9 @@ impl HttpFront {
     /// Binds the listener; its keys start at `key_base`.
     pub fn bind(config: HttpFrontConfig, key_base: u32) -> io::Result<Self> {
         let max = config.max_connections;
+        let server = HttpServer::bind(config.addr, config.http, max, key_base)?;
         Ok(HttpFront {
-            server: HttpServer::bind(config.addr, config.http, max, key_base)?,
+            server: server.with_body_budget(config.max_inflight_body),
             front: HcFront::new(config.front),
             timer: TimerSlot::default(),
             key_base,
@@ -92,6 +104,12 @@ impl HttpFront {
     /// Connections accepted and closed.
     pub fn counts(&self) -> ConnCounts {
         self.server.counts().0
+    }
+
+    /// Request-body bytes held against `--http-max-inflight-bytes`: by the connections
+    /// receiving them and by the exchanges in flight.
+    pub fn held_body_bytes(&self) -> usize {
+        self.server.held_body_bytes() + self.front.held_body_bytes()
     }
 
     /// Registers the listener.

@@ -53,6 +53,9 @@ pub struct HcConfig {
 pub struct HcCounters {
     /// Answers by request method and status.
     pub answers: BTreeMap<(&'static str, u16), u64>,
+    /// Requests the HTTP connection refused by itself, by status: 400, 408 (late head or
+    /// body, or a body behind the minimum rate), 413, 431, 503 (past the body budget), ...
+    pub refused: BTreeMap<u16, u64>,
 }
 
 /// One HTTP connection's CoAP identity and its requests in order.
@@ -103,6 +106,9 @@ pub struct HcFront {
     to_engine: VecDeque<(SocketAddr, Vec<u8>)>,
     answers: VecDeque<(ConnId, HttpAnswer)>,
     counters: HcCounters,
+    /// Request-body bytes the live exchanges hold (the sum of their `request.body` lengths),
+    /// kept as exchanges come and go: the HTTP server's body budget counts them.
+    held_body: usize,
 }
 
 impl HcFront {
@@ -118,6 +124,7 @@ impl HcFront {
             to_engine: VecDeque::new(),
             answers: VecDeque::new(),
             counters: HcCounters::default(),
+            held_body: 0,
         }
     }
 
@@ -301,6 +308,17 @@ impl HcFront {
         &self.counters
     }
 
+    /// Bytes of HTTP request bodies the exchanges hold until they end (each request's body
+    /// is kept whole for its Block1 blocks and retransmissions).
+    pub fn held_body_bytes(&self) -> usize {
+        self.held_body
+    }
+
+    /// A request its HTTP connection refused by itself, counted by status.
+    pub fn count_refusal(&mut self, status: u16) {
+        *self.counters.refused.entry(status).or_default() += 1;
+    }
+
     fn mapping(&self) -> Mapping<'_> {
         let prefix = self.config.prefix.as_str();
         match (self.config.forward, self.config.reverse) {
@@ -359,6 +377,7 @@ impl HcFront {
         let mut token = [0u8; 8];
         token[..4].copy_from_slice(&(key as u32).to_be_bytes());
         token[4..].copy_from_slice(&self.next_token.to_be_bytes());
+        self.held_body += exchange.request.body.len();
         entry.insert(Slot {
             conn,
             method,
@@ -560,8 +579,8 @@ impl HcFront {
     }
 
     fn remove(&mut self, key: usize) {
-        if self.slots.contains(key) {
-            self.slots.remove(key);
+        if let Some(slot) = self.slots.try_remove(key) {
+            self.held_body -= slot.exchange.request.body.len();
         }
     }
 

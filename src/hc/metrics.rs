@@ -40,7 +40,35 @@ pub fn write_http_metrics(http: &HttpFront, out: &mut MetricsWriter) {
     );
     out.counter(
         "backoffd_hc_connections_refused_total",
-        "HTTP connections closed at once: the cap was reached and none was idle.",
+        "HTTP connections closed at once: the cap was reached and every one owed answers.",
         http.counts().refused,
+    );
+    out.counter(
+        "backoffd_hc_connections_idle_closed_total",
+        "Idle keep-alive HTTP connections closed at the cap for a new one.",
+        http.counts().idle_closed,
+    );
+    out.counter(
+        "backoffd_hc_connections_slow_closed_total",
+        "HTTP connections with no complete request head, or a body behind the minimum rate, \
+         closed at the cap for a new one.",
+        http.counts().slow_closed,
+    );
+    let rows: Vec<(String, u64)> = (front.counters().refused.iter())
+        .map(|(status, n)| (status.to_string(), *n))
+        .collect();
+    let rows: Vec<(&str, u64)> = rows.iter().map(|(s, n)| (s.as_str(), *n)).collect();
+    out.labelled_counter(
+        "backoffd_hc_refused_total",
+        "HTTP requests the connection refused by itself, by status: 400, 408 (a late head or \
+         body, or one behind the minimum rate), 413, 431, 503 (past \
+         --http-max-inflight-bytes), ...",
+        "status",
+        &rows,
+    );
+    out.gauge(
+        "backoffd_hc_request_body_bytes",
+        "HTTP request-body bytes held: being received, and held by exchanges in flight.",
+        (http.held_body_bytes()) as f64,
     );
 }

@@ -353,3 +353,27 @@ fn a_notification_for_no_exchange_of_ours_is_reset() {
         "an observation nobody wants ends (RFC 7641 §3.6)"
     );
 }
+
+#[test]
+fn the_request_bodies_held_are_counted_while_their_exchanges_live() {
+    let mut f = front();
+    let text = [("Content-Type", "text/plain")];
+    f.request(at(0.0), C, &request("POST", "/a", &text, &[b'a'; 100]));
+    f.request(at(0.0), C, &request("PUT", "/b", &text, &[b'b'; 200]));
+    f.request(at(0.0), C, &request("GET", "/c", &[], b""));
+    assert_eq!(f.held_body_bytes(), 300);
+    let out = sent(&mut f);
+    reply(&mut f, at(0.1), &out[0], Code::CHANGED, &[], b"");
+    assert_eq!(answers_pending(&mut f), [204]);
+    assert_eq!(
+        f.held_body_bytes(),
+        200,
+        "the answered one let go of its body"
+    );
+    f.close(at(0.2), C);
+    assert_eq!(
+        f.held_body_bytes(),
+        0,
+        "the connection's exchanges are gone"
+    );
+}

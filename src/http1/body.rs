@@ -16,6 +16,10 @@ const MAX_CHUNK_LINE: usize = 4096;
 pub(super) struct Limits {
     /// Longest body; a chunk that would pass it is 413 before its data is read.
     pub max_body: usize,
+    /// What this body may take of the bytes the server lets all bodies in flight hold (the
+    /// driver's budget); a chunk that would pass it is 503 before its data is read. Checked
+    /// after `max_body`: a body no budget could take is 413, not "try again".
+    pub allowance: usize,
     /// Longest trailer section (read and dropped, RFC 9112 §7.1.2); longer is 431.
     pub max_trailers: usize,
 }
@@ -145,14 +149,9 @@ fn step(state: Chunked, byte: u8, body_len: usize, limits: Limits) -> Result<Opt
             }
         }
         (Chunked::SizeLf { size: 0 }, b'\n') => Chunked::Trailer { line: 0, total: 0 },
-        (Chunked::SizeLf { size }, b'\n') => {
-            let room = limits.max_body.saturating_sub(body_len);
-            if usize::try_from(size).is_ok_and(|s| s <= room) {
-                Chunked::Data { remaining: size }
-            } else {
-                return Err(413);
-            }
-        }
+        (Chunked::SizeLf { size }, b'\n') => Chunked::Data {
+            remaining: admit(size, body_len, limits)?,
+        },
         (Chunked::DataCr, b'\r') => Chunked::DataLf,
         (Chunked::DataLf, b'\n') => Chunked::Size { size: 0, line: 0 },
         (Chunked::Trailer { line, total }, b'\r') => Chunked::TrailerLf { line, total },
@@ -170,6 +169,18 @@ fn step(state: Chunked, byte: u8, body_len: usize, limits: Limits) -> Result<Opt
         _ => return Err(400),
     };
     Ok(Some(next))
+}
+
+/// A chunk of `size` bytes after `body_len` of them: 413 past the body limit, 503 past the
+/// allowance (RFC 9110 §15.5.14, §15.6.4).
+fn admit(size: u64, body_len: usize, limits: Limits) -> Result<u64, u16> {
+    let fits =
+        |limit: usize| usize::try_from(size).is_ok_and(|s| s <= limit.saturating_sub(body_len));
+    match (fits(limits.max_body), fits(limits.allowance)) {
+        (false, _) => Err(413),
+        (true, false) => Err(503),
+        (true, true) => Ok(size),
+    }
 }
 
 /// `size * 16 + digit`, or `None` on overflow (a size no body limit could allow anyway).
@@ -190,6 +201,7 @@ mod tests {
 
     const LIMITS: Limits = Limits {
         max_body: 64,
+        allowance: usize::MAX,
         max_trailers: 32,
     };
 
@@ -258,6 +270,29 @@ mod tests {
         assert_eq!(read_all(b"41\r\n"), Err(413));
         let two = [&b"40\r\n"[..], &[b'a'; 64], b"\r\n1\r\n"].concat();
         assert_eq!(read_all(&two), Err(413));
+    }
+
+    #[test]
+    fn a_chunk_past_the_allowance_is_503_and_past_the_limit_413() {
+        let tight = Limits {
+            allowance: 16,
+            ..LIMITS
+        };
+        let mut body = Vec::new();
+        let read = |input: &[u8], body: &mut Vec<u8>| chunked().read(input, body, tight);
+        assert_eq!(read(b"10\r\n", &mut body).map(|p| p.done), Ok(false));
+        assert_eq!(read(b"11\r\n", &mut body), Err(503));
+        assert_eq!(
+            read(b"41\r\n", &mut body),
+            Err(413),
+            "no budget could take it"
+        );
+        let two = [&b"8\r\n"[..], &[b'a'; 8], b"\r\n9\r\n"].concat();
+        assert_eq!(
+            read(&two, &mut body),
+            Err(503),
+            "counted over the whole body"
+        );
     }
 
     #[test]

@@ -3,9 +3,17 @@
 //! application (an [`HttpApp`]) sees requests and answers them, now or later; everything
 //! about sockets stays here.
 //!
-//! A connection at the cap: the one idle the longest between requests is closed for the new
-//! one (RFC 9112 §9.5: a server may close an idle connection at any time), or, if none is
-//! idle, the new one is closed at once. A connection that is done is closed gracefully: its
+//! A connection at the cap: the one that made the least progress is closed for the new one
+//! ([`EvictionRank`]: first those with no complete request head, oldest first, then idle
+//! keep-alive ones, longest idle first, then those receiving a body behind the minimum rate;
+//! RFC 9112 §9.5), or, if every one owes or streams answers, the new one is closed at once.
+//! So slots held by peers that ask for nothing cannot lock out clients that send requests.
+//!
+//! Request bodies are held whole until answered, by the connections and then by the
+//! application, so the server keeps a budget for them all ([`HttpServer::with_body_budget`]):
+//! before feeding a connection it gives it as allowance the budget less what the others and
+//! the application ([`HttpApp::held_body_bytes`]) hold, and a body past it is refused with 503
+//! (see [`Http1Connection::set_body_allowance`]). A connection that is done is closed gracefully: its
 //! write side is shut and what the peer still sends is read and dropped until it closes or
 //! [`LINGER`] passes, so the last answer is not destroyed by a reset (RFC 9112 §9.6).
 
@@ -23,7 +31,7 @@ use std::time::Duration;
 use mio::net::{TcpListener, TcpStream};
 use slab::Slab;
 
-use super::{Config, Http1Connection, Request};
+use super::{Config, EvictionRank, Http1Connection, Request};
 use crate::net::Outbox;
 use crate::reactor::listener::Listening;
 use crate::reactor::stream::{Stream, StreamCore, READ_CHUNK};
@@ -57,8 +65,15 @@ pub trait HttpApp {
         self.closed(now, id);
     }
 
-    /// A request the connection refused by itself (400, 408, 413, 431, ...).
+    /// A request the connection refused by itself (400, 408, 413, 431, 503, ...).
     fn refused(&mut self, _status: u16) {}
+
+    /// Bytes of request bodies the application holds (requests taken and not done with),
+    /// which count against the server's body budget ([`HttpServer::with_body_budget`]). Keep it
+    /// cheap: it is asked before each connection is fed.
+    fn held_body_bytes(&self) -> usize {
+        0
+    }
 }
 
 /// Connections accepted and closed, for metrics.
@@ -70,6 +85,9 @@ pub struct ConnCounts {
     pub refused: u64,
     /// Idle keep-alive connections closed at the cap to make room for a new one.
     pub idle_closed: u64,
+    /// Connections with no complete request head, or receiving a body behind the minimum
+    /// rate, closed at the cap to make room for a new one.
+    pub slow_closed: u64,
 }
 
 /// One connection's core: the HTTP/1.1 server, then, once it is closed and our write side
@@ -78,6 +96,8 @@ struct HttpCore {
     id: ConnId,
     http: Http1Connection,
     linger_until: Option<Timestamp>,
+    /// [`Http1Connection::held_body_bytes`] as last counted into the server's total.
+    held_body: usize,
 }
 
 impl Outbox for HttpCore {
@@ -90,10 +110,11 @@ impl Outbox for HttpCore {
 }
 
 impl HttpCore {
-    /// See [`Http1Connection::idle_since`]; a lingering connection is not idle, it is closing.
-    fn idle_since(&self) -> Option<Timestamp> {
+    /// See [`Http1Connection::eviction_rank`]; a lingering connection has none: it is
+    /// closing, and its last answer may still be on its way.
+    fn eviction_rank(&self, now: Timestamp) -> Option<EvictionRank> {
         (self.linger_until.is_none())
-            .then(|| self.http.idle_since())
+            .then(|| self.http.eviction_rank(now))
             .flatten()
     }
 }
@@ -135,6 +156,10 @@ pub struct HttpServer {
     key_base: u32,
     buf: Vec<u8>,
     counts: ConnCounts,
+    /// What request bodies may hold, in the connections and the application together.
+    body_budget: usize,
+    /// What the connections' bodies hold: the sum of their `held_body`.
+    conn_bodies: usize,
 }
 
 impl HttpServer {
@@ -155,7 +180,22 @@ impl HttpServer {
             key_base,
             buf: vec![0; READ_CHUNK],
             counts: ConnCounts::default(),
+            body_budget: usize::MAX,
+            conn_bodies: 0,
         })
+    }
+
+    /// Bounds the request bodies in flight, in the connections and in the application
+    /// together, to `bytes`; a request whose body would pass it is refused with 503 and
+    /// `Retry-After`. Unbounded unless set.
+    pub fn with_body_budget(mut self, bytes: usize) -> Self {
+        self.body_budget = bytes;
+        self
+    }
+
+    /// Bytes of request bodies the connections hold (the application's are its own to tell).
+    pub fn held_body_bytes(&self) -> usize {
+        self.conn_bodies
     }
 
     /// The address actually bound (useful with port 0).
@@ -248,6 +288,8 @@ impl HttpServer {
         let Some(&slot) = self.slots.get(&id) else {
             return;
         };
+        // An answer resumes parsing: bodies in the input are read against a fresh allowance.
+        self.grant_allowance(slot, app);
         write(&mut self.conns[slot].core_mut().http);
         self.pump(ctx, slot, app);
     }
@@ -269,7 +311,7 @@ impl HttpServer {
     }
 
     fn add_conn(&mut self, ctx: &mut Ctx<'_>, stream: TcpStream, app: &mut impl HttpApp) {
-        if self.conns.len() >= self.max_connections && !self.close_longest_idle(ctx, app) {
+        if self.conns.len() >= self.max_connections && !self.close_least_progressed(ctx, app) {
             self.counts.refused += 1;
             return;
         }
@@ -280,6 +322,7 @@ impl HttpServer {
             id,
             http: Http1Connection::new(ctx.now(), self.http.clone()),
             linger_until: None,
+            held_body: 0,
         };
         let key = self.key_base + slot as u32 + 1;
         let Ok(conn) = Stream::accepted(ctx, stream, key, core) else {
@@ -293,16 +336,48 @@ impl HttpServer {
         self.pump(ctx, slot, app);
     }
 
-    /// Makes room at the cap: closes the connection idle the longest between requests, if
-    /// any. Otherwise one client's idle keep-alive connections could lock out the next.
-    fn close_longest_idle(&mut self, ctx: &mut Ctx<'_>, app: &mut impl HttpApp) -> bool {
-        let idle = (self.conns.iter()).filter_map(|(slot, c)| Some((c.core().idle_since()?, slot)));
-        let Some((_, slot)) = idle.min() else {
+    /// Makes room at the cap: closes the connection that made the least progress
+    /// ([`EvictionRank`]), if one may be closed. Otherwise peers that hold connections without
+    /// sending requests, or idle keep-alive ones, could lock out the next client.
+    fn close_least_progressed(&mut self, ctx: &mut Ctx<'_>, app: &mut impl HttpApp) -> bool {
+        let now = ctx.now();
+        let ranked =
+            (self.conns.iter()).filter_map(|(slot, c)| Some((c.core().eviction_rank(now)?, slot)));
+        let Some((rank, slot)) = ranked.min() else {
             return false;
         };
-        self.counts.idle_closed += 1;
-        self.remove(ctx, slot, "idle, closed for a new connection", app);
+        let why = match rank {
+            EvictionRank::Idle { .. } => {
+                self.counts.idle_closed += 1;
+                "idle, closed for a new connection"
+            }
+            EvictionRank::NoHead { .. } => {
+                self.counts.slow_closed += 1;
+                "no request yet, closed for a new connection"
+            }
+            EvictionRank::SlowBody { .. } => {
+                self.counts.slow_closed += 1;
+                "body behind the minimum rate, closed for a new connection"
+            }
+        };
+        self.remove(ctx, slot, why, app);
         true
+    }
+
+    /// Gives the connection in `slot` what the body budget has left beside the other
+    /// connections and the application.
+    fn grant_allowance(&mut self, slot: usize, app: &impl HttpApp) {
+        let core = self.conns[slot].core_mut();
+        let others = self.conn_bodies - core.held_body + app.held_body_bytes();
+        (core.http).set_body_allowance(self.body_budget.saturating_sub(others));
+    }
+
+    /// Counts what the connection in `slot` holds now into the total.
+    fn recount_bodies(&mut self, slot: usize) {
+        let core = self.conns[slot].core_mut();
+        let held = core.http.held_body_bytes();
+        self.conn_bodies = self.conn_bodies - core.held_body + held;
+        core.held_body = held;
     }
 
     /// Reads, hands requests to the application and writes until the connection can make
@@ -315,6 +390,8 @@ impl HttpServer {
             if conn.core().linger_until.is_some() {
                 return self.drain_lingering(ctx, slot, app);
             }
+            self.grant_allowance(slot, app);
+            let conn = &mut self.conns[slot];
             let io = conn.read(ctx.now(), &mut self.buf).and_then(|()| {
                 let conn = &mut self.conns[slot];
                 let id = conn.core().id;
@@ -338,6 +415,7 @@ impl HttpServer {
     /// After I/O: close a finished connection, or update its interest and timer.
     fn settle(&mut self, ctx: &mut Ctx<'_>, slot: usize, app: &mut impl HttpApp) {
         let now = ctx.now();
+        self.recount_bodies(slot);
         let conn = &mut self.conns[slot];
         if let Some(status) = conn.core_mut().http.poll_refusal() {
             app.refused(status);
@@ -375,6 +453,7 @@ impl HttpServer {
         };
         let mut core = conn.close(ctx);
         log::debug!("http connection {} closed: {why}", core.id.0);
+        self.conn_bodies -= core.held_body;
         self.slots.remove(&core.id);
         if let Some(status) = core.http.poll_refusal() {
             app.refused(status);

@@ -6,9 +6,12 @@
 //! Deliberately small: request bodies with a length or chunked (RFC 9112 §6, §7.1) up to a
 //! limit, `Expect: 100-continue`, answers with a known length, and streamed answers (chunked,
 //! for Server-Sent Events); no upgrades, no trailers sent. What it does have is the defences a
-//! listener on a TCP port needs: a bounded head, a header timeout, a body limit and timeout, an
-//! idle timeout, a bounded pipelined backlog and bounded buffers, so no peer can make it hold
-//! more memory or time than its [`Config`] says.
+//! listener on a TCP port needs: a bounded head, a header timeout (shorter for a connection's
+//! first head), a body limit, timeout and minimum rate, a share of a body budget the driver
+//! keeps across connections (503 past it), an idle timeout, a bounded pipelined backlog and
+//! bounded buffers, so no peer can make it hold more memory or time than its [`Config`] says;
+//! and a rank ([`EvictionRank`]) by which a driver at its connection cap closes the connection
+//! that made the least progress for a new one.
 
 mod body;
 pub mod driver;
@@ -21,7 +24,7 @@ mod tests;
 use std::borrow::Cow;
 use std::time::Duration;
 
-pub use server::Http1Connection;
+pub use server::{EvictionRank, Http1Connection};
 
 /// A request the application must answer, in arrival order.
 ///
@@ -85,8 +88,13 @@ impl Request {
 pub struct Config {
     /// Longest request head (request line and fields) accepted; longer is 431 (RFC 6585 §5).
     pub max_head_len: usize,
-    /// A request head must complete this long after it started (or after the connection
-    /// opened, for the first one); otherwise 408 (RFC 9110 §15.5.9). Stops slowloris.
+    /// The first request head of a connection must complete this long after the connection
+    /// opened; otherwise 408 (RFC 9110 §15.5.9), or a silent close if nothing came. Short,
+    /// because a connection that has asked for nothing yet holds a slot of the connection cap
+    /// for free: a real client sends its request as soon as it connects.
+    pub first_head_timeout: Duration,
+    /// A later request head (on a kept-alive connection) must complete this long after its
+    /// first byte; otherwise 408 (RFC 9110 §15.5.9). Stops slowloris.
     pub header_timeout: Duration,
     /// How long a connection may sit with no request in progress, or with an answer nobody
     /// reads, before it is closed (RFC 9112 §9.5).
@@ -105,14 +113,27 @@ pub struct Config {
     /// announces one is refused with 413 at its head, chunked too.
     pub max_body_len: usize,
     /// A request body must complete this long after its head did; otherwise 408 (RFC 9110
-    /// §15.5.9). A dribbling body cannot keep a connection forever.
+    /// §15.5.9). A dribbling body cannot keep a connection forever. The absolute cap; see
+    /// [`min_body_rate`](Self::min_body_rate) for the pace.
     pub body_timeout: Duration,
+    /// Bytes per second a body must average, counted over the whole body so far, from the
+    /// end of its head (or from the `100 Continue`, for a client that waits for one, RFC 9110
+    /// §10.1.1), less [`body_rate_grace`](Self::body_rate_grace); behind it, the request is
+    /// 408 (RFC 9110 §15.5.9). A body dribbled a byte at a time, or announced and never sent,
+    /// is cut in seconds rather than at the body timeout. Averaging over the whole body lets a
+    /// real client on a slow or bursty network pass. 0 turns the check off.
+    pub min_body_rate: u64,
+    /// A head start for [`min_body_rate`](Self::min_body_rate): a body must have had
+    /// `rate x (elapsed - grace)` bytes. TCP's slow start and one lost segment can delay the
+    /// first bytes by a second or more.
+    pub body_rate_grace: Duration,
 }
 
 impl Default for Config {
     fn default() -> Self {
         Config {
             max_head_len: 8 * 1024,
+            first_head_timeout: Duration::from_secs(3),
             header_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
             max_pipelined: 16,
@@ -120,6 +141,8 @@ impl Default for Config {
             max_buffered_input: 64 * 1024,
             max_body_len: 0,
             body_timeout: Duration::from_secs(30),
+            min_body_rate: 1024,
+            body_rate_grace: Duration::from_secs(2),
         }
     }
 }

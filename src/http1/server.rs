@@ -8,7 +8,7 @@
 //! [`poll_timeout`](Http1Connection::poll_timeout). Once [`is_closed`](Http1Connection::is_closed)
 //! and the output is written, it closes the socket.
 //!
-//! Refused requests (400, 408, 413, 417, 431, 501) are answered by the connection itself,
+//! Refused requests (400, 408, 413, 417, 431, 501, 503) are answered by the connection itself,
 //! after the answers still owed to earlier pipelined requests, and end the connection: after
 //! such an error the rest of the byte stream cannot be trusted to hold request boundaries.
 //! Heads are parsed when a line feed arrives (no head can end without one), so a slowloris
@@ -22,11 +22,17 @@
 //! [`end_stream`](Http1Connection::end_stream). Meanwhile later requests are still parsed and
 //! handed out, and their answers are held (bounded like the output) until the stream ends,
 //! since answers go in order (RFC 9112 §9.3.2).
+//!
+//! Bodies are held whole, so the driver bounds what all its connections' bodies hold together:
+//! it gives each connection an allowance ([`set_body_allowance`](Http1Connection::set_body_allowance))
+//! before feeding it, and a body that would pass it is refused with 503 and `Retry-After`
+//! (RFC 9110 §15.6.4, §10.2.3). What a connection holds against it is
+//! [`held_body_bytes`](Http1Connection::held_body_bytes).
 
 use std::collections::VecDeque;
 use std::mem;
 
-use super::body::{BodyReader, Limits};
+use super::body::{BodyReader, Chunked, Limits};
 use super::head::{self, Head, Parsed};
 use super::response::{self, Answer, Delimiting, Framing};
 use super::{reason_phrase, Config, Request};
@@ -42,12 +48,19 @@ struct Owed {
     http10_keep_alive: bool,
 }
 
+/// Sent with a 503 for a body past the allowance (RFC 9110 §10.2.3): bodies in flight are
+/// held until their upstream answers, so room is back within seconds, mostly.
+const BUSY_RETRY_AFTER: &str = "1";
+
 /// What the input is in the middle of.
 #[derive(Debug)]
 enum Receiving {
     /// Between requests: nothing of the next one has arrived.
     Between,
-    /// A head began at `since` (the first one: when the connection opened).
+    /// The connection's first head, due [`Config::first_head_timeout`] after the connection
+    /// opened at `opened`, whether any of it came or not.
+    FirstHead { opened: Timestamp },
+    /// A later head began at `since`.
     Head { since: Timestamp },
     /// A head was parsed and its body is arriving.
     Body(Box<BodyInProgress>),
@@ -62,9 +75,70 @@ struct BodyInProgress {
     reader: BodyReader,
     /// When the head completed: the body is due by `since + body_timeout`.
     since: Timestamp,
+    /// Whether the body is expected yet, and how much of it came, for the minimum rate.
+    pace: Pace,
+}
+
+/// Whether a body is expected to be arriving, for [`Config::min_body_rate`].
+#[derive(Clone, Copy, Debug)]
+enum Pace {
     /// The client waits for `100 Continue` before sending the body, and it has not been sent
-    /// (RFC 9110 §10.1.1). Cleared once any of the body arrives: then it did not wait.
-    continue_due: bool,
+    /// (RFC 9110 §10.1.1): nothing is expected of it yet.
+    AwaitingContinue,
+    /// The body is expected since `since` (the end of the head, or the `100 Continue`);
+    /// `received` bytes of it, framing included, came since.
+    Flowing { since: Timestamp, received: u64 },
+}
+
+impl Pace {
+    /// When the body falls behind `rate` bytes per second averaged since it was expected, as
+    /// it stands; `None` while it is not expected or with no rate.
+    fn behind_at(&self, rate: u64) -> Option<Timestamp> {
+        let Pace::Flowing { since, received } = *self else {
+            return None;
+        };
+        let nanos = u128::from(received) * 1_000_000_000 / u128::from(rate.max(1));
+        let lead = std::time::Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX));
+        (rate > 0).then(|| since + lead)
+    }
+
+    /// When the body is cut for its pace: the grace is a head start, so the body must have
+    /// had `rate x (elapsed - grace)` bytes by then. A client slow to start (TCP slow start, a
+    /// lost segment) is forgiven that much; a dribble or a silence is cut just after the grace.
+    fn cut_at(&self, config: &Config) -> Option<Timestamp> {
+        Some(self.behind_at(config.min_body_rate)? + config.body_rate_grace)
+    }
+}
+
+/// Where a connection stands when a server at its connection cap must close one for a new
+/// connection, worst first (by `Ord`): the one that made the least progress goes, so that a
+/// peer holding slots without using them cannot lock out clients that send whole requests
+/// (RFC 9112 §9.5: a server may close a connection that is not in the middle of an answer).
+/// A connection that owes answers to complete requests, or streams one, has none
+/// ([`Http1Connection::eviction_rank`] is `None`): it is never closed for another.
+///
+/// A new connection ranks after every older one with no complete head, so a client that sends
+/// its request as soon as it connects has a whole cap's worth of newer arrivals as grace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum EvictionRank {
+    /// No complete request head yet: the connection opened at `since` and sent none, or began
+    /// a later head at `since`. The oldest has had the longest chance.
+    NoHead {
+        /// When the connection opened, or the later head began.
+        since: Timestamp,
+    },
+    /// Kept alive after its answers and idle since `since`; its client reconnects when it
+    /// needs to (RFC 9112 §9.3).
+    Idle {
+        /// The last answer or input.
+        since: Timestamp,
+    },
+    /// Receiving a body behind [`Config::min_body_rate`] since `behind_since`; it will be
+    /// cut for it anyway.
+    SlowBody {
+        /// When the average fell behind the rate.
+        behind_since: Timestamp,
+    },
 }
 
 /// A streamed answer in progress; it answers the request taken from `owed` when it started.
@@ -81,7 +155,7 @@ struct OpenStream {
 enum Timer {
     /// A head is being received (RFC 9110 §15.5.9: 408 when late).
     Header,
-    /// A body is being received (408 when late).
+    /// A body is being received (408 when late, or behind the minimum rate).
     Body,
     /// Nothing in progress and nothing owed (RFC 9112 §9.5).
     Idle,
@@ -116,16 +190,19 @@ pub struct Http1Connection {
     last_activity: Timestamp,
     /// The latest `now` the connection was given (answers are timed by it).
     now: Timestamp,
+    /// What bodies may hold, those of `ready` requests and the one being received together
+    /// (see [`set_body_allowance`](Self::set_body_allowance)).
+    body_allowance: usize,
 }
 
 impl Http1Connection {
     /// A connection just accepted at `now`: its first request head must complete within the
-    /// header timeout from here.
+    /// first-head timeout from here. Its body allowance is unbounded until the driver sets one.
     pub fn new(now: Timestamp, config: Config) -> Self {
         Http1Connection {
             config,
             input: Vec::new(),
-            receiving: Receiving::Head { since: now },
+            receiving: Receiving::FirstHead { opened: now },
             ready: VecDeque::new(),
             owed: VecDeque::new(),
             output: Vec::new(),
@@ -138,6 +215,7 @@ impl Http1Connection {
             refused: None,
             last_activity: now,
             now,
+            body_allowance: usize::MAX,
         }
     }
 
@@ -159,8 +237,12 @@ impl Http1Connection {
         }
         if self.input.len() > self.config.max_buffered_input {
             // The driver read while told not to: refuse to keep it. Owed answers still go out.
-            self.input.clear();
+            self.input = Vec::new();
             self.handle_eof();
+        }
+        if self.input.is_empty() {
+            // Everything went into requests: give the read buffer's memory back.
+            self.input = Vec::new();
         }
     }
 
@@ -187,7 +269,29 @@ impl Http1Connection {
     /// The next request, oldest first, with its whole body. Answer each in order, with
     /// [`respond`](Self::respond) or [`start_stream`](Self::start_stream).
     pub fn poll_request(&mut self) -> Option<Request> {
-        self.ready.pop_front()
+        let request = self.ready.pop_front()?;
+        // The application holds its body now, as far as this connection knows until the
+        // driver says otherwise: it still counts against the allowance.
+        self.body_allowance = self.body_allowance.saturating_sub(request.body.len());
+        Some(request)
+    }
+
+    /// How many bytes of request bodies this connection may hold: the driver's budget for all
+    /// bodies in flight minus what the others and the application hold. Set before feeding
+    /// input (or answers, which resume parsing). A body that would pass it is refused with 503
+    /// and `Retry-After`: at its head for a known length, at the chunk that passes it for a
+    /// chunked one (RFC 9110 §15.6.4).
+    pub fn set_body_allowance(&mut self, bytes: usize) {
+        self.body_allowance = bytes;
+    }
+
+    /// Bytes of request bodies this connection holds against its allowance: the bodies of
+    /// requests parsed and not handed out yet, and the one being received, counted at its
+    /// full length from its head when the length is known (it will be held whole) and as far
+    /// as its announced chunks go when chunked.
+    pub fn held_body_bytes(&self) -> usize {
+        let ready: usize = self.ready.iter().map(|r| r.body.len()).sum();
+        ready + self.receiving_body_bytes()
     }
 
     /// Answers the oldest request handed out by [`poll_request`](Self::poll_request) and not
@@ -243,7 +347,8 @@ impl Http1Connection {
     pub fn consume_output(&mut self, n: usize) {
         self.written = (self.written + n).min(self.output.len());
         if self.written == self.output.len() {
-            self.output.clear();
+            // Written: its memory goes back rather than stay at the largest answer's size.
+            self.output = Vec::new();
             self.written = 0;
             self.parse_input();
         }
@@ -256,9 +361,9 @@ impl Http1Connection {
         self.timer().map(|(_, at)| at)
     }
 
-    /// A header or body timeout answers 408 (RFC 9110 §15.5.9), or closes silently if the peer
-    /// never sent a byte; an idle timeout closes and drops unread output. Early calls are
-    /// no-ops.
+    /// A header or body timeout, or a body behind the minimum rate, answers 408 (RFC 9110
+    /// §15.5.9), or closes silently if the peer never sent a byte of the head; an idle timeout
+    /// closes and drops unread output. Early calls are no-ops.
     pub fn handle_timeout(&mut self, now: Timestamp) {
         self.now = now;
         let Some((timer, at)) = self.timer() else {
@@ -285,8 +390,8 @@ impl Http1Connection {
         self.stopped && self.owed.is_empty() && self.refusal.is_none() && self.stream.is_none()
     }
 
-    /// The status of a refusal the connection answered by itself (400, 408, 413, 417, 431 or
-    /// 501), reported once, for the driver's counters.
+    /// The status of a refusal the connection answered by itself (400, 408, 413, 417, 431,
+    /// 501 or 503), reported once, for the driver's counters.
     pub fn poll_refusal(&mut self) -> Option<u16> {
         self.refused.take()
     }
@@ -296,17 +401,31 @@ impl Http1Connection {
         self.input.len() + self.output.len() + self.held.len()
     }
 
-    /// Since when the connection has been idle between requests, if it is: kept alive after
-    /// an answer, with nothing owed, nothing unwritten and no next head begun. A driver at its
-    /// connection cap may close such a connection for a new one (RFC 9112 §9.5: a server may
-    /// close an idle connection at any time; the client retries on a new one).
-    pub fn idle_since(&self) -> Option<Timestamp> {
-        let between = matches!(self.receiving, Receiving::Between) && self.input.is_empty();
-        let quiet = self.owed.is_empty()
-            && self.refusal.is_none()
-            && self.stream.is_none()
-            && !self.stopped;
-        (between && quiet && self.pending_output().is_empty()).then_some(self.last_activity)
+    /// Where the connection stands at `now` for a driver at its connection cap that must
+    /// close one for a new connection ([`EvictionRank`], the least first); `None` when it must
+    /// not be closed: it owes answers (or has some unwritten), streams one, is closing, or
+    /// receives a body at the minimum rate.
+    pub fn eviction_rank(&self, now: Timestamp) -> Option<EvictionRank> {
+        let owes = !self.owed.is_empty()
+            || self.refusal.is_some()
+            || self.stream.is_some()
+            || !self.pending_output().is_empty();
+        if owes || self.stopped {
+            return None;
+        }
+        match &self.receiving {
+            Receiving::FirstHead { opened: since } | Receiving::Head { since } => {
+                Some(EvictionRank::NoHead { since: *since })
+            }
+            Receiving::Between => Some(EvictionRank::Idle {
+                since: self.last_activity,
+            }),
+            Receiving::Body(body) => body
+                .pace
+                .behind_at(self.config.min_body_rate)
+                .filter(|&behind_since| behind_since < now)
+                .map(|behind_since| EvictionRank::SlowBody { behind_since }),
+        }
     }
 
     /// Requests parsed and not answered yet.
@@ -430,11 +549,16 @@ impl Http1Connection {
         }
         if self.may_parse() {
             match &self.receiving {
+                Receiving::FirstHead { opened } => {
+                    return Some((Timer::Header, *opened + self.config.first_head_timeout));
+                }
                 Receiving::Head { since } => {
                     return Some((Timer::Header, *since + self.config.header_timeout));
                 }
                 Receiving::Body(body) => {
-                    return Some((Timer::Body, body.since + self.config.body_timeout));
+                    let cap = body.since + self.config.body_timeout;
+                    let paced = body.pace.cut_at(&self.config).map_or(cap, |at| at.min(cap));
+                    return Some((Timer::Body, paced));
                 }
                 Receiving::Between => {}
             }
@@ -483,14 +607,56 @@ impl Http1Connection {
         let Some(reader) = BodyReader::new(parsed.body) else {
             return self.accept(parsed.request, owed);
         };
+        let mut request = parsed.request;
+        if let BodyReader::Length(n) = reader {
+            if !self.body_fits(n) {
+                return self.refuse(503);
+            }
+            // Known and within the allowance: held whole soon, so take it at once.
+            request.body.reserve_exact(n as usize);
+        }
+        let pace = match parsed.expects_continue {
+            true => Pace::AwaitingContinue,
+            false => Pace::Flowing {
+                since: self.now,
+                received: 0,
+            },
+        };
         self.receiving = Receiving::Body(Box::new(BodyInProgress {
-            request: parsed.request,
+            request,
             owed,
             reader,
             since: self.now,
-            continue_due: parsed.expects_continue,
+            pace,
         }));
         self.send_continue_when_due();
+    }
+
+    /// Whether a body of `len` bytes fits the allowance beside the bodies parsed before it.
+    fn body_fits(&self, len: u64) -> bool {
+        let room = self.body_room();
+        usize::try_from(len).is_ok_and(|n| n <= room)
+    }
+
+    /// What the body being received may hold: the allowance less the bodies parsed before it.
+    fn body_room(&self) -> usize {
+        let ready: usize = self.ready.iter().map(|r| r.body.len()).sum();
+        self.body_allowance.saturating_sub(ready)
+    }
+
+    /// The body being received, at the length it will have as far as is known: received and
+    /// still to come for a known length or the current chunk.
+    fn receiving_body_bytes(&self) -> usize {
+        let Receiving::Body(body) = &self.receiving else {
+            return 0;
+        };
+        let coming = match body.reader {
+            BodyReader::Length(remaining) | BodyReader::Chunked(Chunked::Data { remaining }) => {
+                remaining
+            }
+            BodyReader::Chunked(_) => 0,
+        };
+        body.request.body.len() + usize::try_from(coming).unwrap_or(usize::MAX)
     }
 
     /// Moves the input into the body being read; true when it completed, so that the
@@ -498,6 +664,7 @@ impl Http1Connection {
     fn read_body(&mut self) -> bool {
         let limits = Limits {
             max_body: self.config.max_body_len,
+            allowance: self.body_room(),
             max_trailers: self.config.max_head_len,
         };
         let Receiving::Body(body) = &mut self.receiving else {
@@ -509,7 +676,13 @@ impl Http1Connection {
             }
             return false;
         }
-        body.continue_due = false;
+        if let Pace::AwaitingContinue = body.pace {
+            // It did not wait for the 100 Continue: its pace counts from its head.
+            body.pace = Pace::Flowing {
+                since: body.since,
+                received: 0,
+            };
+        }
         match body
             .reader
             .read(&self.input, &mut body.request.body, limits)
@@ -519,6 +692,9 @@ impl Http1Connection {
                 false
             }
             Ok(progress) => {
+                if let Pace::Flowing { received, .. } = &mut body.pace {
+                    *received += progress.used as u64;
+                }
                 self.input.drain(..progress.used);
                 if progress.done {
                     if let Receiving::Body(body) =
@@ -574,8 +750,13 @@ impl Http1Connection {
             return;
         }
         if let Receiving::Body(body) = &mut self.receiving {
-            if mem::take(&mut body.continue_due) {
+            if let Pace::AwaitingContinue = body.pace {
                 self.output.extend_from_slice(response::CONTINUE);
+                // The client may send from now: its pace counts from here.
+                body.pace = Pace::Flowing {
+                    since: self.now,
+                    received: 0,
+                };
             }
         }
     }
@@ -602,9 +783,10 @@ impl Http1Connection {
             return;
         };
         let body = format!("{}\n", reason_phrase(status).to_ascii_lowercase());
+        let busy: &[(&str, &str)] = &[("Retry-After", BUSY_RETRY_AFTER)];
         let answer = Answer {
             status,
-            fields: &[],
+            fields: if status == 503 { busy } else { &[] },
             content_type: "text/plain; charset=utf-8",
             body: body.as_bytes(),
         };

@@ -1,6 +1,7 @@
 //! One test per rule of the HTTP/1.1 server connection, in virtual time.
 
 mod bodies;
+mod hostile;
 mod streams;
 
 use std::time::Duration;
@@ -231,17 +232,20 @@ fn connection_close_is_honoured() {
 #[test]
 fn slow_head_gets_408_at_the_header_timeout() {
     let mut c = conn();
-    c.handle_input(at(1), b"GET / HTTP/1.1\r\n");
+    c.handle_input(at(1), GET);
+    answer_all(&mut c);
+    sent(&mut c);
+    c.handle_input(at(2), b"GET / HTTP/1.1\r\n");
     c.handle_input(at(5), b"Host: x\r\n");
     c.handle_input(at(9), b"X: y");
     assert_eq!(
         c.poll_timeout(),
-        Some(at(10)),
-        "counted from the connection's start"
+        Some(at(12)),
+        "a later head is counted from its first byte"
     );
-    c.handle_timeout(at(9));
+    c.handle_timeout(at(11));
     assert!(!c.is_closed(), "an early wake-up is a no-op");
-    c.handle_timeout(at(10));
+    c.handle_timeout(at(12));
     assert_eq!(statuses(&sent(&mut c)), ["408"]);
     assert!(c.is_closed() && c.poll_timeout().is_none());
 }

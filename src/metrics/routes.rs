@@ -71,7 +71,7 @@ impl Reply {
 }
 
 /// Every status the endpoint can send: its answers and the connection's own refusals.
-const CODES: [(u16, &str); 8] = [
+const CODES: [(u16, &str); 9] = [
     (200, "200"),
     (400, "400"),
     (404, "404"),
@@ -79,6 +79,7 @@ const CODES: [(u16, &str); 8] = [
     (408, "408"),
     (413, "413"),
     (431, "431"),
+    (503, "503"),
     (500, "500"),
 ];
 
@@ -92,6 +93,9 @@ pub struct HttpStats {
     pub connections_refused: u64,
     /// Idle keep-alive connections closed at the cap to make room for a new one.
     pub idle_closed: u64,
+    /// Connections with no complete request yet (or a body behind the minimum rate) closed
+    /// at the cap to make room for a new one.
+    pub slow_closed: u64,
     /// Failed accepts (e.g. out of descriptors); accepting resumed after a pause.
     pub accept_failures: u64,
 }
@@ -131,6 +135,12 @@ impl HttpStats {
             "backoffd_http_connections_idle_closed_total",
             "Metrics endpoint idle keep-alive connections closed at the cap for a new one.",
             self.idle_closed,
+        );
+        out.counter(
+            "backoffd_http_connections_slow_closed_total",
+            "Metrics endpoint connections with no complete request yet closed at the cap for a \
+             new one.",
+            self.slow_closed,
         );
         out.counter(
             "backoffd_http_accept_failures_total",

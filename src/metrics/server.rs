@@ -129,6 +129,7 @@ impl MetricsServer {
         let stats = &mut self.routes.stats;
         stats.connections_refused = counts.refused;
         stats.idle_closed = counts.idle_closed;
+        stats.slow_closed = counts.slow_closed;
         stats.accept_failures = failures;
     }
 }

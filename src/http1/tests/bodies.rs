@@ -208,7 +208,13 @@ fn with_no_body_allowed_a_chunked_request_is_413_at_its_head() {
 
 #[test]
 fn a_slow_body_gets_408_at_the_body_timeout() {
-    let mut c = body_conn();
+    // The absolute cap, whatever the pace (tests/hostile.rs has the minimum rate).
+    let config = Config {
+        max_body_len: 64,
+        min_body_rate: 0,
+        ..Config::default()
+    };
+    let mut c = Http1Connection::new(at(0), config);
     c.handle_input(at(1), post("Content-Length: 10", "abc").as_bytes());
     assert_eq!(
         c.poll_timeout(),
@@ -303,6 +309,7 @@ fn a_body_does_not_count_against_the_head_timeout() {
     let config = Config {
         max_body_len: 64,
         body_timeout: Duration::from_secs(60),
+        min_body_rate: 0,
         ..Config::default()
     };
     let mut c = Http1Connection::new(at(0), config);
