@@ -248,7 +248,7 @@ pub fn http_slots() -> Vec<(String, String)> {
             "slow connections the server closed (attacker reopened), evicted for a new one".into(),
             format!(
                 "{reopened}, {}",
-                sample(&m, "backoffd_hc_connections_evicted_total")
+                sample(&m, "backoffd_hc_connections_slow_closed_total")
             ),
         ),
     ]

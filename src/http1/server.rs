@@ -241,8 +241,8 @@ impl Http1Connection {
             self.handle_eof();
         }
         if self.input.is_empty() {
-            // Everything went into requests: give the read buffer's memory back.
-            self.input = Vec::new();
+            // Everything went into requests: give a large read buffer's memory back.
+            release_if_large(&mut self.input);
         }
     }
 
@@ -347,8 +347,9 @@ impl Http1Connection {
     pub fn consume_output(&mut self, n: usize) {
         self.written = (self.written + n).min(self.output.len());
         if self.written == self.output.len() {
-            // Written: its memory goes back rather than stay at the largest answer's size.
-            self.output = Vec::new();
+            // Written: a large buffer's memory goes back rather than stay at the largest
+            // answer's size; a small one is kept for the next answer.
+            release_if_large(&mut self.output);
             self.written = 0;
             self.parse_input();
         }
@@ -820,5 +821,18 @@ impl Http1Connection {
         self.held = Vec::new();
         self.output = Vec::new();
         self.written = 0;
+    }
+}
+
+/// Capacity an emptied buffer keeps for reuse: a typical request or answer, without an
+/// allocation each; beyond it the memory goes back (a connection that once carried a large
+/// body does not keep its size).
+const KEPT_CAPACITY: usize = 16 << 10;
+
+/// Empties `buf`, freeing its memory if it grew past [`KEPT_CAPACITY`].
+fn release_if_large(buf: &mut Vec<u8>) {
+    buf.clear();
+    if buf.capacity() > KEPT_CAPACITY {
+        *buf = Vec::new();
     }
 }
