@@ -105,7 +105,8 @@ HTTP cross-proxy (RFC 8075), off unless --http-listen is given:
   --http-max-connections N       HTTP connections at once, each with up to 4 pipelined requests
                                  (default 128)
   --http-max-streams N           event streams (Accept: text/event-stream) at once (default 64)
-  --http-max-inflight-bytes BYTES  what HTTP request bodies in flight may hold together; past
+  --http-max-inflight-bytes BYTES
+                                 what HTTP request bodies in flight may hold together; past
                                  it, 503 + Retry-After (default 8MiB, at least --http-max-body)
 Durations: 500ms, 2s, 1.5s, 250us, 1m. Sizes: 65536, 64KiB, 4MiB (bytes, or 1024-based
 units). Invalid configuration exits 2 naming the flag.
