@@ -21,31 +21,8 @@ use backoffd::coap::option::{OBSERVE, URI_PATH};
 use backoffd::coap::{Code, Message, MessageBuilder, MessageType};
 
 use super::reflection::common::exposition::{scrape, Exposition};
-use super::reflection::common::Daemon;
+use super::reflection::common::{proxy_with_http as http_proxy, Daemon};
 use super::{ms, request, upstream};
-
-/// `backoffd proxy` reverse to `up` with the HTTP front on, `extra` flags added; the daemon,
-/// its CoAP, HTTP and metrics addresses.
-fn http_proxy(up: SocketAddr, extra: &[&str]) -> (Daemon, SocketAddr, SocketAddr, SocketAddr) {
-    let up = up.to_string();
-    let mut args = vec![
-        "proxy",
-        "--listen",
-        "127.0.0.1:0",
-        "--upstream",
-        &up,
-        "--http-listen",
-        "127.0.0.1:0",
-        "--metrics",
-        "127.0.0.1:0",
-    ];
-    args.extend_from_slice(extra);
-    let mut daemon = Daemon::spawn(&args, "info");
-    let http = daemon.wait_for_addr("HTTP cross-proxy listening on ");
-    let coap = daemon.wait_for_addr("CoAP proxy listening on ");
-    let metrics = daemon.wait_for_addr("metrics listening on ");
-    (daemon, coap, http, metrics)
-}
 
 /// A sample of the scraped metrics, or "-" if the proxy has no such series.
 fn sample(m: &Exposition, series: &str) -> String {

@@ -17,6 +17,29 @@ pub fn proxy_with_metrics(
     upstream: SocketAddr,
     extra: &[&str],
 ) -> (Daemon, SocketAddr, SocketAddr) {
+    let mut daemon = spawn_proxy(upstream, extra);
+    let coap = daemon.wait_for_addr("CoAP proxy listening on ");
+    let metrics = daemon.wait_for_addr("metrics listening on ");
+    (daemon, coap, metrics)
+}
+
+/// [`proxy_with_metrics`] with the HTTP cross-proxy on too (`--http-listen`, any port):
+/// the daemon, its CoAP, HTTP and metrics addresses.
+pub fn proxy_with_http(
+    upstream: SocketAddr,
+    extra: &[&str],
+) -> (Daemon, SocketAddr, SocketAddr, SocketAddr) {
+    let mut args = vec!["--http-listen", "127.0.0.1:0"];
+    args.extend_from_slice(extra);
+    let mut daemon = spawn_proxy(upstream, &args);
+    // The cross-proxy binds and logs first.
+    let http = daemon.wait_for_addr("HTTP cross-proxy listening on ");
+    let coap = daemon.wait_for_addr("CoAP proxy listening on ");
+    let metrics = daemon.wait_for_addr("metrics listening on ");
+    (daemon, coap, http, metrics)
+}
+
+fn spawn_proxy(upstream: SocketAddr, extra: &[&str]) -> Daemon {
     let up = upstream.to_string();
     let mut args = vec![
         "proxy",
@@ -28,10 +51,7 @@ pub fn proxy_with_metrics(
         "127.0.0.1:0",
     ];
     args.extend_from_slice(extra);
-    let mut daemon = Daemon::spawn(&args, "info");
-    let coap = daemon.wait_for_addr("CoAP proxy listening on ");
-    let metrics = daemon.wait_for_addr("metrics listening on ");
-    (daemon, coap, metrics)
+    Daemon::spawn(&args, "info")
 }
 
 /// A running `backoffd` process, killed on drop.

@@ -7,25 +7,11 @@ use std::time::Duration;
 
 use crate::coap::option::{MAX_AGE, URI_PATH};
 use crate::coap::{Code, Message, MessageBuilder, MessageType};
-use crate::proxy::{local_client, Destination, Proxy, ProxyConfig, Routing, Transmit};
+use crate::proxy::{local_client, Destination, Proxy, ProxyConfig, Transmit};
 use crate::time::Timestamp;
 
-use super::{drain, started_at, EP0};
-
-/// A reverse proxy to one upstream, adjusted by `edit`.
-fn proxy(edit: impl FnOnce(&mut ProxyConfig)) -> Proxy {
-    let mut config = ProxyConfig {
-        routing: Routing {
-            upstream: Some("127.0.0.1:5683".parse().unwrap()),
-            allow: Vec::new(),
-            forward: false,
-        },
-        seed: Some(7),
-        ..ProxyConfig::default()
-    };
-    edit(&mut config);
-    started_at(config, Timestamp::ZERO)
-}
+use super::regressions::proxy;
+use super::{drain, EP0};
 
 /// A client that has proven its address (its answers are not held for the proof).
 fn client(p: &mut Proxy, n: u16) -> SocketAddr {

@@ -17,7 +17,7 @@ fn started(config: ProxyConfig) -> Proxy {
 }
 
 /// A reverse proxy to one upstream (UpstreamId 0), adjusted by `edit`.
-fn proxy(edit: impl FnOnce(&mut ProxyConfig)) -> Proxy {
+pub(super) fn proxy(edit: impl FnOnce(&mut ProxyConfig)) -> Proxy {
     let mut config = ProxyConfig {
         routing: Routing {
             upstream: Some("127.0.0.1:5683".parse().unwrap()),
