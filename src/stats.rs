@@ -102,6 +102,21 @@ impl LatencyHistogram {
         self.sum_us += ns as f64 / 1000.0;
         self.count += 1;
     }
+
+    /// Samples recorded.
+    pub fn samples(&self) -> u64 {
+        self.count
+    }
+
+    /// Samples longer than `us` microseconds, as far as the buckets tell: those in buckets
+    /// whose lower bound is at least `us`.
+    pub fn samples_over_us(&self, us: u64) -> u64 {
+        let lower = |i: usize| if i == 0 { 0 } else { 1u64 << (i - 1) };
+        (self.buckets.iter().enumerate())
+            .filter(|&(i, _)| lower(i) >= us)
+            .map(|(_, c)| c)
+            .sum()
+    }
 }
 
 #[cfg(test)]

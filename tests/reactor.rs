@@ -581,3 +581,47 @@ fn a_flooded_connection_is_read_a_budget_per_turn_and_called_again_for_the_rest(
         "more than two budgets, three turns at least: {per_call:?}"
     );
 }
+
+/// Spends 3 ms in its first timer callback, then reads the loop's turn histogram in a second.
+struct SlowTurn {
+    seen: Rc<RefCell<Option<(u64, u64)>>>,
+    fired: u32,
+}
+
+impl Component for SlowTurn {
+    fn on_start(&mut self, ctx: &mut Ctx<'_>) -> io::Result<()> {
+        let now = ctx.now();
+        ctx.set_timer(now, 0);
+        Ok(())
+    }
+    fn on_ready(&mut self, _: &mut Ctx<'_>, _: u32, _: Readiness) {}
+    fn on_timer(&mut self, ctx: &mut Ctx<'_>, _: TimerId, _: u32) {
+        self.fired += 1;
+        if self.fired == 1 {
+            std::thread::sleep(Duration::from_millis(3));
+            // Due after this turn has ended (a timer due now would fire in this one).
+            ctx.set_timer(Timestamp::now() + Duration::from_millis(1), 0);
+            return;
+        }
+        let turns = ctx.loop_stats().turns;
+        *self.seen.borrow_mut() = Some((turns.samples(), turns.samples_over_us(2048)));
+        ctx.shutdown();
+    }
+}
+
+/// `backoffd_reactor_turn_seconds`: every turn is recorded, and a turn that ran a 3 ms
+/// callback lands in a bucket of 2 ms or more (a lower bound: sleeping never takes less).
+#[test]
+fn the_loop_records_how_long_each_turn_took() {
+    let seen = Rc::new(RefCell::new(None));
+    let mut reactor = Reactor::new(config(WakeMode::Timerfd)).unwrap();
+    let slow = SlowTurn {
+        seen: Rc::clone(&seen),
+        fired: 0,
+    };
+    reactor.add(Box::new(slow)).unwrap();
+    reactor.run().unwrap();
+    let (turns, slow) = seen.borrow().expect("the second timer fired");
+    assert!(turns >= 1, "the first timer's turn was recorded");
+    assert_eq!(slow, 1, "one turn of 2 ms or more: the one that slept");
+}

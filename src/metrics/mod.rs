@@ -45,6 +45,11 @@ pub fn write_loop_metrics(stats: LoopStats<'_>, out: &mut MetricsWriter) {
         "backoffd_timer_lateness_seconds",
         "How late reactor timers were dispatched (dispatch time minus deadline).",
     );
+    stats.turns.write(
+        out,
+        "backoffd_reactor_turn_seconds",
+        "How long each turn of the reactor took, from its wake-up to its last callback.",
+    );
 }
 
 /// Builds one exposition document. Each metric family is written once, with HELP and TYPE.

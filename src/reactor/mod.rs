@@ -77,6 +77,9 @@ pub use wake::WakeMode;
 use wake::Waker;
 
 const WAKE_TOKEN: Token = Token(usize::MAX - 1);
+/// A turn longer than this is logged (at debug) with what ran in it: the loop exists for
+/// timer precision, and one slow callback delays every timer and datagram behind it.
+const SLOW_TURN: Duration = Duration::from_millis(1);
 const SIGNAL_TOKEN: Token = Token(usize::MAX - 2);
 
 /// What a source is ready for, copied out of mio's event.
@@ -171,6 +174,26 @@ pub struct LoopStats<'a> {
     pub timers: usize,
     /// How late timers were dispatched (dispatch time minus deadline).
     pub lateness: &'a LatencyHistogram,
+    /// How long each turn's work took, from the wake-up to the last timer callback.
+    pub turns: &'a LatencyHistogram,
+}
+
+/// What one turn of the loop ran, for the log line of a slow one.
+#[derive(Clone, Copy, Debug, Default)]
+struct Turn {
+    events: u32,
+    again: u32,
+    timers: u32,
+    /// The longest callback: its component, key, whether a timer, and its length.
+    slowest: Option<(u32, u32, bool, Duration)>,
+}
+
+impl Turn {
+    fn ran(&mut self, target: Target, timer: bool, took: Duration) {
+        if self.slowest.is_none_or(|(.., t)| took > t) {
+            self.slowest = Some((target.component, target.key, timer, took));
+        }
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -198,6 +221,10 @@ struct Core {
     state: RunState,
     /// How late timers were dispatched (now - deadline), for metrics.
     lateness: LatencyHistogram,
+    /// How long turns took (wake-up to the last callback), for metrics.
+    turns: LatencyHistogram,
+    /// What the current turn ran so far.
+    turn: Turn,
 }
 
 /// A component's handle on the loop during one callback.
@@ -297,6 +324,7 @@ impl Ctx<'_> {
         LoopStats {
             timers: self.core.timers.len(),
             lateness: &self.core.lateness,
+            turns: &self.core.turns,
         }
     }
 
@@ -354,6 +382,8 @@ impl Reactor {
                 woke: Timestamp::now(),
                 state: RunState::Running,
                 lateness: LatencyHistogram::default(),
+                turns: LatencyHistogram::default(),
+                turn: Turn::default(),
             },
             components: Vec::new(),
             waker,
@@ -404,10 +434,34 @@ impl Reactor {
             self.waker.wait(poll, events, wake, self.core.now)?;
             self.core.woke = Timestamp::now();
             self.core.now = self.core.woke;
+            self.core.turn = Turn::default();
             self.dispatch_io();
             self.core.now = Timestamp::now();
             self.fire_timers();
+            self.end_turn();
         }
+    }
+
+    /// Records the turn's length, and logs a slow one with what ran in it.
+    fn end_turn(&mut self) {
+        let took = Timestamp::now().saturating_since(self.core.woke);
+        self.core.turns.record_nanos(took.as_nanos() as u64);
+        if took < SLOW_TURN || !log::log_enabled!(log::Level::Debug) {
+            return;
+        }
+        let t = self.core.turn;
+        let slowest = t
+            .slowest
+            .map_or(String::new(), |(component, key, timer, d)| {
+                let what = if timer { "timer" } else { "readiness" };
+                format!("; slowest: component {component} key {key} {what} {d:?}")
+            });
+        log::debug!(
+            "slow turn: {took:?}: {} events, {} called again, {} timers{slowest}",
+            t.events,
+            t.again,
+            t.timers
+        );
     }
 
     /// The earliest instant the loop must be awake: the next timer, or the end of draining.
@@ -444,6 +498,7 @@ impl Reactor {
             readable: true,
             ..Readiness::default()
         };
+        self.core.turn.again = again.len() as u32;
         for token in again {
             self.deliver(token, ready);
         }
@@ -453,8 +508,13 @@ impl Reactor {
     /// already reused is a spurious wake-up, which edge-triggered handlers tolerate (they read
     /// until `WouldBlock`).
     fn deliver(&mut self, token: Token, ready: Readiness) {
-        if let Some(&Target { component, key }) = self.core.sources.get(token.0) {
+        if let Some(&target) = self.core.sources.get(token.0) {
+            self.core.turn.events += 1;
+            let started = Timestamp::now();
+            let Target { component, key } = target;
             self.with_component(component, |c, ctx| c.on_ready(ctx, key, ready));
+            let took = Timestamp::now().saturating_since(started);
+            self.core.turn.ran(target, false, took);
         }
     }
 
@@ -462,8 +522,13 @@ impl Reactor {
         while let Some(expired) = self.core.timers.poll(self.core.now) {
             let late = self.core.now.saturating_since(expired.deadline);
             self.core.lateness.record_nanos(late.as_nanos() as u64);
-            let Target { component, key } = expired.value;
+            let target = expired.value;
+            self.core.turn.timers += 1;
+            let Target { component, key } = target;
+            let started = Timestamp::now();
             self.with_component(component, |c, ctx| c.on_timer(ctx, expired.id, key));
+            let took = Timestamp::now().saturating_since(started);
+            self.core.turn.ran(target, true, took);
         }
     }
 
