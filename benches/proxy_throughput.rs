@@ -30,7 +30,7 @@
 //! aiocoap; otherwise tests/interop/setup.sh installs them if missing), LOAD (share of the CON
 //! peak for the latency runs, default 0.5), BURST (datagrams per system call in the latency runs,
 //! default 2), ROUNDS (default 3), FIFO_PRIORITY=P (run targets under SCHED_FIFO, root),
-//! BASELINE_BIN=path (adds `baseline` and `baseline-fwd`: another backoffd build, with default
+//! TARGET_LOG (the targets' RUST_LOG, default `warn`), BASELINE_BIN=path (adds `baseline` and `baseline-fwd`: another backoffd build, with default
 //! flags plus BASELINE_FLAGS, e.g. `--client-bytes-per-sec 0` for a build from before fa3063b,
 //! whose per-source send budget was on by default and throttles the one-source generator).
 
@@ -466,7 +466,7 @@ fn spawn(
     let mut command = Command::new(&argv[0]);
     command
         .args(&argv[1..])
-        .env("RUST_LOG", "warn")
+        .env("RUST_LOG", target_log())
         .stdin(Stdio::null())
         .stdout(log.try_clone().map_err(|e| e.to_string())?)
         .stderr(log);
@@ -493,6 +493,13 @@ fn spawn(
         .map_err(|e| format!("cannot run {}: {e}", argv[0]))?;
     eprintln!("{name}: {} (log: {})", argv.join(" "), log_path.display());
     Ok((child, SocketAddr::from(([127, 0, 0, 1], port))))
+}
+
+/// The targets' log filter: TARGET_LOG, or `warn`. `TARGET_LOG=backoffd::reactor=debug` logs
+/// each turn of backoffd's loop that took over 1 ms, with what ran in it, to
+/// target/bench-logs/NAME.log.
+fn target_log() -> String {
+    std::env::var("TARGET_LOG").unwrap_or_else(|_| "warn".into())
 }
 
 /// Sends single requests until one is answered 2.xx (the target is up and routes to the
