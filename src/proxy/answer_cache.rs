@@ -416,7 +416,12 @@ impl<K: Copy> AnswerRing<K> {
     /// The index of the first entry with sequence number `seq` or later.
     fn lower_bound(&self, seq: u64) -> usize {
         let offset = seq.saturating_sub(self.first_seq).min(u64::from(u32::MAX)) as u32;
-        (self.entries).partition_point(|e| self.offset_of(e) < offset)
+        // Where it is when no compaction moved it (a client evicting its own oldest, which is
+        // then at the front, looks up the front on every answer): no search.
+        match self.entries.get(offset as usize) {
+            Some(e) if self.offset_of(e) == offset => offset as usize,
+            _ => (self.entries).partition_point(|e| self.offset_of(e) < offset),
+        }
     }
 
     /// The client's share no longer counts an answer that held `stored`.

@@ -21,6 +21,7 @@ use crate::coap::{params, Code, Message, MessageBuilder, MessageType};
 use crate::time::Timestamp;
 use crate::timer::TimerWheel;
 
+use super::index::Index;
 use super::answer_cache::{AnswerRing, Bound, ClientKey, Gone, Replay};
 use super::budget::SendBudget;
 use super::cache::{CacheCounters, ResponseCache};
@@ -126,11 +127,11 @@ pub struct Proxy {
     /// swept in bulk, to save a lookup per answer; with per-client shares evicting all the
     /// time, the sweeps came every few thousand requests and paused the loop long enough to
     /// overflow the client socket's receive buffer.)
-    pub(super) by_client: KeyedMap<ClientKey, Seen>,
+    pub(super) by_client: Index<ClientKey, Seen>,
     /// Piggybacked answers, empty ACKs and RSTs from upstream: (endpoint, our MID).
-    pub(super) by_upstream_mid: KeyedMap<(EndpointId, u16), ExchangeKey>,
+    pub(super) by_upstream_mid: Index<(EndpointId, u16), ExchangeKey>,
     /// ACK/RST from clients to our CON/NON answers: (client, our MID).
-    pub(super) by_client_mid: KeyedMap<(SocketAddr, u16), ExchangeKey>,
+    pub(super) by_client_mid: Index<(SocketAddr, u16), ExchangeKey>,
     /// Live observations by (client, client token), for deregistration (RFC 7641 §3.6).
     pub(super) observers: KeyedMap<(SocketAddr, CoapToken), ExchangeKey>,
     pub(super) upstreams: Vec<Upstream>,
@@ -151,7 +152,7 @@ pub struct Proxy {
     /// Separate responses and notifications the upstreams sent as CON and we acknowledged: a
     /// retransmission (our ACK was lost) is acknowledged again and not taken twice (§4.5).
     pub(super) upstream_cons: AnswerRing<(EndpointId, u16)>,
-    pub(super) by_upstream_con: KeyedMap<(EndpointId, u16), u64>,
+    pub(super) by_upstream_con: Index<(EndpointId, u16), u64>,
     /// Upstream responses kept to answer other requests for the same thing (`--cache-size`;
     /// RFC 7252 §5.6). Not `answers`, which replays one answer to one request's copies.
     pub(super) cache: ResponseCache,
@@ -210,9 +211,9 @@ impl Proxy {
             config,
             exchanges: Slab::new(),
             next_generation: 1,
-            by_client: hash.map(),
-            by_upstream_mid: hash.map(),
-            by_client_mid: hash.map(),
+            by_client: Index::new(hash.clone()),
+            by_upstream_mid: Index::new(hash.clone()),
+            by_client_mid: Index::new(hash.clone()),
             observers: hash.map(),
             upstreams: (targets.into_iter())
                 .map(|addr| Upstream { addr, inflight: 0 })
@@ -225,7 +226,7 @@ impl Proxy {
             answers: AnswerRing::with_shares(params::EXCHANGE_LIFETIME, bound, share),
             local_answers: AnswerRing::with_shares(LOCAL_ANSWER_LIFETIME, bound, share),
             upstream_cons: AnswerRing::new(params::MAX_TRANSMIT_WAIT, bound),
-            by_upstream_con: hash.map(),
+            by_upstream_con: Index::new(hash.clone()),
             cache,
             fanout: Fanout::new(&hash),
             delivering: VecDeque::new(),

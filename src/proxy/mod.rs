@@ -48,6 +48,7 @@ mod engine;
 mod events;
 mod exchange;
 mod fanout;
+mod index;
 mod keyed_hash;
 mod limits;
 mod local;
