@@ -21,7 +21,6 @@ use crate::coap::{params, Code, Message, MessageBuilder, MessageType};
 use crate::time::Timestamp;
 use crate::timer::TimerWheel;
 
-use super::index::Index;
 use super::answer_cache::{AnswerRing, Bound, ClientKey, Gone, Replay};
 use super::budget::SendBudget;
 use super::cache::{CacheCounters, ResponseCache};
@@ -30,6 +29,7 @@ use super::endpoints::{EndpointEvent, EndpointId, Endpoints, UpstreamId};
 use super::events::{Events, ProxyEvent};
 use super::exchange::{CoapToken, Exchange, ExchangeKey, Reply, State, TimerKind};
 use super::fanout::Fanout;
+use super::index::Index;
 use super::keyed_hash::{KeyedMap, KeyedState};
 use super::local::is_local_client;
 pub use super::outbox::Destination;
