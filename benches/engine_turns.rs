@@ -19,29 +19,28 @@ use backoffd::coap::{Code, Message, MessageBuilder, MessageType};
 use backoffd::proxy::{Destination, EndpointId, Proxy, ProxyConfig, Routing, Seeds};
 use backoffd::time::Timestamp;
 
-/// This thread's CPU time: unlike the wall clock, it does not count time the thread was not
-/// running, so a turn is not made slow by a neighbour taking the CPU.
-fn cpu_now() -> Duration {
+/// Reads one of the kernel's clocks.
+fn clock(id: libc::clockid_t) -> Duration {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: clock_gettime writes one timespec, which outlives the call.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    unsafe { libc::clock_gettime(id, &mut ts) };
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// This thread's CPU time: unlike the wall clock, it does not count time the thread was not
+/// running, so a turn is not made slow by a neighbour taking the CPU.
+fn cpu_now() -> Duration {
+    clock(libc::CLOCK_THREAD_CPUTIME_ID)
 }
 
 /// CLOCK_MONOTONIC, as `perf record -k CLOCK_MONOTONIC` stamps its samples: with SLOW_US,
 /// each turn over that many microseconds of CPU is printed with its start and end, so that
 /// `perf script` can show what ran in it.
 fn mono_now() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec, which outlives the call.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+    clock(libc::CLOCK_MONOTONIC)
 }
 
 fn var<T: std::str::FromStr>(name: &str, default: T) -> T {

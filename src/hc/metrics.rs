@@ -69,6 +69,6 @@ pub fn write_http_metrics(http: &HttpFront, out: &mut MetricsWriter) {
     out.gauge(
         "backoffd_hc_request_body_bytes",
         "HTTP request-body bytes held: being received, and held by exchanges in flight.",
-        (http.held_body_bytes()) as f64,
+        http.held_body_bytes() as f64,
     );
 }

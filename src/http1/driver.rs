@@ -13,9 +13,11 @@
 //! application, so the server keeps a budget for them all ([`HttpServer::with_body_budget`]):
 //! before feeding a connection it gives it as allowance the budget less what the others and
 //! the application ([`HttpApp::held_body_bytes`]) hold, and a body past it is refused with 503
-//! (see [`Http1Connection::set_body_allowance`]). A connection that is done is closed gracefully: its
-//! write side is shut and what the peer still sends is read and dropped until it closes or
-//! [`LINGER`] passes, so the last answer is not destroyed by a reset (RFC 9112 §9.6).
+//! (see [`Http1Connection::set_body_allowance`]).
+//!
+//! A connection that is done is closed gracefully: its write side is shut and what the peer
+//! still sends is read and dropped until it closes or [`LINGER`] passes, so the last answer is
+//! not destroyed by a reset (RFC 9112 §9.6).
 
 // I/O module: The HTTP/1.1 driver: owns a listener and its connections.
 #![allow(

@@ -22,9 +22,8 @@
 //! marked dead in place (it no longer counts, replays or holds its client) and its room is
 //! taken back when it reaches the front, or by a compaction once the dead are a third of the
 //! entries or of the bytes (past one datagram's worth), or a quarter of the bytes of a ring at
-//! its byte bound. A compaction moves entries,
-//! so an entry is found by its sequence number (kept in it) with a binary search when it is
-//! not where it would be without one.
+//! its byte bound. A compaction moves entries, so an entry is found by its sequence number
+//! (kept in it) with a binary search when it is not where it would be without one.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;

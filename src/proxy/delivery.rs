@@ -46,12 +46,12 @@ impl Proxy {
         let Some(x) = self.get(key) else { return };
         let len = msg.as_bytes().len() - msg.token().len() + x.client_token.as_bytes().len();
         let fits = x.reply == Reply::Separate || self.out.fits(x.client, len);
-        let room = self.room_to_hold(x.client_slot, len);
+        let slot = x.client_slot;
         match (fits, observing) {
             (true, _) => self.send_answer(now, key, msg, observing, false),
-            (false, false) if room => self.hold_for_proof(now, key, msg),
-            (false, false) => self.refuse_for_proof_backlog(now, key),
             (false, true) => self.send_answer(now, key, msg, observing, true),
+            (false, false) if self.room_to_hold(slot, len) => self.hold_for_proof(now, key, msg),
+            (false, false) => self.refuse_for_proof_backlog(now, key),
         }
     }
 

@@ -646,8 +646,7 @@ impl Proxy {
             self.timers.cancel(id);
         }
         let kept = x.answer.as_deref().map_or(0, <[u8]>::len);
-        self.clients.count_answer_bytes(x.client_slot, 0, kept);
-        self.answer_bytes -= kept;
+        self.count_answer_bytes(x.client_slot, 0, kept);
         let client_key = (x.client, x.client_token, x.client_mid);
         let replay = match (x.reply, last) {
             // Never sent (over the client's send rate): a retransmission gets nothing, not an

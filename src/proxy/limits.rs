@@ -6,6 +6,7 @@
 use crate::coap::option::PROXY_URI;
 use crate::coap::{Code, Message};
 
+use super::clients::ClientSlot;
 use super::engine::{LocalAnswer, Proxy};
 use super::exchange::ExchangeKey;
 use super::route;
@@ -89,8 +90,14 @@ impl Proxy {
         let old = std::mem::replace(&mut x.answer, answer);
         let removed = old.as_deref().map_or(0, <[u8]>::len);
         let slot = x.client_slot;
+        self.count_answer_bytes(slot, added, removed);
+        old
+    }
+
+    /// The exchanges of the client in `slot` keep `added` answer bytes more and `removed`
+    /// fewer: counted for it and in all.
+    pub(super) fn count_answer_bytes(&mut self, slot: ClientSlot, added: usize, removed: usize) {
         self.clients.count_answer_bytes(slot, added, removed);
         self.answer_bytes = self.answer_bytes + added - removed;
-        old
     }
 }

@@ -77,10 +77,10 @@ pub use wake::WakeMode;
 use wake::Waker;
 
 const WAKE_TOKEN: Token = Token(usize::MAX - 1);
+const SIGNAL_TOKEN: Token = Token(usize::MAX - 2);
 /// A turn longer than this is logged (at debug) with what ran in it: the loop exists for
 /// timer precision, and one slow callback delays every timer and datagram behind it.
 const SLOW_TURN: Duration = Duration::from_millis(1);
-const SIGNAL_TOKEN: Token = Token(usize::MAX - 2);
 
 /// What a source is ready for, copied out of mio's event.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -181,6 +181,9 @@ pub struct LoopStats<'a> {
 /// What one turn of the loop ran, for the log line of a slow one.
 #[derive(Clone, Copy, Debug, Default)]
 struct Turn {
+    /// Whether callbacks are timed: only when that line can be logged, so that the loop's
+    /// hot path reads no extra clock otherwise.
+    timed: bool,
     events: u32,
     again: u32,
     timers: u32,
@@ -434,7 +437,10 @@ impl Reactor {
             self.waker.wait(poll, events, wake, self.core.now)?;
             self.core.woke = Timestamp::now();
             self.core.now = self.core.woke;
-            self.core.turn = Turn::default();
+            self.core.turn = Turn {
+                timed: log::log_enabled!(log::Level::Debug),
+                ..Turn::default()
+            };
             self.dispatch_io();
             self.core.now = Timestamp::now();
             self.fire_timers();
@@ -446,7 +452,7 @@ impl Reactor {
     fn end_turn(&mut self) {
         let took = Timestamp::now().saturating_since(self.core.woke);
         self.core.turns.record_nanos(took.as_nanos() as u64);
-        if took < SLOW_TURN || !log::log_enabled!(log::Level::Debug) {
+        if took < SLOW_TURN || !self.core.turn.timed {
             return;
         }
         let t = self.core.turn;
@@ -510,11 +516,8 @@ impl Reactor {
     fn deliver(&mut self, token: Token, ready: Readiness) {
         if let Some(&target) = self.core.sources.get(token.0) {
             self.core.turn.events += 1;
-            let started = Timestamp::now();
-            let Target { component, key } = target;
-            self.with_component(component, |c, ctx| c.on_ready(ctx, key, ready));
-            let took = Timestamp::now().saturating_since(started);
-            self.core.turn.ran(target, false, took);
+            let key = target.key;
+            self.call(target, false, |c, ctx| c.on_ready(ctx, key, ready));
         }
     }
 
@@ -524,11 +527,8 @@ impl Reactor {
             self.core.lateness.record_nanos(late.as_nanos() as u64);
             let target = expired.value;
             self.core.turn.timers += 1;
-            let Target { component, key } = target;
-            let started = Timestamp::now();
-            self.with_component(component, |c, ctx| c.on_timer(ctx, expired.id, key));
-            let took = Timestamp::now().saturating_since(started);
-            self.core.turn.ran(target, true, took);
+            let key = target.key;
+            self.call(target, true, |c, ctx| c.on_timer(ctx, expired.id, key));
         }
     }
 
@@ -571,6 +571,16 @@ impl Reactor {
                 }
             }
             RunState::Running | RunState::Stopped => {}
+        }
+    }
+
+    /// Runs one callback of `target`'s component, timed for the turn's log line if it is on.
+    fn call(&mut self, target: Target, timer: bool, f: impl FnOnce(&mut dyn Component, &mut Ctx)) {
+        let started = self.core.turn.timed.then(Timestamp::now);
+        self.with_component(target.component, f);
+        if let Some(started) = started {
+            let took = Timestamp::now().saturating_since(started);
+            self.core.turn.ran(target, timer, took);
         }
     }
 
