@@ -33,6 +33,26 @@ pub fn connected_udp(peer: SocketAddr) -> io::Result<mio::net::UdpSocket> {
     Ok(mio::net::UdpSocket::from_std(socket))
 }
 
+/// Asks for a receive buffer of `bytes` (`SO_RCVBUF`; the kernel doubles it and caps it at
+/// `net.core.rmem_max`).
+pub fn set_receive_buffer(socket: &impl AsRawFd, bytes: usize) -> io::Result<()> {
+    let value = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    // SAFETY: passes a pointer to a live c_int and its size, on a socket the caller owns.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            (&value as *const libc::c_int).cast(),
+            mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Listens on `[::]:port` with `IPV6_V6ONLY` off, so IPv4 clients arrive as v4-mapped
 /// addresses on the same socket (clients dialing `localhost` may try `::1` or `127.0.0.1`).
 /// Falls back to `0.0.0.0:port` where IPv6 is unavailable. Non-blocking, `SO_REUSEADDR`.
@@ -212,6 +232,40 @@ pub fn unmap(addr: SocketAddr) -> SocketAddr {
 mod tests {
     use super::*;
     use std::net::TcpStream;
+
+    fn receive_buffer(socket: &impl AsRawFd) -> usize {
+        let mut value: libc::c_int = 0;
+        let mut len = mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: a live c_int and its size, on a socket the test owns.
+        let rc = unsafe {
+            libc::getsockopt(
+                socket.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVBUF,
+                (&mut value as *mut libc::c_int).cast(),
+                &mut len,
+            )
+        };
+        assert_eq!(rc, 0);
+        value as usize
+    }
+
+    /// The kernel takes the request, doubled, up to `net.core.rmem_max` (at least the
+    /// default's 208 KiB, which every Linux allows): more than a socket gets by default.
+    #[test]
+    fn a_receive_buffer_is_enlarged_as_asked() {
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let before = receive_buffer(&socket);
+        set_receive_buffer(&socket, 2 << 20).unwrap();
+        let after = receive_buffer(&socket);
+        let max = std::fs::read_to_string("/proc/sys/net/core/rmem_max")
+            .ok()
+            .and_then(|v| v.trim().parse::<usize>().ok());
+        match max {
+            Some(max) if max > before => assert_eq!(after, 2 * max.min(2 << 20), "{before}"),
+            _ => assert!(after >= before),
+        }
+    }
 
     /// A sink that takes nothing, as a closed pipe might report.
     struct TakesNothing;

@@ -84,21 +84,38 @@ pub fn log2_histogram(samples: &[i64], width: usize) -> String {
     out
 }
 
-/// A log2 histogram of durations in microseconds, cheap enough to update on every timer.
-#[derive(Clone, Debug, Default)]
+/// A histogram of durations, cheap enough to update on every timer: log-linear, like
+/// HdrHistogram, with 4 buckets per power of two so that a p99 near 100 µs is told apart from
+/// one near 128 µs (bounds ..., 64, 80, 96, 112, 128, 160, ... µs).
+#[derive(Clone, Debug)]
 pub struct LatencyHistogram {
-    /// `buckets[i]` counts samples in `(2^(i-1), 2^i]` µs; bucket 0 is `<= 1 µs`.
-    pub(crate) buckets: [u64; 24],
+    /// `buckets[0]` counts samples of at most 1 µs; `buckets[i]` those in
+    /// `(upper_bound_us(i - 1), upper_bound_us(i)]`; the last one also counts everything longer.
+    pub(crate) buckets: [u64; HISTOGRAM_BUCKETS],
     pub(crate) sum_us: f64,
     pub(crate) count: u64,
 }
 
+/// Buckets of a [`LatencyHistogram`]: 1 µs, then 4 per power of two up to 2^21 µs (2.1 s).
+pub const HISTOGRAM_BUCKETS: usize = 1 + 4 * 21;
+
+/// The index arithmetic works in quarter microseconds, so that every bound is exact.
+const QUARTER_US_NS: u64 = 250;
+
+impl Default for LatencyHistogram {
+    fn default() -> Self {
+        LatencyHistogram {
+            buckets: [0; HISTOGRAM_BUCKETS],
+            sum_us: 0.0,
+            count: 0,
+        }
+    }
+}
+
 impl LatencyHistogram {
-    /// Adds one sample of `ns` nanoseconds, rounded up to whole microseconds for the bucket.
+    /// Adds one sample of `ns` nanoseconds, rounded up to a quarter microsecond for the bucket.
     pub fn record_nanos(&mut self, ns: u64) {
-        let us = ns.div_ceil(1000);
-        let i = (64 - us.saturating_sub(1).leading_zeros() as usize).min(self.buckets.len() - 1);
-        self.buckets[i] += 1;
+        self.buckets[bucket_of(ns)] += 1;
         self.sum_us += ns as f64 / 1000.0;
         self.count += 1;
     }
@@ -111,12 +128,35 @@ impl LatencyHistogram {
     /// Samples longer than `us` microseconds, as far as the buckets tell: those in buckets
     /// whose lower bound is at least `us`.
     pub fn samples_over_us(&self, us: u64) -> u64 {
-        let lower = |i: usize| if i == 0 { 0 } else { 1u64 << (i - 1) };
+        let lower = |i: usize| if i == 0 { 0.0 } else { upper_bound_us(i - 1) };
         (self.buckets.iter().enumerate())
-            .filter(|&(i, _)| lower(i) >= us)
+            .filter(|&(i, _)| lower(i) >= us as f64)
             .map(|(_, c)| c)
             .sum()
     }
+}
+
+/// The bucket of a sample of `ns` nanoseconds. In quarter microseconds `q`, a power of two
+/// `(2^(k-1), 2^k]` splits into 4 equal parts, told apart by the 2 bits below the top one.
+fn bucket_of(ns: u64) -> usize {
+    let q = ns.div_ceil(QUARTER_US_NS);
+    if q <= 4 {
+        return 0;
+    }
+    let x = q - 1;
+    let k = 64 - x.leading_zeros() as usize; // q is in (2^(k-1), 2^k], k >= 3
+    let sub = ((x >> (k - 3)) & 3) as usize;
+    (1 + 4 * (k - 3) + sub).min(HISTOGRAM_BUCKETS - 1)
+}
+
+/// The upper bound of bucket `i`, in microseconds.
+pub fn upper_bound_us(i: usize) -> f64 {
+    if i == 0 {
+        return 1.0;
+    }
+    let (k, sub) = (3 + (i - 1) / 4, (i - 1) % 4);
+    let quarters = (1u64 << (k - 3)) * (4 + sub as u64 + 1);
+    quarters as f64 / 4.0
 }
 
 #[cfg(test)]
@@ -139,6 +179,44 @@ mod tests {
     fn negative_samples_count_as_early() {
         let mut s = vec![-5, -1, 0, 10];
         assert_eq!(Summary::from_nanos(&mut s).early, 2);
+    }
+
+    #[test]
+    fn latency_buckets_split_each_power_of_two_in_four() {
+        let bounds: Vec<f64> = (0..10).map(upper_bound_us).collect();
+        assert_eq!(bounds, [1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0]);
+        assert_eq!(upper_bound_us(HISTOGRAM_BUCKETS - 2), 1_835_008.0);
+        for ns in [
+            1,
+            1_000,
+            1_001,
+            1_250,
+            1_251,
+            99_000,
+            100_000,
+            100_001,
+            5_000_000_000,
+        ] {
+            let i = bucket_of(ns);
+            let us = ns as f64 / 1000.0;
+            let lower = if i == 0 { 0.0 } else { upper_bound_us(i - 1) };
+            let last = i == HISTOGRAM_BUCKETS - 1;
+            assert!(
+                us > lower && (us <= upper_bound_us(i) || last),
+                "{ns} ns in bucket {i}"
+            );
+        }
+    }
+
+    #[test]
+    fn samples_over_counts_whole_buckets() {
+        let mut h = LatencyHistogram::default();
+        for ns in [500, 90_000, 100_000, 130_000, 3_000_000] {
+            h.record_nanos(ns);
+        }
+        assert_eq!(h.samples(), 5);
+        assert_eq!(h.samples_over_us(112), 2);
+        assert_eq!(h.samples_over_us(1_000), 1);
     }
 
     #[test]

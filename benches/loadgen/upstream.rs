@@ -30,6 +30,42 @@ pub struct FastUpstream {
     pub ignored: u64,
     /// Set by [`watch_message_ids`](Self::watch_message_ids).
     watch: Option<MidWatch>,
+    /// Set by [`drop_first_of`](Self::drop_first_of).
+    dropping: Option<FirstDrops>,
+}
+
+/// Drops the first transmission of every `every`-th new request, so that the
+/// sender's retransmission timer has to bring it: how late those timers fire under load is
+/// what the timer run measures. The retransmission (same source, MID and token) is answered.
+struct FirstDrops {
+    every: u64,
+    seen: u64,
+    waiting: HashSet<(SocketAddr, u16)>,
+    dropped: u64,
+    answered_again: u64,
+}
+
+impl FirstDrops {
+    /// Whether to drop this request.
+    fn drops(&mut self, from: SocketAddr, mid: u16) -> bool {
+        if self.waiting.remove(&(from, mid)) {
+            self.answered_again += 1;
+            return false;
+        }
+        self.seen += 1;
+        if self.seen % self.every != 0 {
+            return false;
+        }
+        self.waiting.insert((from, mid));
+        self.dropped += 1;
+        true
+    }
+}
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 /// Per source and Message ID, a one-byte fingerprint of the token it came with (1..=255;
@@ -60,10 +96,7 @@ impl MidWatch {
     }
 
     fn saw_at(&mut self, secs: u32, from: SocketAddr, mid: u16, token: &[u8]) {
-        let fingerprint = 1
-            + (token.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
-                (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-            }) % 255) as u32;
+        let fingerprint = 1 + (fnv1a(token) % 255) as u32;
         let seen = self.by_source.entry(from).or_insert_with(|| {
             self.new_sources.insert(from);
             vec![0; 65_536].into_boxed_slice()
@@ -105,7 +138,28 @@ impl FastUpstream {
             answered: 0,
             ignored: 0,
             watch: None,
+            dropping: None,
         })
+    }
+
+    /// From now on, drops the first transmission of one request in `every` (`None`: none);
+    /// see [`FirstDrops`].
+    pub fn drop_first_of(&mut self, every: Option<u64>) {
+        self.dropping = every.map(|every| FirstDrops {
+            every: every.max(1),
+            seen: 0,
+            waiting: HashSet::new(),
+            dropped: 0,
+            answered_again: 0,
+        });
+    }
+
+    /// First transmissions dropped, and retransmissions of them answered, since
+    /// [`drop_first_of`](Self::drop_first_of).
+    pub fn first_drops(&self) -> (u64, u64) {
+        self.dropping
+            .as_ref()
+            .map_or((0, 0), |d| (d.dropped, d.answered_again))
     }
 
     /// From now on, remembers which Message ID each source used with which token, and when
@@ -147,9 +201,13 @@ impl FastUpstream {
         }
         for i in 0..self.rx.len() {
             let (request, from) = self.rx.get(i);
-            if let (Some(w), Some((_, mid, token))) = (self.watch.as_mut(), peek_header(request)) {
-                if let Some(source) = from.socket_addr().filter(|_| Code(request[1]).is_request()) {
+            let header = peek_header(request).filter(|_| Code(request[1]).is_request());
+            if let (Some(source), Some((_, mid, token))) = (from.socket_addr(), header) {
+                if let Some(w) = self.watch.as_mut() {
                     w.saw(source, mid, token);
+                }
+                if self.dropping.as_mut().is_some_and(|d| d.drops(source, mid)) {
+                    continue;
                 }
             }
             let mut reply = [0u8; 4 + MAX_TOKEN_LEN];

@@ -173,7 +173,7 @@ impl LatencyHistogram {
             .take(self.buckets.len() - 1)
             .map(|(i, c)| {
                 cumulative += c;
-                ((1u64 << i) as f64 / 1e6, cumulative)
+                (crate::stats::upper_bound_us(i) / 1e6, cumulative)
             })
             .collect();
         buckets.push((f64::INFINITY, self.count));
@@ -210,7 +210,11 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("lat_seconds_bucket{le=\"0.000002\"} 2\n"),
+            text.contains("lat_seconds_bucket{le=\"0.0000015\"} 2\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("lat_seconds_bucket{le=\"0.000003\"} 3\n"),
             "{text}"
         );
         assert!(text.contains("lat_seconds_bucket{le=\"+Inf\"} 4\n"));

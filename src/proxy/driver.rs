@@ -356,6 +356,11 @@ impl MetricsSource for ProxyComponent {
         write_proxy_metrics(&self.engine.counters(), self.send_drops, out);
         write_upstream_metrics(&self.engine.upstream_stats(self.last_now), out);
         write_cache_metrics(&self.engine, out);
+        self.engine.retransmit_lateness().write(
+            out,
+            "backoffd_coap_retransmit_lateness_seconds",
+            "How late the proxy's retransmissions (upstream and to clients) went: handled minus due.",
+        );
         if let Some(http) = &self.http {
             crate::hc::metrics::write_http_metrics(http, out);
         }

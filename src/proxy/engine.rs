@@ -18,6 +18,7 @@ use slab::Slab;
 
 use crate::coap::option::{encode_uint, MAX_AGE, SIZE1};
 use crate::coap::{params, Code, Message, MessageBuilder, MessageType};
+use crate::stats::LatencyHistogram;
 use crate::time::Timestamp;
 use crate::timer::TimerWheel;
 
@@ -177,6 +178,9 @@ pub struct Proxy {
     pub(super) scratch: Vec<u8>,
     /// Shutting down: new requests are refused with 5.03.
     pub(super) draining: bool,
+    /// How late retransmission deadlines were handled (`now` minus the deadline): the whole
+    /// way from the deadline through the driver's timer and this wheel to the send decision.
+    pub(super) retransmit_lateness: LatencyHistogram,
 }
 
 impl Proxy {
@@ -223,6 +227,7 @@ impl Proxy {
             out,
             rng,
             counters: Counters::default(),
+            retransmit_lateness: LatencyHistogram::default(),
             answers: AnswerRing::with_shares(params::EXCHANGE_LIFETIME, bound, share),
             local_answers: AnswerRing::with_shares(LOCAL_ANSWER_LIFETIME, bound, share),
             upstream_cons: AnswerRing::new(params::MAX_TRANSMIT_WAIT, bound),
@@ -322,7 +327,16 @@ impl Proxy {
                 continue;
             };
             x.deadlines.wheel = None;
-            while let Some(kind) = self.get_mut(key).and_then(|x| x.deadlines.take_due(now)) {
+            while let Some((kind, due)) = self.get_mut(key).and_then(|x| x.deadlines.take_due(now))
+            {
+                if matches!(
+                    kind,
+                    TimerKind::UpstreamRetransmit | TimerKind::ClientRetransmit
+                ) {
+                    let late = now.saturating_since(due);
+                    self.retransmit_lateness
+                        .record_nanos(late.as_nanos() as u64);
+                }
                 self.on_timer(now, key, kind);
             }
             self.rearm(key);
@@ -355,6 +369,11 @@ impl Proxy {
             budget_sources: self.out.budget().map_or(0, |b| b.sources() as u64),
             ..self.counters.clone()
         }
+    }
+
+    /// How late the retransmission timers (upstream and to clients) were handled.
+    pub fn retransmit_lateness(&self) -> &LatencyHistogram {
+        &self.retransmit_lateness
     }
 
     /// Each upstream's endpoints and Message IDs at `now` (for metrics).

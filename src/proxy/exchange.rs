@@ -129,14 +129,15 @@ impl Deadlines {
         (earliest != UNSET).then_some(earliest)
     }
 
-    /// The earliest deadline due at `now` (ties in [`TimerKind`] order), cleared.
-    pub fn take_due(&mut self, now: Timestamp) -> Option<TimerKind> {
-        let (kind, _) = (TimerKind::ALL.into_iter())
+    /// The earliest deadline due at `now` (ties in [`TimerKind`] order) and its instant,
+    /// cleared.
+    pub fn take_due(&mut self, now: Timestamp) -> Option<(TimerKind, Timestamp)> {
+        let (kind, at) = (TimerKind::ALL.into_iter())
             .map(|k| (k, self.at[k as usize]))
             .filter(|&(_, t)| t != UNSET && t <= now)
             .min_by_key(|&(_, t)| t)?;
         self.at[kind as usize] = UNSET;
-        Some(kind)
+        Some((kind, at))
     }
 }
 

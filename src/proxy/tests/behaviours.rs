@@ -288,6 +288,35 @@ fn total_timeout_cuts_the_schedule_short() {
     assert_eq!(only_to_client(&out).code(), Code::GATEWAY_TIMEOUT);
 }
 
+/// The lateness histogram sees how late each retransmission was handled, and only those: the
+/// total timeout's 5.04 is not a retransmission.
+#[test]
+fn retransmissions_record_how_late_they_were_handled() {
+    let mut p = started(ProxyConfig {
+        policy: RetryPolicy {
+            total_timeout: Duration::from_secs(4),
+            jitter: 0.0,
+            ..RetryPolicy::DEFAULT
+        },
+        ..reverse().config.clone()
+    });
+    p.handle_client_datagram(
+        t(0),
+        client(),
+        &request(MessageType::Non, Code::GET, 1, &[]),
+    );
+    drain(&mut p);
+    // Due at 2 s, handled 300 µs late.
+    p.handle_timeout(t(2000) + Duration::from_micros(300));
+    assert_eq!(drain(&mut p).len(), 1, "one retransmission");
+    p.handle_timeout(t(4000));
+    assert_eq!(only_to_client(&drain(&mut p)).code(), Code::GATEWAY_TIMEOUT);
+    let lateness = p.retransmit_lateness();
+    assert_eq!(lateness.samples(), 1);
+    assert_eq!(lateness.samples_over_us(224), 1);
+    assert_eq!(lateness.samples_over_us(320), 0);
+}
+
 #[test]
 fn upstream_rst_answers_5_02() {
     let mut p = reverse();
