@@ -124,6 +124,9 @@ struct Row {
 struct Half {
     through: LoadReport,
     direct: LoadReport,
+    /// Time the hypervisor took the target CPU away during the run through the target
+    /// (steal time in /proc/stat): a VM's stalls that no program on it can remove.
+    stolen: Duration,
 }
 
 impl Half {
@@ -417,18 +420,24 @@ fn measure_all(
             only_run(&running, i);
             let r = &mut running[i];
             let rate = Offered::Rate(median(&peaks[i].0).rate() * settings.load);
+            let stolen_before = steal(TARGET_CPU);
             let through = run_seen(
                 &spec(settings, true, rate, r.addr, &r.target.options),
                 upstream,
                 &mut r.seen,
             )?;
+            let stolen = steal(TARGET_CPU).saturating_sub(stolen_before);
             let direct = spec(settings, true, rate, up, &direct_options);
             let direct = run_seen(&direct, upstream, &mut direct_seen)?;
             eprintln!(
-                "round {round} {:>12}: at {rate:?} p99 {:.1} us (direct {:.1} us), {} errors, {} lost",
+                "round {round} {:>12}: at {rate:?} p99 {:.1} us (direct {:.1} us), {} errors, {} lost, {stolen:?} stolen",
                 r.target.name, through.latency.p99_us, direct.latency.p99_us, through.errors, through.lost
             );
-            halves[i].push(Half { through, direct });
+            halves[i].push(Half {
+                through,
+                direct,
+                stolen,
+            });
         }
     }
     only_run(&running, usize::MAX);
@@ -575,6 +584,17 @@ fn wait_until_answering(
     Err(format!("{addr} never answered a request with 2.xx"))
 }
 
+/// The steal time of `cpu` so far (/proc/stat, in USER_HZ ticks of 10 ms); zero if unknown.
+fn steal(cpu: usize) -> Duration {
+    let stat = fs::read_to_string("/proc/stat").unwrap_or_default();
+    let prefix = format!("cpu{cpu} ");
+    let ticks = (stat.lines())
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|rest| rest.split_whitespace().nth(7)?.parse::<u64>().ok())
+        .unwrap_or(0);
+    Duration::from_millis(ticks * 10)
+}
+
 /// A loopback port free for both UDP and TCP right now (libcoap binds both).
 fn free_port() -> u16 {
     loop {
@@ -665,8 +685,8 @@ fn print_tables(rows: &[Row], settings: &Settings, took: Duration) {
         settings.burst,
         settings.rounds
     );
-    println!("| target | rate req/s | p50 RTT | p99 RTT | direct p50 | direct p99 | added p50 | added p99 (range) | non-2.xx / lost (all rounds) |");
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("| target | rate req/s | p50 RTT | p99 RTT | direct p50 | direct p99 | added p50 | added p99 (range) | non-2.xx / lost (all rounds) | target CPU stolen, ms (each round) |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|");
     for r in rows.iter().filter(|r| r.name != "direct") {
         let h = r.half();
         let (t, d) = (&h.through.latency, &h.direct.latency);
@@ -674,8 +694,12 @@ fn print_tables(rows: &[Row], settings: &Settings, took: Duration) {
         let (lo, hi) = added.fold((f64::MAX, f64::MIN), |(lo, hi), a| (lo.min(a), hi.max(a)));
         let errors: u64 = r.halves.iter().map(|h| h.through.errors).sum();
         let lost: u64 = r.halves.iter().map(|h| h.through.lost).sum();
+        let stolen: Vec<String> = (r.halves.iter())
+            .map(|h| h.stolen.as_millis().to_string())
+            .collect();
+        let stolen = stolen.join(", ");
         println!(
-            "| {} | {:.0} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} ({lo:.0}-{hi:.0}) | {errors} / {lost} |",
+            "| {} | {:.0} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} ({lo:.0}-{hi:.0}) | {errors} / {lost} | {stolen} |",
             r.name,
             h.through.rate(),
             t.p50_us,

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use super::common::exposition::{scrape, Exposition};
 use super::loadgen::{FastUpstream, LoadReport, Offered};
-use super::{free_port, run_seen, spec, start, Seen, Settings, Target};
+use super::{free_port, run_seen, spec, start, steal, Seen, Settings, Target, TARGET_CPU};
 use backoffd::coap::option::URI_PATH;
 
 /// One request in this many loses its first transmission upstream. Each stays in flight until
@@ -40,6 +40,8 @@ pub struct TimerRun {
     pub report: LoadReport,
     /// First transmissions the upstream dropped during the run.
     pub dropped: u64,
+    /// Steal time of the target CPU during the run.
+    pub stolen: Duration,
     pub retransmit: Percentiles,
     pub reactor_timers: Percentiles,
     pub turns: Percentiles,
@@ -89,7 +91,9 @@ pub fn run(
     load.duration = MEASURED;
     let before = scrape(metrics);
     upstream.drop_first_of(Some(DROP_EVERY));
+    let stolen_before = steal(TARGET_CPU);
     let report = run_seen(&load, upstream, &mut Seen::default())?;
+    let stolen = steal(TARGET_CPU).saturating_sub(stolen_before);
     let after = scrape(metrics);
     let (dropped, _) = upstream.first_drops();
     for (series, n) in &after.samples {
@@ -105,6 +109,7 @@ pub fn run(
         rate,
         report,
         dropped,
+        stolen,
         retransmit: diff("backoffd_coap_retransmit_lateness_seconds"),
         reactor_timers: diff("backoffd_timer_lateness_seconds"),
         turns: diff("backoffd_reactor_turn_seconds"),
@@ -170,7 +175,11 @@ pub fn print(run: &TimerRun, settings: &Settings) {
         );
     }
     println!(
-        "\n{} requests answered 2.xx within 100 ms, {} answered otherwise, {} later or never (the dropped ones are answered after their retransmission, 2-3 s on).",
-        run.report.answered, run.report.errors, run.report.lost
+        "\n{} requests answered 2.xx within 100 ms, {} answered otherwise, {} later or never (the dropped ones are answered after their retransmission, 2-3 s on). The hypervisor took the target CPU away for {} ms during the run ({} s measured).",
+        run.report.answered,
+        run.report.errors,
+        run.report.lost,
+        run.stolen.as_millis(),
+        MEASURED.as_secs()
     );
 }
