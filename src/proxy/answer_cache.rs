@@ -114,6 +114,19 @@ struct Share {
     kept: u32,
     bytes: usize,
     from: u64,
+    /// Where the entry at `from` or after it is, if known: no search then.
+    place: Option<Place>,
+}
+
+/// The index of an entry, as it was when `popped` entries had left the front and
+/// `compactions` compactions had run. Until the next compaction only pops at the front move
+/// entries, every one alike, so the index now is that less the pops since. (A binary search
+/// for every eviction was 3 % of the proxy's time at peak, issue 26.)
+#[derive(Clone, Copy, Debug)]
+struct Place {
+    index: usize,
+    popped: u64,
+    compactions: u64,
 }
 
 /// The per-client shares of a ring: at most `max` each, counted by client slot.
@@ -156,6 +169,9 @@ pub(super) struct AnswerRing<K> {
     dead: usize,
     /// Bytes of the dead entries, still in the byte queue.
     dead_bytes: usize,
+    /// Entries taken from the front so far, and compactions run: see [`Place`].
+    popped: u64,
+    compactions: u64,
     /// Answers kept without their bytes because they were longer than a client may keep.
     too_large: u64,
     lifetime: Duration,
@@ -174,6 +190,8 @@ impl<K: Copy> AnswerRing<K> {
             first_byte: 0,
             dead: 0,
             dead_bytes: 0,
+            popped: 0,
+            compactions: 0,
             too_large: 0,
             lifetime,
             max,
@@ -377,14 +395,20 @@ impl<K: Copy> AnswerRing<K> {
         if share.kept as usize <= shares.max.count && share.bytes <= shares.max.bytes {
             return None;
         }
-        let from = self.lower_bound(share.from);
+        let from = self.start_of(&share);
         let i = (from..self.entries.len()).find(|&i| {
             let e = &self.entries[i];
             e.client == Some(client) && !matches!(e.stored, Stored::Dead { .. })
         })?;
         let seq = self.first_seq + u64::from(self.offset_of(&self.entries[i]));
+        let place = Place {
+            index: i + 1,
+            popped: self.popped,
+            compactions: self.compactions,
+        };
         if let Some(s) = self.share_mut(Some(client)) {
             s.from = seq + 1;
+            s.place = Some(place);
         }
         if i == 0 {
             return self.pop(now, true);
@@ -410,6 +434,21 @@ impl<K: Copy> AnswerRing<K> {
             self.compact();
         }
         Some(gone)
+    }
+
+    /// The index of the first entry at or after `share.from`: at its [`Place`] if no
+    /// compaction ran since, else searched.
+    fn start_of(&self, share: &Share) -> usize {
+        let index = match share.place {
+            Some(p) if p.compactions == self.compactions => {
+                let popped = usize::try_from(self.popped - p.popped).unwrap_or(usize::MAX);
+                p.index.saturating_sub(popped).min(self.entries.len())
+            }
+            _ => self.lower_bound(share.from),
+        };
+        #[cfg(test)]
+        assert_eq!(index, self.lower_bound(share.from), "{share:?}");
+        index
     }
 
     /// The index of the first entry with sequence number `seq` or later.
@@ -451,16 +490,19 @@ impl<K: Copy> AnswerRing<K> {
         self.bytes = bytes;
         self.dead = 0;
         self.dead_bytes = 0;
+        self.compactions += 1;
     }
 
     /// Takes the front entry (live: the dead never stay in front), then the dead behind it.
     fn pop(&mut self, now: Timestamp, evicted: bool) -> Option<Gone<K>> {
         let e = self.entries.pop_front()?;
+        self.popped += 1;
         let seq = self.first_seq;
         self.drop_bytes(e.stored);
         self.uncount(e.client, e.stored);
         while let Some(Stored::Dead { .. }) = self.entries.front().map(|e| e.stored) {
             let dead = self.entries.pop_front().expect("just seen");
+            self.popped += 1;
             self.drop_bytes(dead.stored);
             self.dead -= 1;
             self.dead_bytes -= dead.stored.len();
