@@ -37,20 +37,7 @@ pub fn connected_udp(peer: SocketAddr) -> io::Result<mio::net::UdpSocket> {
 /// `net.core.rmem_max`).
 pub fn set_receive_buffer(socket: &impl AsRawFd, bytes: usize) -> io::Result<()> {
     let value = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
-    // SAFETY: passes a pointer to a live c_int and its size, on a socket the caller owns.
-    let rc = unsafe {
-        libc::setsockopt(
-            socket.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVBUF,
-            (&value as *const libc::c_int).cast(),
-            mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    set_int_option(socket, libc::SOL_SOCKET, libc::SO_RCVBUF, value)
 }
 
 /// Listens on `[::]:port` with `IPV6_V6ONLY` off, so IPv4 clients arrive as v4-mapped
@@ -102,7 +89,7 @@ fn socket(family: libc::c_int) -> io::Result<OwnedFd> {
 }
 
 fn set_int_option(
-    fd: &OwnedFd,
+    fd: &impl AsRawFd,
     level: libc::c_int,
     name: libc::c_int,
     value: libc::c_int,

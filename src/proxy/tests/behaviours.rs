@@ -265,8 +265,9 @@ fn retries_follow_the_policy_then_5_04() {
     assert_eq!(empty_ack_then_504, vec![100, 26375]);
 }
 
-#[test]
-fn total_timeout_cuts_the_schedule_short() {
+/// A NON GET sent at 0 through a proxy with a 4 s total timeout and no jitter, its first
+/// transmission drained: retransmission due at 2 s, 5.04 at 4 s.
+fn non_get_with_a_4_s_total_timeout() -> Proxy {
     let mut p = started(ProxyConfig {
         policy: RetryPolicy {
             total_timeout: Duration::from_secs(4),
@@ -281,6 +282,12 @@ fn total_timeout_cuts_the_schedule_short() {
         &request(MessageType::Non, Code::GET, 1, &[]),
     );
     drain(&mut p);
+    p
+}
+
+#[test]
+fn total_timeout_cuts_the_schedule_short() {
+    let mut p = non_get_with_a_4_s_total_timeout();
     p.handle_timeout(t(3999));
     assert_eq!(drain(&mut p).len(), 1, "one retransmission at 2 s");
     p.handle_timeout(t(4000));
@@ -292,20 +299,7 @@ fn total_timeout_cuts_the_schedule_short() {
 /// total timeout's 5.04 is not a retransmission.
 #[test]
 fn retransmissions_record_how_late_they_were_handled() {
-    let mut p = started(ProxyConfig {
-        policy: RetryPolicy {
-            total_timeout: Duration::from_secs(4),
-            jitter: 0.0,
-            ..RetryPolicy::DEFAULT
-        },
-        ..reverse().config.clone()
-    });
-    p.handle_client_datagram(
-        t(0),
-        client(),
-        &request(MessageType::Non, Code::GET, 1, &[]),
-    );
-    drain(&mut p);
+    let mut p = non_get_with_a_4_s_total_timeout();
     // Due at 2 s, handled 300 µs late.
     p.handle_timeout(t(2000) + Duration::from_micros(300));
     assert_eq!(drain(&mut p).len(), 1, "one retransmission");
