@@ -266,16 +266,19 @@ pub(crate) struct Hit<'c> {
 
 impl Hit<'_> {
     /// The stored code.
+    #[cfg(test)]
     pub(crate) fn code(&self) -> Code {
         self.response.code()
     }
 
     /// Max-Age to send: the original less the entry's age, rounded down (RFC 7252 §5.7.1).
+    #[cfg(test)]
     pub(crate) fn max_age_left(&self) -> u32 {
         self.max_age_left
     }
 
     /// The stored validator.
+    #[cfg(test)]
     pub(crate) fn etag(&self) -> Option<Etag> {
         self.etag
     }
