@@ -52,13 +52,14 @@ mod timers;
 
 use std::collections::HashSet;
 use std::fs::{self, File};
-use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::net::SocketAddr;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use backoffd::coap::option::{PROXY_URI, URI_PATH};
+use common::free_port;
 use loadgen::{FastUpstream, LoadReport, LoadSpec, MidCounts, Offered};
 
 /// Where the system under test runs; the harness takes CPU 0.
@@ -593,17 +594,6 @@ fn steal(cpu: usize) -> Duration {
         .and_then(|rest| rest.split_whitespace().nth(7)?.parse::<u64>().ok())
         .unwrap_or(0);
     Duration::from_millis(ticks * 10)
-}
-
-/// A loopback port free for both UDP and TCP right now (libcoap binds both).
-fn free_port() -> u16 {
-    loop {
-        let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let port = udp.local_addr().unwrap().port();
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
 }
 
 fn set_affinity(pid: libc::pid_t, cpu: usize) -> bool {

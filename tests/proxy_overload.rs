@@ -19,26 +19,6 @@ fn metric(doc: &Exposition, series: &str) -> f64 {
     doc.get(series)
 }
 
-/// The cumulative buckets of `backoffd_timer_lateness_seconds`: (upper bound s, count), sorted.
-fn lateness_buckets(doc: &Exposition) -> Vec<(f64, f64)> {
-    let prefix = "backoffd_timer_lateness_seconds_bucket{le=\"";
-    let mut buckets: Vec<(f64, f64)> = doc
-        .samples
-        .iter()
-        .filter_map(|(series, &count)| {
-            let le = series.strip_prefix(prefix)?.strip_suffix("\"}")?;
-            let le = match le {
-                "+Inf" => f64::INFINITY,
-                v => v.parse().ok()?,
-            };
-            Some((le, count))
-        })
-        .collect();
-    buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
-    assert!(!buckets.is_empty(), "no lateness histogram in /metrics");
-    buckets
-}
-
 fn token_of(i: u32) -> [u8; 4] {
     i.to_be_bytes()
 }
@@ -242,7 +222,7 @@ fn ten_times_max_inflight_against_a_silent_upstream_gets_5_03_and_frees_all_stat
     // a few hundred) later than ~100 ms (the first bucket bound at or above 100 ms: 114.7 ms,
     // with 4 buckets per power of two).
     let total = metric(&after, "backoffd_timer_lateness_seconds_count");
-    let lateness = lateness_buckets(&after);
+    let lateness = after.histogram("backoffd_timer_lateness_seconds");
     // (bucket bound, wake-ups within it) for the first bucket at or above `bound`.
     let bucket_at = |bound: f64| {
         lateness

@@ -42,14 +42,12 @@ struct FirstDrops {
     seen: u64,
     waiting: HashSet<(SocketAddr, u16)>,
     dropped: u64,
-    answered_again: u64,
 }
 
 impl FirstDrops {
     /// Whether to drop this request.
     fn drops(&mut self, from: SocketAddr, mid: u16) -> bool {
         if self.waiting.remove(&(from, mid)) {
-            self.answered_again += 1;
             return false;
         }
         self.seen += 1;
@@ -150,16 +148,12 @@ impl FastUpstream {
             seen: 0,
             waiting: HashSet::new(),
             dropped: 0,
-            answered_again: 0,
         });
     }
 
-    /// First transmissions dropped, and retransmissions of them answered, since
-    /// [`drop_first_of`](Self::drop_first_of).
-    pub fn first_drops(&self) -> (u64, u64) {
-        self.dropping
-            .as_ref()
-            .map_or((0, 0), |d| (d.dropped, d.answered_again))
+    /// First transmissions dropped since [`drop_first_of`](Self::drop_first_of).
+    pub fn first_drops(&self) -> u64 {
+        self.dropping.as_ref().map_or(0, |d| d.dropped)
     }
 
     /// From now on, remembers which Message ID each source used with which token, and when

@@ -15,14 +15,14 @@
 //! The histograms have 4 buckets per power of two; a percentile is reported as the upper bound
 //! of the bucket it falls in ("at most").
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use super::common::exposition::{scrape, Exposition};
+use super::common::exposition::scrape;
+use super::common::free_port;
 use super::loadgen::{FastUpstream, LoadReport, Offered};
-use super::{free_port, run_seen, spec, start, steal, Seen, Settings, Target, TARGET_CPU};
+use super::{run_seen, spec, start, steal, Seen, Settings, Target, TARGET_CPU};
 use backoffd::coap::option::URI_PATH;
 
 /// One request in this many loses its first transmission upstream. Each stays in flight until
@@ -95,7 +95,7 @@ pub fn run(
     let report = run_seen(&load, upstream, &mut Seen::default())?;
     let stolen = steal(TARGET_CPU).saturating_sub(stolen_before);
     let after = scrape(metrics);
-    let (dropped, _) = upstream.first_drops();
+    let dropped = upstream.first_drops();
     for (series, n) in &after.samples {
         let was = before.samples.get(series).copied().unwrap_or(0.0);
         let interesting = ["answers_total{", "refusals_total{", "dropped", "send_drops"];
@@ -104,7 +104,7 @@ pub fn run(
         }
     }
     upstream.drop_first_of(None);
-    let diff = |name: &str| Percentiles::of(&buckets(&after, name), &buckets(&before, name));
+    let diff = |name: &str| Percentiles::of(&after.histogram(name), &before.histogram(name));
     Ok(TimerRun {
         rate,
         report,
@@ -116,31 +116,12 @@ pub fn run(
     })
 }
 
-/// A histogram's cumulative buckets: upper bound in seconds to count.
-fn buckets(doc: &Exposition, name: &str) -> HashMap<String, f64> {
-    let prefix = format!("{name}_bucket{{le=\"");
-    (doc.samples.iter())
-        .filter_map(|(series, &count)| {
-            let le = series.strip_prefix(&prefix)?.strip_suffix("\"}")?;
-            Some((le.to_owned(), count))
-        })
-        .collect()
-}
-
 impl Percentiles {
-    /// From the cumulative buckets after and before a run.
-    fn of(after: &HashMap<String, f64>, before: &HashMap<String, f64>) -> Percentiles {
-        let mut diff: Vec<(f64, f64)> = (after.iter())
-            .map(|(le, count)| {
-                let bound = if le == "+Inf" {
-                    f64::INFINITY
-                } else {
-                    le.parse().unwrap()
-                };
-                (bound * 1e6, count - before.get(le).copied().unwrap_or(0.0))
-            })
+    /// From the cumulative buckets after and before a run (the same bounds, sorted).
+    fn of(after: &[(f64, f64)], before: &[(f64, f64)]) -> Percentiles {
+        let diff: Vec<(f64, f64)> = (after.iter().zip(before))
+            .map(|(&(le, n), &(_, was))| (le * 1e6, n - was))
             .collect();
-        diff.sort_by(|a, b| a.0.total_cmp(&b.0));
         let samples = diff.last().map_or(0.0, |&(_, n)| n);
         let at = |q: f64| {
             (diff.iter())

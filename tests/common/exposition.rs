@@ -90,6 +90,25 @@ impl Exposition {
             .unwrap_or_else(|| panic!("no series {series}"))
     }
 
+    /// A histogram's cumulative buckets, `(upper bound, count)` sorted by bound (`+Inf` last);
+    /// panics if there is none.
+    pub fn histogram(&self, name: &str) -> Vec<(f64, f64)> {
+        let prefix = format!("{name}_bucket{{le=\"");
+        let mut buckets: Vec<(f64, f64)> = (self.samples.iter())
+            .filter_map(|(series, &count)| {
+                let le = series.strip_prefix(&prefix)?.strip_suffix("\"}")?;
+                let le = match le {
+                    "+Inf" => f64::INFINITY,
+                    v => v.parse().ok()?,
+                };
+                Some((le, count))
+            })
+            .collect();
+        buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+        assert!(!buckets.is_empty(), "no histogram {name}");
+        buckets
+    }
+
     /// Whether any family's name starts with `prefix`.
     pub fn has_family_prefix(&self, prefix: &str) -> bool {
         self.types.keys().any(|k| k.starts_with(prefix))

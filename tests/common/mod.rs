@@ -171,10 +171,14 @@ impl Drop for Daemon {
     }
 }
 
-/// A loopback TCP port that was free a moment ago (bound and released).
+/// A loopback port that was free a moment ago for both TCP and UDP (bound and released):
+/// some servers, libcoap's among them, bind both.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free loopback port")
-        .port()
+    loop {
+        let udp = std::net::UdpSocket::bind("127.0.0.1:0").expect("a free loopback port");
+        let port = udp.local_addr().expect("bound").port();
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
