@@ -15,9 +15,10 @@ use std::cell::RefCell;
 use std::net::SocketAddr;
 use std::rc::Rc;
 
+use backoffd::hc::{CrossProxy, HttpFrontConfig};
 use backoffd::metrics::{MetricsConfig, MetricsServer, MetricsSource, MetricsSources};
 use backoffd::net::{raise_fd_limit, FdLimit};
-use backoffd::proxy::ProxyConfig;
+use backoffd::proxy::{ProxyComponent, ProxyConfig};
 use backoffd::reactor::{Component, Reactor};
 use flags::{Flags, UsageError};
 
@@ -208,6 +209,30 @@ fn make_room_for_endpoints<'a>(proxies: impl IntoIterator<Item = &'a ProxyConfig
 
 /// Adds the metrics endpoint to the loop, if one was asked for; the error says what failed.
 /// `component`, ready for [`Reactor::add`], shared with the metrics endpoint's `sources`.
+/// The CoAP proxy bound at `listen`, with the HTTP cross-proxy composed in front of it when
+/// `http` is given (`--http-listen`), as a component that reports its metrics; and the CoAP
+/// address it bound.
+fn proxy_part(
+    listen: SocketAddr,
+    config: ProxyConfig,
+    http: Option<HttpFrontConfig>,
+    sources: &mut MetricsSources,
+) -> Result<(Box<dyn Component>, SocketAddr), String> {
+    let proxy =
+        ProxyComponent::bind(listen, config).map_err(|e| format!("cannot bind {listen}: {e}"))?;
+    let bound = proxy.local_addr().unwrap_or(listen);
+    let part = match http {
+        None => reported(proxy, sources),
+        Some(h) => {
+            let addr = h.addr;
+            let cross = CrossProxy::bind(proxy, h)
+                .map_err(|e| format!("cannot bind HTTP listener {addr}: {e}"))?;
+            reported(cross, sources)
+        }
+    };
+    Ok((part, bound))
+}
+
 fn reported<T: Component + MetricsSource>(
     component: T,
     sources: &mut MetricsSources,

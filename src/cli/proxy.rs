@@ -6,9 +6,7 @@ use std::time::Duration;
 use super::flags::{switch, value, DurationArg, Flags, Parsed, SizeArg, Spec, UsageError};
 use super::resolve;
 use backoffd::hc::HttpFrontConfig;
-use backoffd::proxy::{
-    AllowedTarget, ClientBudget, ProxyComponent, ProxyConfig, RetryPolicy, Routing,
-};
+use backoffd::proxy::{AllowedTarget, ClientBudget, ProxyConfig, RetryPolicy, Routing};
 use backoffd::reactor::{self, Reactor, WakeMode};
 
 pub const HELP: &str = "\
@@ -223,21 +221,6 @@ fn run(args: ProxyArgs) -> Result<i32, UsageError> {
         Ok(1)
     };
     super::make_room_for_endpoints([&config]);
-    let component = match ProxyComponent::bind(listen, config) {
-        Ok(c) => c,
-        Err(e) => return fail(&format!("cannot bind {listen}"), e),
-    };
-    let component = match http {
-        Some(h) => {
-            let addr = h.addr;
-            match component.with_http(h) {
-                Ok(c) => c,
-                Err(e) => return fail(&format!("cannot bind HTTP listener {addr}"), e),
-            }
-        }
-        None => component,
-    };
-    let bound = component.local_addr().unwrap_or(listen);
     let mut reactor = match Reactor::new(reactor::Config {
         wake,
         signals: true,
@@ -247,7 +230,14 @@ fn run(args: ProxyArgs) -> Result<i32, UsageError> {
         Err(e) => return fail("cannot start the event loop", e),
     };
     let mut sources = Vec::new();
-    if let Err(e) = reactor.add(super::reported(component, &mut sources)) {
+    let (component, bound) = match super::proxy_part(listen, config, http, &mut sources) {
+        Ok(part) => part,
+        Err(e) => {
+            eprintln!("backoffd proxy: {e}");
+            return Ok(1);
+        }
+    };
+    if let Err(e) = reactor.add(component) {
         return fail("cannot register sockets", e);
     }
     log::info!("CoAP proxy listening on {bound}");

@@ -7,7 +7,7 @@ use super::config_file::{self, Section};
 use super::flags::{switch, value, DurationArg, Flags, Parsed, SizeArg, Spec, UsageError};
 use super::proxy::{config_from_flags as proxy_config, spec as proxy_spec};
 use backoffd::hc::HttpFrontConfig;
-use backoffd::proxy::{ProxyComponent, ProxyConfig};
+use backoffd::proxy::ProxyConfig;
 use backoffd::reactor::{self, Component, Reactor, WakeMode};
 use backoffd::reconnect::server::{ReconnectServer, ServerConfig};
 
@@ -309,18 +309,9 @@ fn run(plan: Plan, wake: WakeMode, drain: Duration) -> i32 {
         http,
     } in plan.proxies
     {
-        let bound = ProxyComponent::bind(listen, config);
-        let with_http = |p: ProxyComponent| match http {
-            Some(h) => p.with_http(h),
-            None => Ok(p),
-        };
-        match bound.and_then(with_http) {
-            Ok(p) => {
-                let bound = p.local_addr().unwrap_or(listen);
-                let p = super::reported(p, &mut sources);
-                parts.push((format!("CoAP proxy listening on {bound}"), p));
-            }
-            Err(e) => return fail(format!("cannot bind the listeners of {listen}: {e}")),
+        match super::proxy_part(listen, config, http, &mut sources) {
+            Ok((part, bound)) => parts.push((format!("CoAP proxy listening on {bound}"), part)),
+            Err(e) => return fail(e),
         }
     }
     if let Some(config) = plan.reconnect {

@@ -18,6 +18,7 @@ use std::net::SocketAddr;
 
 use crate::http1::driver::{ConnCounts, ConnId, HttpApp, HttpServer};
 use crate::http1::{self, Http1Connection, Request};
+use crate::proxy::LocalClient;
 use crate::reactor::{Ctx, Readiness, TimerSlot};
 use crate::time::Timestamp;
 use crate::timer::TimerId;
@@ -141,7 +142,7 @@ impl HttpFront {
     }
 
     /// The next CoAP datagram for the engine, and its in-process source.
-    pub fn to_engine(&mut self) -> Option<(SocketAddr, Vec<u8>)> {
+    pub fn to_engine(&mut self) -> Option<(LocalClient, Vec<u8>)> {
         self.front.poll_to_engine()
     }
 
@@ -151,7 +152,7 @@ impl HttpFront {
     }
 
     /// A datagram the engine sent to an in-process client.
-    pub fn from_engine(&mut self, now: Timestamp, to: SocketAddr, bytes: &[u8]) {
+    pub fn from_engine(&mut self, now: Timestamp, to: LocalClient, bytes: &[u8]) {
         self.front.from_engine(now, to, bytes);
     }
 

@@ -1,15 +1,14 @@
 //! The cross-proxy's core: HTTP requests in, CoAP datagrams to the proxy engine out, the
 //! engine's answers in, HTTP answers out, in each connection's request order.
 //!
-//! It is a CoAP client of the engine (`crate::proxy::local_client`): each HTTP connection
-//! speaks from an address of its own, so the engine's per-client limits, deduplication,
+//! It is a CoAP client of the engine ([`crate::proxy::Peer::Local`]): each HTTP connection
+//! is an in-process client of its own, so the engine's per-client limits, deduplication,
 //! retry policy, cache and metrics apply to HTTP requests as to CoAP ones. Between the two
 //! nothing is lost on a network, but the engine may still drop an answer (its bounds), so a
 //! request is retransmitted like any CON (RFC 7252 §4.2) until acknowledged, and every
 //! exchange has a deadline: no answer in time is a 504.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use slab::Slab;
@@ -18,7 +17,7 @@ use crate::coap::params::{ACK_TIMEOUT, MAX_RETRANSMIT};
 use crate::coap::{empty_ack, rst, Message, MessageType};
 use crate::http1::driver::ConnId;
 use crate::http1::Request;
-use crate::proxy::local_client;
+use crate::proxy::LocalClient;
 use crate::time::Timestamp;
 
 use super::answer::HttpAnswer;
@@ -60,7 +59,7 @@ pub struct HcCounters {
 
 /// One HTTP connection's CoAP identity and its requests in order.
 struct Conn {
-    addr: SocketAddr,
+    client: LocalClient,
     next_mid: u16,
     /// Requests in order: answers go out from the front.
     queue: VecDeque<Queued>,
@@ -99,11 +98,11 @@ struct InFlight {
 pub struct HcFront {
     config: HcConfig,
     conns: BTreeMap<ConnId, Conn>,
-    by_addr: BTreeMap<SocketAddr, ConnId>,
+    by_client: BTreeMap<LocalClient, ConnId>,
     slots: Slab<Slot>,
     next_client: u64,
     next_token: u32,
-    to_engine: VecDeque<(SocketAddr, Vec<u8>)>,
+    to_engine: VecDeque<(LocalClient, Vec<u8>)>,
     answers: VecDeque<(ConnId, HttpAnswer)>,
     counters: HcCounters,
     /// Request-body bytes the live exchanges hold (the sum of their `request.body` lengths),
@@ -117,7 +116,7 @@ impl HcFront {
         HcFront {
             config,
             conns: BTreeMap::new(),
-            by_addr: BTreeMap::new(),
+            by_client: BTreeMap::new(),
             slots: Slab::new(),
             next_client: 1,
             next_token: 0,
@@ -128,14 +127,14 @@ impl HcFront {
         }
     }
 
-    /// A new HTTP connection: it gets a CoAP address of its own.
+    /// A new HTTP connection: it is a CoAP client of its own.
     pub fn open(&mut self, conn: ConnId) {
-        let addr = local_client(self.next_client);
+        let client = LocalClient::new(self.next_client);
         self.next_client += 1;
         let mid = (self.next_client as u16).wrapping_mul(7919);
-        self.by_addr.insert(addr, conn);
+        self.by_client.insert(client, conn);
         let c = Conn {
-            addr,
+            client,
             next_mid: mid,
             queue: VecDeque::new(),
             gone: false,
@@ -211,12 +210,12 @@ impl HcFront {
         self.send(now, key);
     }
 
-    /// A datagram the engine sent to `to`, an in-process client's address.
-    pub fn from_engine(&mut self, now: Timestamp, to: SocketAddr, bytes: &[u8]) {
+    /// A datagram the engine sent to `to`, one of our in-process clients.
+    pub fn from_engine(&mut self, now: Timestamp, to: LocalClient, bytes: &[u8]) {
         let Ok(msg) = Message::parse(bytes) else {
             return;
         };
-        let conn = self.by_addr.get(&to).copied();
+        let conn = self.by_client.get(&to).copied();
         match msg.msg_type() {
             MessageType::Ack => {
                 if let Some(key) = conn.and_then(|c| self.by_mid(c, msg.message_id())) {
@@ -248,8 +247,8 @@ impl HcFront {
         }
     }
 
-    /// The next datagram for the engine, from an in-process client address.
-    pub fn poll_to_engine(&mut self) -> Option<(SocketAddr, Vec<u8>)> {
+    /// The next datagram for the engine, and which of our in-process clients sends it.
+    pub fn poll_to_engine(&mut self) -> Option<(LocalClient, Vec<u8>)> {
         self.to_engine.pop_front()
     }
 
@@ -413,7 +412,7 @@ impl HcFront {
         let mid = c.next_mid;
         c.next_mid = mid.wrapping_add(1);
         let bytes = s.exchange.encode(mid, &s.token);
-        self.to_engine.push_back((c.addr, bytes.clone()));
+        self.to_engine.push_back((c.client, bytes.clone()));
         s.out = Some(InFlight {
             mid,
             bytes,
@@ -426,7 +425,7 @@ impl HcFront {
         let Some(s) = self.slots.get_mut(key) else {
             return;
         };
-        let Some(addr) = self.conns.get(&s.conn).map(|c| c.addr) else {
+        let Some(client) = self.conns.get(&s.conn).map(|c| c.client) else {
             return;
         };
         let Some(out) = s.out.as_mut() else { return };
@@ -436,7 +435,7 @@ impl HcFront {
         }
         out.retransmits += 1;
         out.retransmit_at = Some(now + ACK_TIMEOUT * (1 << out.retransmits));
-        self.to_engine.push_back((addr, out.bytes.clone()));
+        self.to_engine.push_back((client, out.bytes.clone()));
     }
 
     fn on_ack(&mut self, now: Timestamp, key: usize, msg: &Message<'_>) {
@@ -595,7 +594,7 @@ impl HcFront {
         });
         if done {
             if let Some(c) = self.conns.remove(&conn) {
-                self.by_addr.remove(&c.addr);
+                self.by_client.remove(&c.client);
             }
         }
     }

@@ -1,7 +1,6 @@
 //! The cross-proxy's core in virtual time: the test plays the proxy engine, answering the
 //! CoAP requests [`HcFront`] sends as the engine would.
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use crate::coap::option::{
@@ -9,6 +8,7 @@ use crate::coap::option::{
 };
 use crate::coap::{Code, Message, MessageBuilder, MessageType};
 use crate::http1::Request;
+use crate::proxy::LocalClient;
 use crate::time::Timestamp;
 
 use super::{ConnId, HcConfig, HcFront, HttpAnswer};
@@ -48,7 +48,7 @@ fn request(method: &str, target: &str, fields: &[(&str, &str)], body: &[u8]) -> 
 }
 
 /// What the core sent the engine since the last call.
-fn sent(f: &mut HcFront) -> Vec<(SocketAddr, Vec<u8>)> {
+fn sent(f: &mut HcFront) -> Vec<(LocalClient, Vec<u8>)> {
     std::iter::from_fn(|| f.poll_to_engine()).collect()
 }
 
@@ -76,7 +76,7 @@ fn body(a: &HttpAnswer) -> &[u8] {
 fn reply(
     f: &mut HcFront,
     now: Timestamp,
-    (to, request): &(SocketAddr, Vec<u8>),
+    (to, request): &(LocalClient, Vec<u8>),
     code: Code,
     options: &[(u16, &[u8])],
     payload: &[u8],

@@ -26,7 +26,6 @@
 //! (kept in it) with a binary search when it is not where it would be without one.
 
 use std::collections::VecDeque;
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use crate::coap::params::MAX_TRANSMIT_WAIT;
@@ -34,9 +33,10 @@ use crate::time::Timestamp;
 
 use super::clients::ClientSlot;
 use super::exchange::CoapToken;
+use super::peer::Peer;
 
 /// How a client request is recognised when it comes again: source, token and Message ID.
-pub(super) type ClientKey = (SocketAddr, CoapToken, u16);
+pub(super) type ClientKey = (Peer, CoapToken, u16);
 
 /// What a client's retransmission of an answered request gets.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -535,8 +535,8 @@ mod tests {
     use crate::proxy::clients;
 
     fn key(n: u16) -> ClientKey {
-        let addr = SocketAddr::from(([127, 0, 0, 1], 40_000 + n));
-        (addr, CoapToken::new(b"t").unwrap(), n)
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], 40_000 + n));
+        (Peer::Udp(addr), CoapToken::new(b"t").unwrap(), n)
     }
 
     fn at(s: u64) -> Timestamp {

@@ -8,8 +8,6 @@
 //! for with a Proxy-Uri or with Uri-* options is one entry, and two allowed targets never
 //! share one.
 
-use std::net::SocketAddr;
-
 use crate::coap::option::{decode_uint, ETAG, OBSERVE, URI_HOST, URI_PORT};
 use crate::coap::{Code, Message, MessageBuilder, MessageType};
 use crate::time::Timestamp;
@@ -20,6 +18,8 @@ use super::clients::ClientSlot;
 use super::endpoints::{EndpointId, UpstreamId};
 use super::engine::{Destination, Proxy};
 use super::exchange::{CoapToken, State};
+use super::gate::Charge;
+use super::peer::Peer;
 
 /// What a forwarded exchange does with the cache once answered (`Exchange::cache`, boxed:
 /// most exchanges have none).
@@ -90,7 +90,7 @@ impl Proxy {
     pub(super) fn consult_cache(
         &mut self,
         now: Timestamp,
-        (from, slot): (SocketAddr, ClientSlot),
+        (from, slot): (Peer, ClientSlot),
         msg: &Message,
         (upstream, canonical): (u16, &Message),
     ) -> Consulted {
@@ -155,7 +155,7 @@ impl Proxy {
     fn consult_for_observer(
         &mut self,
         now: Timestamp,
-        client: (SocketAddr, ClientSlot),
+        client: (Peer, ClientSlot),
         msg: &Message,
         keyed: Keyed,
     ) -> Consulted {
@@ -185,13 +185,13 @@ impl Proxy {
     fn answer_from_cache(
         &mut self,
         now: Timestamp,
-        (from, slot): (SocketAddr, ClientSlot),
+        (from, slot): (Peer, ClientSlot),
         msg: &Message,
         answer: &[u8],
         upstream: UpstreamId,
     ) {
         let token = CoapToken::new(msg.token()).expect("parse checked the token length");
-        if !self.out.fits(from, answer.len()) {
+        if !self.gate.fits(from, answer.len()) {
             return self.answer_hit_through_exchange(
                 now,
                 (from, slot),
@@ -202,7 +202,12 @@ impl Proxy {
         }
         // The upstream's answer, relayed from the cache: counted like one relayed at once.
         self.track_answer_code(Code(answer[1]));
-        if !self.out.push(Destination::Client(from), answer) {
+        if !self.gate.send(
+            &mut self.out,
+            Charge::Relayed,
+            Destination::Client(from),
+            answer,
+        ) {
             return;
         }
         self.clients.take_ref(slot);
@@ -219,7 +224,7 @@ impl Proxy {
     fn answer_hit_through_exchange(
         &mut self,
         now: Timestamp,
-        client: (SocketAddr, ClientSlot),
+        client: (Peer, ClientSlot),
         (token, msg): (CoapToken, &Message),
         answer: &[u8],
         upstream: UpstreamId,

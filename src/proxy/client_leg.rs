@@ -1,7 +1,5 @@
 //! The client leg: requests in, duplicates absorbed, local answers, new exchanges started.
 
-use std::net::SocketAddr;
-
 use crate::coap::option::{
     self, decode_uint, encode_uint, HOP_LIMIT, OBSERVE, PROXY_SCHEME, PROXY_URI,
 };
@@ -15,6 +13,8 @@ use super::endpoints::{EndpointId, NoEndpoint, UpstreamId};
 use super::engine::{encode_local, Destination, LocalAnswer, Proxy, Seen};
 use super::events::{ProxyEvent, Source};
 use super::exchange::{CoapToken, ExchangeKey, Reply, State, TimerKind};
+use super::gate::Charge;
+use super::peer::Peer;
 use super::route::{self, RouteError, Target};
 use super::validation::LIKELY_ANSWER;
 
@@ -31,10 +31,11 @@ struct Route {
 }
 
 impl Proxy {
-    /// A datagram arrived on the client-facing socket.
-    pub fn handle_client_datagram(&mut self, now: Timestamp, from: SocketAddr, bytes: &[u8]) {
-        self.out.clock(now);
-        self.out.received(now, from, bytes.len());
+    /// A datagram arrived from a client (a UDP source address converts into its [`Peer`]).
+    pub fn handle_client_datagram(&mut self, now: Timestamp, from: impl Into<Peer>, bytes: &[u8]) {
+        let from = from.into();
+        self.gate.clock(now);
+        self.gate.received(from, bytes.len());
         let msg = match Message::parse(bytes) {
             Ok(msg) => msg,
             Err(e) => return self.reject_malformed_client(from, bytes, e),
@@ -57,12 +58,7 @@ impl Proxy {
     }
 
     /// RFC 7252 §4.2/§4.3: a malformed CON is rejected with RST, anything else is dropped.
-    fn reject_malformed_client(
-        &mut self,
-        from: SocketAddr,
-        bytes: &[u8],
-        e: crate::coap::FormatError,
-    ) {
+    fn reject_malformed_client(&mut self, from: Peer, bytes: &[u8], e: crate::coap::FormatError) {
         self.counters.client_format_errors += 1;
         self.events.push(ProxyEvent::Malformed {
             from: Source::Client(from),
@@ -74,10 +70,11 @@ impl Proxy {
     }
 
     pub(super) fn send_rst(&mut self, to: Destination, mid: u16) {
-        self.out.push_encoded(to, |b| rst(b, mid));
+        self.gate
+            .send_encoded(&mut self.out, Charge::Relayed, to, |b| rst(b, mid));
     }
 
-    fn on_client_request(&mut self, now: Timestamp, from: SocketAddr, msg: &Message) {
+    fn on_client_request(&mut self, now: Timestamp, from: Peer, msg: &Message) {
         let token = CoapToken::new(msg.token()).expect("parse checked the token length");
         if let Some(seen) = self.seen(&(from, token, msg.message_id())) {
             return self.on_duplicate(from, seen, msg);
@@ -112,7 +109,7 @@ impl Proxy {
     fn consult(
         &mut self,
         now: Timestamp,
-        client: (SocketAddr, ClientSlot),
+        client: (Peer, ClientSlot),
         msg: &Message,
         route: &Route,
     ) -> Consulted {
@@ -134,7 +131,7 @@ impl Proxy {
         &mut self,
         now: Timestamp,
         msg: &Message,
-        (from, client): (SocketAddr, ClientSlot),
+        (from, client): (Peer, ClientSlot),
         route: &Route,
     ) -> Result<(EndpointId, u16), LocalAnswer> {
         let len = msg.as_bytes().len();
@@ -169,7 +166,7 @@ impl Proxy {
     }
 
     /// A client retransmission: answered from state, never forwarded again.
-    fn on_duplicate(&mut self, from: SocketAddr, seen: Seen, msg: &Message) {
+    fn on_duplicate(&mut self, from: Peer, seen: Seen, msg: &Message) {
         self.counters.client_duplicates += 1;
         if msg.msg_type() != MessageType::Con {
             return;
@@ -181,12 +178,21 @@ impl Proxy {
         };
         match replay {
             Some(Replay::Answer(bytes)) => {
-                self.out.push(Destination::Client(from), &bytes);
+                self.gate.send(
+                    &mut self.out,
+                    Charge::Relayed,
+                    Destination::Client(from),
+                    &bytes,
+                );
             }
             Some(Replay::EmptyAck) => {
                 let mid = msg.message_id();
-                self.out
-                    .push_encoded(Destination::Client(from), |b| empty_ack(b, mid));
+                self.gate.send_encoded(
+                    &mut self.out,
+                    Charge::Relayed,
+                    Destination::Client(from),
+                    |b| empty_ack(b, mid),
+                );
             }
             Some(Replay::Nothing) | None => {}
         }
@@ -207,8 +213,12 @@ impl Proxy {
             (Reply::Piggyback, false) => self.send_empty_ack(key),
             (Reply::Separate, _) => {
                 let (client, mid) = (x.client, x.client_mid);
-                self.out
-                    .push_encoded(Destination::Client(client), |b| empty_ack(b, mid));
+                self.gate.send_encoded(
+                    &mut self.out,
+                    Charge::Relayed,
+                    Destination::Client(client),
+                    |b| empty_ack(b, mid),
+                );
             }
             // The request was a NON: a CON under its token and MID is not its retransmission.
             (Reply::Non, _) => {}
@@ -217,13 +227,7 @@ impl Proxy {
 
     /// RFC 7641 §3.6: a new registration or a deregistration with the token of a live
     /// observation ends that observation; the request itself is then forwarded as usual.
-    fn observation_request(
-        &mut self,
-        now: Timestamp,
-        from: SocketAddr,
-        token: CoapToken,
-        msg: &Message,
-    ) {
+    fn observation_request(&mut self, now: Timestamp, from: Peer, token: CoapToken, msg: &Message) {
         if msg.option(OBSERVE).is_none() {
             return;
         }
@@ -374,8 +378,9 @@ impl Proxy {
     /// With an opt-in send rate (`budget.rs`): 5.03 for a request whose answer the client's
     /// bucket could not take, with a Max-Age saying when it can, rather than an answer
     /// dropped on its way (a client told to wait does not time out and retransmit).
-    fn over_rate(&mut self, now: Timestamp, from: SocketAddr) -> Option<LocalAnswer> {
-        let refill = (self.out.budget()?).refill_at(now, from, LIKELY_ANSWER)?;
+    fn over_rate(&mut self, now: Timestamp, from: Peer) -> Option<LocalAnswer> {
+        let addr = from.claimed_address()?;
+        let refill = (self.gate.budget()?).refill_at(now, addr, LIKELY_ANSWER)?;
         self.counters.refused_client_rate += 1;
         let mut answer = self.unavailable("over this client's send rate");
         let wait = refill.saturating_since(now).as_secs_f64().ceil() as u32;
@@ -405,7 +410,7 @@ impl Proxy {
     fn answer_locally(
         &mut self,
         now: Timestamp,
-        (from, slot): (SocketAddr, ClientSlot),
+        (from, slot): (Peer, ClientSlot),
         token: CoapToken,
         msg: &Message,
         a: &LocalAnswer,
@@ -428,7 +433,12 @@ impl Proxy {
         }
         // Kept only if it went (`Proxy::keep_local_answer`). The kept answer holds the client's
         // entry: its share, and for a NON answer (a MID of ours) its numbering.
-        if self.out.push_local(Destination::Client(from), &buf) {
+        if self.gate.send(
+            &mut self.out,
+            Charge::Local,
+            Destination::Client(from),
+            &buf,
+        ) {
             self.clients.take_ref(slot);
             let replay = match con {
                 true => Replay::Answer(&buf[..]),
@@ -444,8 +454,8 @@ impl Proxy {
     /// proven it goes only if the answer stays within 3x the request it answers, so errors
     /// never use up the allowance that the client's real answers need (the code alone is
     /// about as long as the request). `request_len`: the request's size.
-    pub(super) fn diagnostic_fits(&self, from: SocketAddr, len: usize, request_len: usize) -> bool {
-        self.out.fits(from, len) && (self.out.proven(from) || len <= 3 * request_len)
+    pub(super) fn diagnostic_fits(&self, from: Peer, len: usize, request_len: usize) -> bool {
+        self.gate.fits(from, len) && (self.gate.proven(from) || len <= 3 * request_len)
     }
 
     fn count_local(&mut self, code: Code) {
@@ -468,7 +478,7 @@ impl Proxy {
     fn start_exchange(
         &mut self,
         now: Timestamp,
-        from: (SocketAddr, ClientSlot),
+        from: (Peer, ClientSlot),
         token: CoapToken,
         msg: &Message,
         (route, (endpoint, mid), cache): Forward,

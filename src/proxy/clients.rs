@@ -12,13 +12,12 @@
 //! Entries sit in a slab and are named by [`ClientSlot`]: an exchange looks its client up by
 //! address once, when its request arrives, and by slot from then on.
 
-use std::net::SocketAddr;
-
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use slab::Slab;
 
 use super::keyed_hash::{KeyedMap, KeyedState};
+use super::peer::Peer;
 
 /// Names a client's entry while references on it are held.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,7 +32,7 @@ impl ClientSlot {
 
 #[derive(Debug)]
 struct ClientState {
-    addr: SocketAddr,
+    peer: Peer,
     next_mid: u16,
     refs: u32,
     /// Of the client's exchanges, those still waiting on an upstream.
@@ -47,7 +46,7 @@ struct ClientState {
 #[derive(Debug)]
 pub(super) struct Clients {
     slab: Slab<ClientState>,
-    by_addr: KeyedMap<SocketAddr, ClientSlot>,
+    by_peer: KeyedMap<Peer, ClientSlot>,
     /// Draws each new client's first Message ID (RFC 7252 §4.4 asks for a random start).
     rng: SmallRng,
 }
@@ -56,25 +55,25 @@ impl Clients {
     pub(super) fn new(seed: u64, hash: &KeyedState) -> Self {
         Clients {
             slab: Slab::new(),
-            by_addr: hash.map(),
+            by_peer: hash.map(),
             rng: SmallRng::seed_from_u64(seed),
         }
     }
 
-    /// The entry of `addr`, created without references if there is none; release it with
+    /// The entry of `peer`, created without references if there is none; release it with
     /// [`forget_if_unused`](Self::forget_if_unused) if no reference is taken.
-    pub(super) fn slot(&mut self, addr: SocketAddr) -> ClientSlot {
-        if let Some(&slot) = self.by_addr.get(&addr) {
+    pub(super) fn slot(&mut self, peer: Peer) -> ClientSlot {
+        if let Some(&slot) = self.by_peer.get(&peer) {
             return slot;
         }
         let slot = ClientSlot(self.slab.insert(ClientState {
-            addr,
+            peer,
             next_mid: self.rng.random(),
             refs: 0,
             inflight: 0,
             answer_bytes: 0,
         }) as u32);
-        self.by_addr.insert(addr, slot);
+        self.by_peer.insert(peer, slot);
         slot
     }
 
@@ -97,7 +96,7 @@ impl Clients {
     pub(super) fn forget_if_unused(&mut self, slot: ClientSlot) {
         if self.slab[slot.0 as usize].refs == 0 {
             let state = self.slab.remove(slot.0 as usize);
-            self.by_addr.remove(&state.addr);
+            self.by_peer.remove(&state.peer);
         }
     }
 
@@ -157,9 +156,9 @@ pub(super) mod tests {
     #[test]
     fn an_entry_lives_while_referenced_and_numbers_on_from_a_random_start() {
         let mut clients = Clients::new(1, &KeyedState::new([1, 2]));
-        let addr: SocketAddr = "127.0.0.1:40000".parse().unwrap();
-        let slot = clients.slot(addr);
-        assert_eq!(clients.slot(addr), slot, "one entry per address");
+        let peer = Peer::Udp("127.0.0.1:40000".parse().unwrap());
+        let slot = clients.slot(peer);
+        assert_eq!(clients.slot(peer), slot, "one entry per peer");
         clients.take_ref(slot);
         clients.take_ref(slot);
         let first = clients.fresh_mid(slot);
@@ -168,7 +167,7 @@ pub(super) mod tests {
         assert_eq!(clients.len(), 1);
         clients.release(slot);
         assert_eq!(clients.len(), 0);
-        let unused = clients.slot(addr);
+        let unused = clients.slot(peer);
         clients.forget_if_unused(unused);
         assert_eq!(clients.len(), 0);
     }

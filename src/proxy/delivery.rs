@@ -1,8 +1,6 @@
 //! The client leg's way out: answers to clients, piggybacked or separate, and the confirmable
 //! ones retransmitted until acknowledged (RFC 7252 §4.2, §5.2).
 
-use std::net::SocketAddr;
-
 use rand::Rng;
 
 use crate::coap::option::BLOCK2;
@@ -13,6 +11,8 @@ use super::clients::ClientSlot;
 use super::engine::{encode_local, Destination, LastAnswer, LocalAnswer, Proxy};
 use super::events::{ObserverLoss, ProxyEvent};
 use super::exchange::{ClientDelivery, ExchangeKey, Reply, State, TimerKind};
+use super::gate::Charge;
+use super::peer::Peer;
 use super::validation::{ProvedBy, MAX_HELD_BYTES, MAX_HELD_BYTES_TOTAL, PROOF_WAIT};
 
 impl Proxy {
@@ -23,8 +23,12 @@ impl Proxy {
         let (client, mid) = (x.client, x.client_mid);
         self.set_deadline(key, TimerKind::AckDelay, None);
         self.counters.empty_acks_sent += 1;
-        self.out
-            .push_encoded(Destination::Client(client), |b| empty_ack(b, mid));
+        self.gate.send_encoded(
+            &mut self.out,
+            Charge::Relayed,
+            Destination::Client(client),
+            |b| empty_ack(b, mid),
+        );
     }
 
     /// Sends an answer to the client: piggybacked on the ACK while the client's CON is not yet
@@ -45,7 +49,7 @@ impl Proxy {
     ) {
         let Some(x) = self.get(key) else { return };
         let len = msg.as_bytes().len() - msg.token().len() + x.client_token.as_bytes().len();
-        let fits = x.reply == Reply::Separate || self.out.fits(x.client, len);
+        let fits = x.reply == Reply::Separate || self.gate.fits(x.client, len);
         let slot = x.client_slot;
         match (fits, observing) {
             (true, _) => self.send_answer(now, key, msg, observing, false),
@@ -109,11 +113,16 @@ impl Proxy {
         self.counters.answers_held_for_proof += 1;
         self.set_deadline(key, TimerKind::AckDelay, None);
         self.set_deadline(key, TimerKind::ProofWait, Some(now + PROOF_WAIT));
-        self.out.validation_mut().hold(client, key);
-        if self.out.validation().ping_due(now, client) {
+        // Only a claimed address is held to its allowance, and so waits for a proof here.
+        let Some(addr) = client.claimed_address() else {
+            return;
+        };
+        self.gate.validation_mut().hold(addr, key);
+        if self.gate.validation().ping_due(now, addr) {
             let mid = self.clients.fresh_mid(slot);
-            if (self.out).push_encoded(Destination::Client(client), |b| ping(b, mid)) {
-                self.out.validation_mut().pinged(now, client, mid);
+            let to = Destination::Client(client);
+            if (self.gate).send_encoded(&mut self.out, Charge::Relayed, to, |b| ping(b, mid)) {
+                self.gate.validation_mut().pinged(now, addr, mid);
             }
         }
     }
@@ -134,7 +143,7 @@ impl Proxy {
             return self.finish(now, key);
         };
         let Some(x) = self.get(key) else { return };
-        if self.out.fits(x.client, msg.as_bytes().len()) {
+        if self.gate.fits(x.client, msg.as_bytes().len()) {
             return self.send_answer(now, key, &msg, false, false);
         }
         if msg.option(BLOCK2).is_some() && !x.non_idempotent {
@@ -151,8 +160,11 @@ impl Proxy {
     /// idempotent requests, which may be made twice (RFC 7252 §5.1).
     fn challenge_block_transfer(&mut self, now: Timestamp, key: ExchangeKey) {
         let Some(x) = self.get(key) else { return };
-        let (client, token) = (x.client, x.client_token);
-        let echo = self.out.validation().echo_value(now, client);
+        let token = x.client_token;
+        let Some(addr) = x.client.claimed_address() else {
+            return self.finish(now, key);
+        };
+        let echo = self.gate.validation().echo_value(now, addr);
         self.counters.echo_challenges += 1;
         let answer = LocalAnswer {
             code: Code::UNAUTHORIZED,
@@ -271,13 +283,19 @@ impl Proxy {
         }
         match ty {
             MessageType::Con => {
-                let queued = self.out.push_con(Destination::Client(client), bytes, key);
+                let to = Destination::Client(client);
+                let queued = (self.gate).send(&mut self.out, Charge::Con(key), to, bytes);
                 if queued {
                     self.count_sent(key);
                 }
                 queued
             }
-            _ => self.out.push(Destination::Client(client), bytes),
+            _ => self.gate.send(
+                &mut self.out,
+                Charge::Relayed,
+                Destination::Client(client),
+                bytes,
+            ),
         }
     }
 
@@ -292,7 +310,7 @@ impl Proxy {
             x.delivery = None;
             let client = x.client;
             self.by_client_mid.remove(&(client, mid));
-            self.out.validation_mut().delivery_ended(client, key);
+            self.gate.delivery_ended(client, key);
             self.counters.client_delivery_failures += 1;
             self.events
                 .push(ProxyEvent::ClientNeverAcked { client, mid });
@@ -336,10 +354,8 @@ impl Proxy {
         let Some(answer) = x.answer.as_deref() else {
             return;
         };
-        if self
-            .out
-            .push_con(Destination::Client(x.client), answer, key)
-        {
+        let to = Destination::Client(x.client);
+        if (self.gate).send(&mut self.out, Charge::Con(key), to, answer) {
             self.count_sent(key);
         }
     }
@@ -352,7 +368,7 @@ impl Proxy {
     ) {
         let exchange = self.exchanges.get(key.index as usize);
         if let Some((to, bytes)) = exchange.and_then(part) {
-            self.out.push(to, bytes);
+            self.gate.send(&mut self.out, Charge::Relayed, to, bytes);
         }
     }
 
@@ -362,20 +378,20 @@ impl Proxy {
         if let Some(d) = x.delivery.take() {
             let client = x.client;
             self.by_client_mid.remove(&(client, d.mid));
-            self.out.validation_mut().delivery_ended(client, key);
+            self.gate.delivery_ended(client, key);
             self.set_deadline(key, TimerKind::ClientRetransmit, None);
         }
     }
 
     /// The client acknowledged (or rejected) a confirmable answer or a notification.
-    pub(super) fn on_client_ack_or_rst(&mut self, now: Timestamp, from: SocketAddr, msg: &Message) {
-        if self.out.validation().answers_ping(from, msg.message_id()) {
+    pub(super) fn on_client_ack_or_rst(&mut self, now: Timestamp, from: Peer, msg: &Message) {
+        if self.gate.answers_ping(from, msg.message_id()) {
             // The RST to our ping (`hold_for_proof`): the client receives at its address.
             return self.source_proved(now, from, ProvedBy::Ack);
         }
         let Some(&key) = self.by_client_mid.get(&(from, msg.message_id())) else {
             self.counters.unmatched_client += 1;
-            self.out.validation_mut().wrong_proof(now, from);
+            self.gate.wrong_proof(from);
             return;
         };
         self.by_client_mid.remove(&(from, msg.message_id()));

@@ -22,6 +22,7 @@
     clippy::disallowed_macros
 )]
 
+use std::collections::VecDeque;
 use std::io;
 use std::net::{SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::{AsRawFd, RawFd};
@@ -30,8 +31,7 @@ use mio::net::UdpSocket;
 
 use super::metrics::{write_cache_metrics, write_proxy_metrics, write_upstream_metrics};
 use super::report::Report;
-use super::{is_local_client, Destination, EndpointEvent, EndpointId, Proxy, ProxyConfig, Seeds};
-use crate::hc::{HttpFront, HttpFrontConfig};
+use super::{Destination, EndpointEvent, EndpointId, LocalClient, Peer, Proxy, ProxyConfig, Seeds};
 use crate::metrics::{MetricsSource, MetricsWriter};
 use crate::net::{connected_udp, MAX_UDP_DATAGRAM};
 use crate::reactor::datagram::{Datagram, Received};
@@ -41,8 +41,9 @@ use crate::timer::TimerId;
 
 /// The client-facing socket's registration key; upstream endpoint `id` has key `id + 1`.
 const CLIENTS: u32 = 0;
-/// The HTTP cross-proxy's keys start here (far above any endpoint's).
-const HTTP_KEYS: u32 = 1 << 31;
+/// The first key the proxy does not use: a component that hosts it and more sockets (the HTTP
+/// cross-proxy, `crate::hc::CrossProxy`) gives the others keys from here on.
+pub const FIRST_FOREIGN_KEY: u32 = 1 << 31;
 
 /// The client-facing socket: bound by [`ProxyComponent::bind`], registered at start.
 enum ClientSocket {
@@ -69,10 +70,9 @@ pub struct ProxyComponent {
     last_now: Timestamp,
     /// Datagrams the kernel would not take (send buffer full): counted, then treated as lost.
     pub send_drops: u64,
-    /// `--http-listen`: the HTTP cross-proxy in front of the engine (issue 15).
-    http: Option<HttpFront>,
-    /// Datagrams from clients claiming an in-process address (`local.rs`): dropped.
-    pub spoofed_local: u64,
+    /// Datagrams for in-process clients ([`Peer::Local`]), for the component that hosts them
+    /// to take ([`poll_local`](Self::poll_local)).
+    to_local: VecDeque<(LocalClient, Vec<u8>)>,
 }
 
 impl ProxyComponent {
@@ -94,20 +94,8 @@ impl ProxyComponent {
             buf: vec![0; MAX_UDP_DATAGRAM],
             last_now: Timestamp::ZERO,
             send_drops: 0,
-            http: None,
-            spoofed_local: 0,
+            to_local: VecDeque::new(),
         })
-    }
-
-    /// Adds the HTTP cross-proxy (`--http-listen`): its listener is bound now.
-    pub fn with_http(mut self, config: HttpFrontConfig) -> io::Result<Self> {
-        self.http = Some(HttpFront::bind(config, HTTP_KEYS)?);
-        Ok(self)
-    }
-
-    /// The HTTP cross-proxy's address, if it has one.
-    pub fn http_addr(&self) -> Option<SocketAddr> {
-        self.http.as_ref().and_then(|h| h.local_addr().ok())
     }
 
     /// The client-facing address actually bound (useful with port 0).
@@ -120,15 +108,27 @@ impl ProxyComponent {
         &self.engine
     }
 
+    /// A datagram from in-process client `from`. Call [`settle`](Self::settle) after the
+    /// last one.
+    pub fn handle_local(&mut self, now: Timestamp, from: LocalClient, bytes: &[u8]) {
+        self.engine
+            .handle_client_datagram(now, Peer::Local(from), bytes);
+    }
+
+    /// The next datagram the engine sent to an in-process client.
+    pub fn poll_local(&mut self) -> Option<(LocalClient, Vec<u8>)> {
+        self.to_local.pop_front()
+    }
+
     fn read_clients(&mut self, ctx: &mut Ctx<'_>) {
         let Some(ClientSocket::Open(socket)) = &mut self.clients else {
             return;
         };
-        let (now, engine, spoofed) = (ctx.now(), &mut self.engine, &mut self.spoofed_local);
+        let (now, engine) = (ctx.now(), &mut self.engine);
         let read = socket.recv(ctx, &mut self.buf, |received| match received {
-            // Nobody sends from the discard prefix: a spoofer posing as the cross-proxy.
-            Received::Datagram { from, .. } if is_local_client(&from) => *spoofed += 1,
-            Received::Datagram { data, from } => engine.handle_client_datagram(now, from, data),
+            Received::Datagram { data, from } => {
+                engine.handle_client_datagram(now, Peer::Udp(from), data)
+            }
             // A client's ICMP error: who it was is in the error queue, read below.
             Received::Refused => {}
         });
@@ -143,9 +143,9 @@ impl ProxyComponent {
     fn read_client_errors(&mut self, now: Timestamp) {
         for _ in 0..crate::reactor::datagram::RECV_BUDGET {
             match read_icmp_error(self.clients_fd) {
-                Ok(Some(IcmpError::PortUnreachable(client))) => {
-                    self.engine.handle_client_unreachable(now, client)
-                }
+                Ok(Some(IcmpError::PortUnreachable(client))) => self
+                    .engine
+                    .handle_client_unreachable(now, Peer::Udp(client)),
                 Ok(Some(IcmpError::Other)) => {}
                 Ok(None) => return,
                 Err(e) => {
@@ -213,14 +213,14 @@ impl ProxyComponent {
         let now = ctx.now();
         let _ = self.apply_endpoint_events(ctx, false);
         let (clients, endpoints) = (&self.clients, &self.endpoints);
-        let local = std::cell::RefCell::new(Vec::new());
+        let local = std::cell::RefCell::new(&mut self.to_local);
         let send = |to: Destination, payload: &[u8]| {
             let sent = match (to, clients) {
-                (Destination::Client(addr), _) if is_local_client(&addr) => {
-                    local.borrow_mut().push((addr, payload.to_vec()));
+                (Destination::Client(Peer::Local(client)), _) => {
+                    local.borrow_mut().push_back((client, payload.to_vec()));
                     Ok(())
                 }
-                (Destination::Client(addr), Some(ClientSocket::Open(socket))) => {
+                (Destination::Client(Peer::Udp(addr)), Some(ClientSocket::Open(socket))) => {
                     socket.send_to(payload, addr)
                 }
                 (Destination::Upstream(id), _) => match endpoints.get(id.0 as usize) {
@@ -262,40 +262,14 @@ impl ProxyComponent {
         }
         // Answering an ICMP error can have asked for sockets too.
         let _ = self.apply_endpoint_events(ctx, false);
-        if let Some(http) = self.http.as_mut() {
-            for (to, bytes) in local.into_inner() {
-                http.from_engine(now, to, &bytes);
-            }
-        }
     }
 
-    /// Moves CoAP datagrams between the cross-proxy and the engine, and writes the HTTP
-    /// answers they make, until neither side has more. Writing an answer frees a pipelining
-    /// slot, so the connection parses its next request at once: what the engine answers
-    /// itself (a cache hit, a 403) must be taken in this turn too, or the request would wait
-    /// for the in-process client's retransmission (issue 25, finding 5).
-    fn shuttle(&mut self, ctx: &mut Ctx<'_>) {
-        let now = ctx.now();
-        loop {
-            if let Some(http) = self.http.as_mut() {
-                while let Some((from, bytes)) = http.to_engine() {
-                    self.engine.handle_client_datagram(now, from, &bytes);
-                }
-            }
-            self.flush(ctx);
-            let Some(http) = self.http.as_mut() else {
-                break;
-            };
-            http.write_answers(ctx);
-            if !http.has_to_engine() {
-                break;
-            }
-        }
-    }
-
-    fn after_input(&mut self, ctx: &mut Ctx<'_>) {
+    /// Sends what the engine queued, logs its events and arms the timer for its next
+    /// deadline: after every input, which [`Component`] calls do on their own, and after
+    /// [`handle_local`](Self::handle_local).
+    pub fn settle(&mut self, ctx: &mut Ctx<'_>) {
         self.last_now = ctx.now();
-        self.shuttle(ctx);
+        self.flush(ctx);
         let bound = self.engine.max_upstream_endpoints();
         while let Some(event) = self.engine.poll_event() {
             self.report.log(ctx.now(), event, bound);
@@ -312,42 +286,30 @@ impl Component for ProxyComponent {
             let socket = Datagram::register(ctx, socket, CLIENTS)?;
             self.clients = Some(ClientSocket::Open(socket));
         }
-        if let Some(http) = self.http.as_mut() {
-            http.start(ctx)?;
-        }
         self.apply_endpoint_events(ctx, true)
     }
 
-    fn on_ready(&mut self, ctx: &mut Ctx<'_>, key: u32, ready: Readiness) {
-        match (self.http.as_mut(), key.checked_sub(1)) {
-            (Some(http), _) if http.owns(key) => http.on_ready(ctx, key, ready),
-            (_, None) => self.read_clients(ctx),
-            (_, Some(id)) => self.read_upstream(ctx, EndpointId(id)),
+    fn on_ready(&mut self, ctx: &mut Ctx<'_>, key: u32, _: Readiness) {
+        match key.checked_sub(1) {
+            None => self.read_clients(ctx),
+            Some(id) => self.read_upstream(ctx, EndpointId(id)),
         }
-        self.after_input(ctx);
+        self.settle(ctx);
     }
 
-    fn on_timer(&mut self, ctx: &mut Ctx<'_>, timer: TimerId, key: u32) {
-        match self.http.as_mut() {
-            Some(http) if http.owns(key) => http.on_timer(ctx, timer, key),
-            _ => {
-                self.timer.fired(timer);
-                self.engine.handle_timeout(ctx.now());
-            }
-        }
-        self.after_input(ctx);
+    fn on_timer(&mut self, ctx: &mut Ctx<'_>, timer: TimerId, _: u32) {
+        self.timer.fired(timer);
+        self.engine.handle_timeout(ctx.now());
+        self.settle(ctx);
     }
 
     fn on_shutdown(&mut self, ctx: &mut Ctx<'_>) {
         self.engine.begin_drain();
-        if let Some(http) = self.http.as_mut() {
-            http.shutdown(ctx);
-        }
-        self.after_input(ctx);
+        self.settle(ctx);
     }
 
     fn is_drained(&self) -> bool {
-        self.engine.in_flight() == 0 && self.http.as_ref().is_none_or(|h| h.connections() == 0)
+        self.engine.in_flight() == 0
     }
 }
 
@@ -361,9 +323,6 @@ impl MetricsSource for ProxyComponent {
             "backoffd_coap_retransmit_lateness_seconds",
             "How late the proxy's retransmissions (upstream and to clients) went: handled minus due.",
         );
-        if let Some(http) = &self.http {
-            crate::hc::metrics::write_http_metrics(http, out);
-        }
     }
 }
 

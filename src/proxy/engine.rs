@@ -30,11 +30,12 @@ use super::endpoints::{EndpointEvent, EndpointId, Endpoints, UpstreamId};
 use super::events::{Events, ProxyEvent};
 use super::exchange::{CoapToken, Exchange, ExchangeKey, Reply, State, TimerKind};
 use super::fanout::Fanout;
+use super::gate::SendGate;
 use super::index::Index;
 use super::keyed_hash::{KeyedMap, KeyedState};
-use super::local::is_local_client;
 pub use super::outbox::Destination;
 use super::outbox::Outbox;
+use super::peer::Peer;
 use super::validation::SourceValidation;
 use super::{Counters, ProxyConfig};
 
@@ -132,14 +133,16 @@ pub struct Proxy {
     /// Piggybacked answers, empty ACKs and RSTs from upstream: (endpoint, our MID).
     pub(super) by_upstream_mid: Index<(EndpointId, u16), ExchangeKey>,
     /// ACK/RST from clients to our CON/NON answers: (client, our MID).
-    pub(super) by_client_mid: Index<(SocketAddr, u16), ExchangeKey>,
+    pub(super) by_client_mid: Index<(Peer, u16), ExchangeKey>,
     /// Live observations by (client, client token), for deregistration (RFC 7641 §3.6).
-    pub(super) observers: KeyedMap<(SocketAddr, CoapToken), ExchangeKey>,
+    pub(super) observers: KeyedMap<(Peer, CoapToken), ExchangeKey>,
     pub(super) upstreams: Vec<Upstream>,
     pub(super) endpoints: Endpoints,
     /// One timer per exchange with a deadline, at its earliest (see `Deadlines`).
     pub(super) timers: TimerWheel<ExchangeKey>,
     pub(super) out: Outbox,
+    /// Whether a datagram may go to a client now (`gate.rs`).
+    pub(super) gate: SendGate,
     pub(super) rng: SmallRng,
     pub(super) counters: Counters,
     /// Answers to requests that went upstream, for the clients' retransmissions: kept
@@ -210,7 +213,7 @@ impl Proxy {
         let echo_key = crate::coap::echo::EchoKey::new([seeds.hash[1], seeds.hash[0] ^ 0xec40]);
         let budget = (config.client_budget.bytes_per_sec != 0)
             .then(|| SendBudget::new(config.client_budget, &hash));
-        let out = Outbox::new(SourceValidation::new(echo_key, &hash), budget);
+        let gate = SendGate::new(SourceValidation::new(echo_key, &hash), budget);
         Proxy {
             config,
             exchanges: Slab::new(),
@@ -224,7 +227,8 @@ impl Proxy {
                 .collect(),
             endpoints,
             timers: TimerWheel::new(),
-            out,
+            out: Outbox::default(),
+            gate,
             rng,
             counters: Counters::default(),
             retransmit_lateness: LatencyHistogram::default(),
@@ -319,7 +323,7 @@ impl Proxy {
 
     /// Runs every timer due at `now`. Calling it early or twice is harmless.
     pub fn handle_timeout(&mut self, now: Timestamp) {
-        self.out.clock(now);
+        self.gate.clock(now);
         while let Some(expired) = self.timers.poll(now) {
             let key = expired.value;
             let Some(x) = self.get_mut(key) else {
@@ -357,16 +361,16 @@ impl Proxy {
             in_flight_bytes: self.inflight_bytes as u64,
             exchange_answer_bytes: self.answer_bytes as u64,
             events_dropped: self.events.dropped(),
-            over_budget_dropped: self.out.budget().map_or(0, |b| b.dropped),
-            amplification_dropped: self.out.validation().withheld_datagrams,
-            amplification_probes: self.out.validation().probes,
-            proof_pings: self.out.validation().pings,
-            sources_proved_by_ack: self.out.validation().proved_by_ack,
-            sources_proved_by_echo: self.out.validation().proved_by_echo,
-            ack_proofs_refused: self.out.validation().ack_proofs_refused,
-            validation_sources: self.out.validation().sources() as u64,
-            over_budget_dropped_bytes: self.out.budget().map_or(0, |b| b.dropped_bytes),
-            budget_sources: self.out.budget().map_or(0, |b| b.sources() as u64),
+            over_budget_dropped: self.gate.budget().map_or(0, |b| b.dropped),
+            amplification_dropped: self.gate.validation().withheld_datagrams,
+            amplification_probes: self.gate.validation().probes,
+            proof_pings: self.gate.validation().pings,
+            sources_proved_by_ack: self.gate.validation().proved_by_ack,
+            sources_proved_by_echo: self.gate.validation().proved_by_echo,
+            ack_proofs_refused: self.gate.validation().ack_proofs_refused,
+            validation_sources: self.gate.validation().sources() as u64,
+            over_budget_dropped_bytes: self.gate.budget().map_or(0, |b| b.dropped_bytes),
+            budget_sources: self.gate.budget().map_or(0, |b| b.sources() as u64),
             ..self.counters.clone()
         }
     }
@@ -788,7 +792,7 @@ impl Proxy {
     /// `route`'s endpoint, and indexes it for duplicates.
     pub(super) fn insert_exchange(
         &mut self,
-        from: (SocketAddr, ClientSlot),
+        from: (Peer, ClientSlot),
         token: CoapToken,
         msg: &Message,
         route: (UpstreamId, EndpointId),
@@ -832,14 +836,14 @@ pub(super) enum LastAnswer<'a> {
     NotQueued,
 }
 
-/// What a kept answer to `client` replays. An in-process client (the HTTP cross-proxy,
-/// `local.rs`) is handed every answer in the process and never loses one: when its request
-/// is retransmitted all the same (its timer ran out as the answer came), it has the answer
-/// already, so only the key is kept (it still stops a second forward), not a second copy of
-/// the answer, which for HTTP is often a large cached one.
-fn kept_for<'a>(client: &SocketAddr, replay: Replay<&'a [u8]>) -> Replay<&'a [u8]> {
+/// What a kept answer to `client` replays. A client on a reliable transport (the HTTP
+/// cross-proxy's in-process clients) is handed every answer and never loses one: when its
+/// request is retransmitted all the same (its timer ran out as the answer came), it has the
+/// answer already, so only the key is kept (it still stops a second forward), not a second
+/// copy of the answer, which for HTTP is often a large cached one.
+fn kept_for<'a>(client: &Peer, replay: Replay<&'a [u8]>) -> Replay<&'a [u8]> {
     match replay {
-        Replay::Answer(_) if is_local_client(client) => Replay::Nothing,
+        Replay::Answer(_) if client.is_reliable() => Replay::Nothing,
         replay => replay,
     }
 }

@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 use crate::coap::{Code, FormatError};
 
 use super::endpoints::EndpointId;
+use super::peer::Peer;
 
 /// Something worth knowing that happened in the engine.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -17,7 +18,7 @@ pub enum ProxyEvent {
         /// The upstream that failed it.
         upstream: SocketAddr,
         /// Whose request it was.
-        client: SocketAddr,
+        client: Peer,
         /// Transmissions upstream (1 = only the first).
         attempts: u32,
         /// 5.02 Bad Gateway or 5.04 Gateway Timeout.
@@ -40,20 +41,20 @@ pub enum ProxyEvent {
     /// MAX_RETRANSMIT).
     ClientNeverAcked {
         /// The client.
-        client: SocketAddr,
+        client: Peer,
         /// The answer's Message ID.
         mid: u16,
     },
     /// An observation got no notification for too long and ended (RFC 7641 §3.3.1).
     ObservationStale {
         /// The observer.
-        client: SocketAddr,
+        client: Peer,
     },
     /// An observer went: the observation ended because of the client, not the upstream
     /// (RFC 7641 §3.6, §4.5); the upstream's next notification gets an RST.
     ObserverGone {
         /// The observer.
-        client: SocketAddr,
+        client: Peer,
         /// How the proxy learnt it.
         why: ObserverLoss,
     },
@@ -61,7 +62,7 @@ pub enum ProxyEvent {
     /// Observe option, so the client knows it is not registered.
     ObservationLimit {
         /// Whose registration it was.
-        client: SocketAddr,
+        client: Peer,
     },
     /// A malformed datagram arrived (it was counted, and RST if confirmable).
     Malformed {
@@ -88,7 +89,7 @@ pub enum ObserverLoss {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Source {
     /// A client, on the client-facing socket.
-    Client(SocketAddr),
+    Client(Peer),
     /// An upstream, on one of the proxy's endpoints towards it.
     Upstream(EndpointId),
 }

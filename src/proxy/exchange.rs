@@ -1,7 +1,5 @@
 //! One proxied exchange: everything the proxy remembers about a client request.
 
-use std::net::SocketAddr;
-
 use crate::coap::MessageType;
 use crate::time::Timestamp;
 use crate::timer::TimerId;
@@ -10,6 +8,7 @@ use super::caching::CacheUse;
 use super::clients::ClientSlot;
 use super::endpoints::{EndpointId, UpstreamId};
 use super::fanout::GroupId;
+use super::peer::Peer;
 
 /// Names one exchange; a timer or map entry holding a key for a freed or reused slot is
 /// recognised by its generation and ignored.
@@ -174,7 +173,7 @@ pub struct ClientDelivery {
 pub struct Exchange {
     pub generation: u32,
     pub state: State,
-    pub client: SocketAddr,
+    pub client: Peer,
     /// The client's entry (its numbering of our MIDs, its in-flight count), held by reference.
     pub client_slot: ClientSlot,
     pub client_mid: u16,
@@ -227,7 +226,7 @@ impl Exchange {
     pub fn new(
         generation: u32,
         state: State,
-        (client, client_slot): (SocketAddr, ClientSlot),
+        (client, client_slot): (Peer, ClientSlot),
         (client_mid, client_token, client_type): (u16, CoapToken, MessageType),
         (upstream, endpoint): (UpstreamId, EndpointId),
         non_idempotent: bool,

@@ -14,8 +14,6 @@
 //! owns the registration. When the last member goes the group goes, and the upstream's next
 //! notification finds neither and gets an RST, which cancels its registration (§3.6).
 
-use std::net::SocketAddr;
-
 use slab::Slab;
 
 use crate::coap::option::{encode_uint, OBSERVE};
@@ -28,6 +26,7 @@ use super::endpoints::{EndpointId, UpstreamId};
 use super::engine::Proxy;
 use super::exchange::{CoapToken, ExchangeKey, State};
 use super::keyed_hash::{KeyedMap, KeyedState};
+use super::peer::Peer;
 
 /// The observers of one resource and the one upstream registration they share.
 #[derive(Debug)]
@@ -163,7 +162,7 @@ impl Proxy {
     pub(super) fn join_group(
         &mut self,
         now: Timestamp,
-        client: (SocketAddr, ClientSlot),
+        client: (Peer, ClientSlot),
         msg: &Message,
         (group, upstream, endpoint): (GroupId, UpstreamId, EndpointId),
         representation: &[u8],

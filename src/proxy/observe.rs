@@ -2,7 +2,6 @@
 //! each notification relayed to the client with the client's token, for as long as the
 //! observation lives.
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use crate::coap::option::decode_uint;
@@ -13,6 +12,7 @@ use crate::time::Timestamp;
 use super::engine::Proxy;
 use super::events::{ObserverLoss, ProxyEvent};
 use super::exchange::{ExchangeKey, State, TimerKind};
+use super::peer::Peer;
 
 /// RFC 7641 §3.4: notifications older than this are never compared by sequence number.
 const REORDER_WINDOW: Duration = Duration::from_secs(128);
@@ -55,7 +55,7 @@ impl Proxy {
         // Past an unproven observer's allowance a notification goes as a CON, whose ACK
         // proves the observer (`validation.rs`); one that never acknowledges loses its
         // observation when that CON times out.
-        let upstream_type = match self.out.fits(client, len) {
+        let upstream_type = match self.gate.fits(client, len) {
             true => msg.msg_type(),
             false => MessageType::Con,
         };
@@ -151,13 +151,14 @@ impl Proxy {
         self.end_observation(now, key);
     }
 
-    /// ICMP unreachable from a client (the driver reads it from the client socket's error
-    /// queue): every observation of that address ends. Requests it has in flight finish as
+    /// The client cannot be reached any more (for a UDP client: ICMP port unreachable, which
+    /// the driver reads from the client socket's error queue): every observation of it ends. Requests it has in flight finish as
     /// usual; their answers go nowhere, within its budget.
-    pub fn handle_client_unreachable(&mut self, now: Timestamp, client: SocketAddr) {
-        self.out.clock(now);
+    pub fn handle_client_unreachable(&mut self, now: Timestamp, client: impl Into<Peer>) {
+        let client = client.into();
+        self.gate.clock(now);
         let keys: Vec<ExchangeKey> = (self.observers.iter())
-            .filter(|((addr, _), _)| *addr == client)
+            .filter(|((peer, _), _)| *peer == client)
             .map(|(_, &key)| key)
             .collect();
         for key in keys {

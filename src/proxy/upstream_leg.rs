@@ -12,12 +12,13 @@ use super::endpoints::EndpointId;
 use super::engine::{Destination, Proxy};
 use super::events::{ProxyEvent, Source};
 use super::exchange::{ExchangeKey, State, TimerKind};
+use super::gate::Charge;
 use crate::coap::Code;
 
 impl Proxy {
     /// A datagram arrived on the socket of endpoint `up` (from the upstream it is connected to).
     pub fn handle_upstream_datagram(&mut self, now: Timestamp, up: EndpointId, bytes: &[u8]) {
-        self.out.clock(now);
+        self.gate.clock(now);
         let msg = match Message::parse(bytes) {
             Ok(msg) => msg,
             Err(e) => return self.on_malformed_upstream(now, up, bytes, e),
@@ -46,7 +47,7 @@ impl Proxy {
     /// its upstream, so every request still waiting on that upstream, from whichever endpoint,
     /// gets 5.02 (RFC 7252 §5.7.1).
     pub fn handle_upstream_unreachable(&mut self, now: Timestamp, endpoint: EndpointId) {
-        self.out.clock(now);
+        self.gate.clock(now);
         let Some(up) = self.endpoints.upstream_of(endpoint) else {
             return;
         };
@@ -194,8 +195,12 @@ impl Proxy {
     }
 
     fn ack_upstream(&mut self, up: EndpointId, mid: u16) {
-        self.out
-            .push_encoded(Destination::Upstream(up), |b| empty_ack(b, mid));
+        self.gate.send_encoded(
+            &mut self.out,
+            Charge::Relayed,
+            Destination::Upstream(up),
+            |b| empty_ack(b, mid),
+        );
     }
 
     /// Our tokens start with the exchange's slab index; the full token and the endpoint must

@@ -37,7 +37,7 @@ use crate::time::Timestamp;
 use super::engine::{LocalAnswer, Proxy};
 use super::exchange::ExchangeKey;
 use super::keyed_hash::{KeyedMap, KeyedState};
-use super::local::is_local_client;
+use super::peer::Peer;
 
 /// RFC 9175 §2.4, RFC 9000 §8.1: an unproven source is sent at most this many times what it
 /// sent.
@@ -368,19 +368,19 @@ impl Proxy {
     pub(super) fn check_source(
         &mut self,
         now: Timestamp,
-        from: SocketAddr,
+        from: Peer,
         msg: &Message,
     ) -> Result<(), LocalAnswer> {
-        if is_local_client(&from) {
+        let Some(addr) = from.claimed_address() else {
             return Ok(());
-        }
-        if msg.option(ECHO).is_some() && self.out.validation().echoes(now, from, msg) {
+        };
+        if msg.option(ECHO).is_some() && self.gate.validation().echoes(now, addr, msg) {
             self.source_proved(now, from, ProvedBy::Echo);
         }
         if !self.config.validate_sources {
             return Ok(());
         }
-        match self.out.validation_mut().challenge(now, from) {
+        match self.gate.validation_mut().challenge(now, addr) {
             None => Ok(()),
             Some(value) => {
                 self.counters.echo_challenges += 1;
@@ -398,13 +398,16 @@ impl Proxy {
     /// For tests of other behaviours: `from` is proven, as an ACK to a CON of ours would
     /// prove it.
     #[cfg(test)]
-    pub(crate) fn prove_source(&mut self, now: Timestamp, from: SocketAddr) {
-        self.source_proved(now, from, ProvedBy::Ack);
+    pub(crate) fn prove_source(&mut self, now: Timestamp, from: impl Into<Peer>) {
+        self.source_proved(now, from.into(), ProvedBy::Ack);
     }
 
     /// `from` proved that it receives at its address: what was withheld from it goes now.
-    pub(super) fn source_proved(&mut self, now: Timestamp, from: SocketAddr, by: ProvedBy) {
-        for key in self.out.validation_mut().prove(now, from, by) {
+    pub(super) fn source_proved(&mut self, now: Timestamp, from: Peer, by: ProvedBy) {
+        let Some(addr) = from.claimed_address() else {
+            return;
+        };
+        for key in self.gate.validation_mut().prove(now, addr, by) {
             self.resend_withheld(now, key);
         }
     }

@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use backoffd::coap::params::{EXCHANGE_LIFETIME, MAX_RETRANSMIT, NON_LIFETIME};
 use backoffd::coap::{Code, Message, MessageType};
-use backoffd::proxy::{Counters, Destination, EndpointId, ProxyConfig, RetryPolicy, Transmit};
+use backoffd::proxy::{
+    Counters, Destination, EndpointId, Peer, ProxyConfig, RetryPolicy, Transmit,
+};
 use backoffd::time::Timestamp;
 
 use super::client::{Client, Tok};
@@ -334,9 +336,12 @@ impl Ledger {
                 now,
                 format!("sent out of endpoint {ep:?}, which is not open"),
             ),
-            (Destination::Client(addr), _) => {
+            (Destination::Client(Peer::Udp(addr)), _) => {
                 let c = client_id(addr).expect("a simulated client");
                 self.client_sent(now, c, &msg, &clients[c as usize]);
+            }
+            (Destination::Client(peer), _) => {
+                self.violation(now, format!("sent to {peer}, not a simulated client"))
             }
         }
     }

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use backoffd::coap::params::{EXCHANGE_LIFETIME, MAX_TRANSMIT_WAIT};
 use backoffd::proxy::{
-    AllowedTarget, CacheCounters, Counters, Destination, EndpointEvent, EndpointId, Proxy,
+    AllowedTarget, CacheCounters, Counters, Destination, EndpointEvent, EndpointId, Peer, Proxy,
     ProxyConfig, Routing, Seeds,
 };
 use backoffd::time::Timestamp;
@@ -539,9 +539,10 @@ impl Sim {
                 .ledger
                 .proxy_sent(self.ctx.now, &t, server, &self.clients);
             let hop = match t.to {
-                Destination::Client(addr) => {
+                Destination::Client(Peer::Udp(addr)) => {
                     Hop::ProxyToClient(client_id(addr).expect("a simulated client"))
                 }
+                Destination::Client(peer) => panic!("{peer} is not a simulated client"),
                 Destination::Upstream(ep) => Hop::ProxyToUpstream(ep),
             };
             self.ctx.send(hop, t.payload, None);

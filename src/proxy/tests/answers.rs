@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::coap::option::{MAX_AGE, URI_PATH};
 use crate::coap::{Code, Message, MessageBuilder, MessageType};
-use crate::proxy::{local_client, Destination, Proxy, ProxyConfig, Transmit};
+use crate::proxy::{Destination, LocalClient, Peer, Proxy, ProxyConfig, Transmit};
 use crate::time::Timestamp;
 
 use super::regressions::proxy;
@@ -50,10 +50,11 @@ fn content(up: &[u8], len: usize) -> Vec<u8> {
 fn ask(
     p: &mut Proxy,
     now: Timestamp,
-    from: SocketAddr,
+    from: impl Into<Peer>,
     req: &[u8],
     len: usize,
 ) -> (Vec<Vec<u8>>, usize) {
+    let from = from.into();
     p.handle_client_datagram(now, from, req);
     let (mut got, mut forwarded) = (Vec::new(), 0);
     let mut out = drain(p);
@@ -209,7 +210,7 @@ fn answers_to_an_in_process_client_are_kept_without_their_bytes() {
     // The HTTP cross-proxy gets every answer in the process: its retransmission has it
     // already, and needs only the key that stops a second forward.
     let mut p = proxy(|c| c.cache_size = 1 << 20);
-    let http = local_client(1);
+    let http = Peer::Local(LocalClient::new(1));
     let (fill, hit) = (request(Code::GET, 1, b"r"), request(Code::GET, 2, b"r"));
     assert_eq!(ask(&mut p, secs(0.0), http, &fill, 60_000).0.len(), 1);
     assert_eq!(ask(&mut p, secs(0.0), http, &hit, 0).0.len(), 1);

@@ -80,7 +80,7 @@ fn request(ty: MessageType, code: Code, mid: u16, options: &[(u16, &[u8])]) -> V
 
 fn only_to_client(out: &[Transmit]) -> Message<'_> {
     assert_eq!(out.len(), 1, "{out:?}");
-    assert_eq!(out[0].to, Destination::Client(client()));
+    assert_eq!(out[0].to, Destination::Client(client().into()));
     Message::parse(&out[0].payload).unwrap()
 }
 
@@ -259,7 +259,7 @@ fn retries_follow_the_policy_then_5_04() {
     assert_eq!(upstream, vec![2000, 5000, 9500, 16250]);
     let empty_ack_then_504: Vec<u128> = sent_at
         .iter()
-        .filter(|(_, to)| *to == Destination::Client(client()))
+        .filter(|(_, to)| *to == Destination::Client(client().into()))
         .map(|(ms, _)| *ms)
         .collect();
     assert_eq!(empty_ack_then_504, vec![100, 26375]);

@@ -133,7 +133,7 @@ fn run(
                     }
                 }
                 Destination::Client(to) => {
-                    assert_eq!(to, from);
+                    assert_eq!(to, from.into());
                     got.bytes += tx.payload.len();
                     let m = Message::parse(&tx.payload).unwrap();
                     if acks && m.msg_type() == MessageType::Con {
@@ -255,7 +255,7 @@ fn an_observation_never_acknowledged_stays_within_3x_plus_one_datagram_and_ends(
         };
         p.handle_upstream_datagram(now, EP0, &notification(ty, mid, &up, 2 + i as u32));
         for tx in drain(&mut p) {
-            if tx.to == Destination::Client(victim()) {
+            if tx.to == Destination::Client(victim().into()) {
                 got.bytes += tx.payload.len();
                 got.datagrams.push(tx.payload);
             }
@@ -491,7 +491,7 @@ fn with_validate_sources_a_client_that_does_not_echo_gets_at_most_3x_what_it_sen
             }
         }
         for tx in drain(&mut p) {
-            assert_eq!(tx.to, Destination::Client(victim()));
+            assert_eq!(tx.to, Destination::Client(victim().into()));
             bytes_out += tx.payload.len();
         }
     }

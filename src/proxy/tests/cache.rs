@@ -492,7 +492,7 @@ fn notify(p: &mut Proxy, now: Timestamp, reg: &[u8], seq: u8, body: &[u8]) -> Ve
 
 fn to(out: &[Transmit], who: SocketAddr) -> Vec<Message<'_>> {
     out.iter()
-        .filter(|t| t.to == Destination::Client(who))
+        .filter(|t| t.to == Destination::Client(who.into()))
         .map(|t| parse(&t.payload))
         .collect()
 }
@@ -768,7 +768,10 @@ mod fresh_when_given {
                 p.handle_upstream_datagram(now, EP0, &answer);
                 out.extend(drain(&mut p));
             }
-            for t in out.iter().filter(|t| t.to == Destination::Client(from)) {
+            for t in out
+                .iter()
+                .filter(|t| t.to == Destination::Client(from.into()))
+            {
                 let answer = parse(&t.payload);
                 if answer.code() == Code::CONTENT {
                     origin

@@ -10,7 +10,7 @@ use crate::coap::{Code, Message, MessageBuilder, MessageType};
 use crate::time::Timestamp;
 
 use super::{drain, started_at, EP0};
-use crate::proxy::{Destination, Proxy, ProxyConfig, Routing, Transmit};
+use crate::proxy::{Destination, Peer, Proxy, ProxyConfig, Routing, Transmit};
 
 pub(super) fn observer() -> SocketAddr {
     "127.0.0.1:40000".parse().unwrap()
@@ -37,7 +37,8 @@ pub(super) fn reverse(edit: impl FnOnce(&mut ProxyConfig)) -> Proxy {
 /// A registration through `p` from a client that has proven its address (these tests are
 /// about observers that go; `budget.rs` tests those never proven), answered by the upstream
 /// (notification 1 on the ACK): returns the upstream token.
-pub(super) fn register(p: &mut Proxy, from: SocketAddr, token: &[u8]) -> Vec<u8> {
+pub(super) fn register(p: &mut Proxy, from: impl Into<Peer>, token: &[u8]) -> Vec<u8> {
+    let from = from.into();
     p.prove_source(t(0), from);
     let mut req = Vec::new();
     let mut b = MessageBuilder::new(&mut req, MessageType::Con, Code::GET, 1, token);
@@ -82,7 +83,8 @@ fn notify_for(p: &mut Proxy, token: &[u8], secs: u64) -> Vec<Transmit> {
     out
 }
 
-fn to_client(out: &[Transmit], c: SocketAddr) -> Vec<Message<'_>> {
+fn to_client(out: &[Transmit], c: impl Into<Peer>) -> Vec<Message<'_>> {
+    let c = c.into();
     (out.iter())
         .filter(|t| t.to == Destination::Client(c))
         .map(|t| Message::parse(&t.payload).unwrap())
@@ -149,7 +151,7 @@ fn a_notification_goes_as_a_con_at_least_every_24_hours() {
     let mut p = reverse(|c| c.observe_con_every = u32::MAX);
     // A client whose proof of address never lapses (an in-process one), so that no CON asks
     // for one: the 24 h rule alone is at work.
-    let observer = crate::proxy::local_client(1);
+    let observer = crate::proxy::Peer::Local(crate::proxy::LocalClient::new(1));
     let token = register(&mut p, observer, b"ob");
     let hour = 3_600_000;
     let mut types = Vec::new();

@@ -88,7 +88,7 @@ fn to_upstream(out: &[Transmit]) -> Vec<&[u8]> {
 
 fn codes_to(out: &[Transmit], c: SocketAddr) -> Vec<Code> {
     out.iter()
-        .filter(|t| t.to == Destination::Client(c))
+        .filter(|t| t.to == Destination::Client(c.into()))
         .map(|t| Message::parse(&t.payload).unwrap().code())
         .collect()
 }
@@ -267,7 +267,7 @@ fn con(mid: u16, options: &[(u16, &[u8])], payload: &[u8]) -> Vec<u8> {
 /// The one answer to client 1, parsed.
 fn only_answer(out: &[Transmit]) -> Message<'_> {
     assert_eq!(out.len(), 1, "{out:?}");
-    assert_eq!(out[0].to, Destination::Client(client(1)));
+    assert_eq!(out[0].to, Destination::Client(client(1).into()));
     Message::parse(&out[0].payload).unwrap()
 }
 

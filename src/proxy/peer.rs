@@ -1,0 +1,119 @@
+//! Who a client is, and so how its answers go back: the seam between the engine and the
+//! transports that carry CoAP to it.
+//!
+//! The engine keys everything it keeps per client (the duplicate index, Message IDs, answers,
+//! observations) by [`Peer`], and hands every datagram for a client to its driver with the
+//! peer it is for ([`super::Destination::Client`]). The driver that owns the transport
+//! delivers it. What the engine must know of a transport is in the peer's type:
+//!
+//! - [`Peer::Udp`]: a source address, which anyone can forge. Its answers pass the
+//!   anti-amplification allowance and the send budget until the address proves that it
+//!   receives (`validation.rs`; RFC 9175 §2.4, RFC 7252 §11.3).
+//! - [`Peer::Local`]: a client inside this process, the HTTP cross-proxy's connection number
+//!   n (`crate::hc`). Nobody outside can claim to be one, so nothing is validated.
+//!
+//! Where the coming transports plug in. Each is one more variant holding a small copyable
+//! name, like `Local`; the connection's own state never enters the engine:
+//! - *DTLS* (RFC 7252 §9): `Dtls(SessionId)`. The session (handshake, keys, record layer,
+//!   its retransmission timers, the client's address) lives in the DTLS driver's session
+//!   table, a sans-IO state machine per session beside the client socket. The engine sees
+//!   decrypted datagrams from the session and hands answers back to it; the cookie exchange
+//!   (RFC 6347 §4.2.1) has proven the address, so no allowance applies.
+//! - *CoAP over TCP, TLS and WebSockets* (RFC 8323): `Stream(ConnectionId)`. The connection's
+//!   framing and its CSM state (Max-Message-Size, Block-Wise-Transfer, RFC 8323 §5.3) live
+//!   in the stream driver's connection table; it turns frames into messages for the engine
+//!   and back. A reliable transport does not retransmit (§3), so the engine will ask the
+//!   peer's kind before it arms a retransmission to it.
+
+use std::fmt;
+use std::net::SocketAddr;
+
+/// A client of the proxy: how its requests came and how its answers go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Peer {
+    /// A CoAP client over UDP, at the address its datagrams come from.
+    Udp(SocketAddr),
+    /// A client inside this process: the HTTP cross-proxy's connection of this number.
+    Local(LocalClient),
+}
+
+/// An in-process client's number, unique for the life of the process. Two 32-bit halves
+/// rather than a `u64`, so that a [`Peer`] keeps an address's 4-byte alignment and the
+/// engine's per-client keys do not grow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LocalClient([u32; 2]);
+
+impl LocalClient {
+    /// Client number `n`.
+    pub fn new(n: u64) -> Self {
+        LocalClient([(n >> 32) as u32, n as u32])
+    }
+
+    /// Its number.
+    pub fn number(self) -> u64 {
+        (u64::from(self.0[0]) << 32) | u64::from(self.0[1])
+    }
+}
+
+impl Peer {
+    /// The address the peer is known by if that is all the proxy knows of it: an address
+    /// a datagram claims, which must prove that it receives before it is sent more than
+    /// it sent (`validation.rs`), and whose sends are budgeted (`budget.rs`). `None` for
+    /// a peer that cannot be forged.
+    pub fn claimed_address(&self) -> Option<SocketAddr> {
+        match self {
+            Peer::Udp(addr) => Some(*addr),
+            Peer::Local(_) => None,
+        }
+    }
+}
+
+impl Peer {
+    /// Whether every datagram handed to the peer's transport arrives (an in-process client):
+    /// such a peer never asks again for an answer it was given.
+    pub fn is_reliable(&self) -> bool {
+        match self {
+            Peer::Udp(_) => false,
+            Peer::Local(_) => true,
+        }
+    }
+}
+
+impl From<SocketAddr> for Peer {
+    fn from(addr: SocketAddr) -> Self {
+        Peer::Udp(addr)
+    }
+}
+
+impl fmt::Display for Peer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Peer::Udp(addr) => addr.fmt(f),
+            Peer::Local(client) => write!(f, "HTTP connection {}", client.number()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_datagram_source_has_an_address_to_prove() {
+        let addr: SocketAddr = "127.0.0.1:5683".parse().unwrap();
+        assert_eq!(Peer::Udp(addr).claimed_address(), Some(addr));
+        assert_eq!(Peer::Local(LocalClient::new(7)).claimed_address(), None);
+        assert_eq!(
+            Peer::Local(LocalClient::new(7)).to_string(),
+            "HTTP connection 7"
+        );
+        assert_eq!(Peer::from(addr).to_string(), "127.0.0.1:5683");
+    }
+
+    #[test]
+    fn a_peer_is_no_bigger_than_an_address() {
+        assert_eq!(size_of::<Peer>(), size_of::<SocketAddr>());
+        assert_eq!(align_of::<Peer>(), align_of::<SocketAddr>());
+        assert_eq!(LocalClient::new(u64::MAX - 1).number(), u64::MAX - 1);
+    }
+}
