@@ -104,7 +104,7 @@ fn with_max_retries_zero_each_request_goes_upstream_exactly_once() {
     for r in &reports {
         let o = &r.outcomes;
         assert_eq!((o.max_sends_idempotent, o.max_sends_post), (1, 1), "{r}");
-        assert_eq!(r.counters.upstream_retransmissions, 0, "{r}");
+        assert_eq!(r.counters.traffic.upstream_retransmissions, 0, "{r}");
     }
 }
 
@@ -164,7 +164,11 @@ fn an_answer_cache_sized_for_100_s_of_answers_evicts_none_still_needed() {
         s.client_leg.loss = 0.15;
         s
     });
-    assert!(reports[0].counters.cache_evictions > 0, "{}", reports[0]);
+    assert!(
+        reports[0].counters.kept.cache_evictions > 0,
+        "{}",
+        reports[0]
+    );
 }
 
 #[test]
@@ -234,7 +238,7 @@ fn a_million_requests_to_one_upstream_in_100_s_need_no_5_03_and_leave_no_endpoin
     assert_eq!(
         (
             r.outcomes.answered_5_03,
-            r.counters.service_unavailable_5_03
+            r.counters.own_answers.service_unavailable_5_03
         ),
         (0, 0),
         "{r}"

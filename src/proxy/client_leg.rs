@@ -50,16 +50,16 @@ impl Proxy {
             // A CoAP ping (empty CON) or anything else confirmable we cannot process: RST
             // (RFC 7252 §4.2, §4.3).
             (MessageType::Con, _) => {
-                self.counters.unmatched_client += 1;
+                self.counters.strays.unmatched_client += 1;
                 self.send_rst(Destination::Client(from), msg.message_id());
             }
-            _ => self.counters.unmatched_client += 1,
+            _ => self.counters.strays.unmatched_client += 1,
         }
     }
 
     /// RFC 7252 §4.2/§4.3: a malformed CON is rejected with RST, anything else is dropped.
     fn reject_malformed_client(&mut self, from: Peer, bytes: &[u8], e: crate::coap::FormatError) {
-        self.counters.client_format_errors += 1;
+        self.counters.strays.client_format_errors += 1;
         self.events.push(ProxyEvent::Malformed {
             from: Source::Client(from),
             error: e,
@@ -79,7 +79,7 @@ impl Proxy {
         if let Some(seen) = self.seen(&(from, token, msg.message_id())) {
             return self.on_duplicate(from, seen, msg);
         }
-        self.counters.requests += 1;
+        self.counters.traffic.requests += 1;
         // The client's entry, looked up once: what follows takes a reference on it or not.
         let client = (from, self.clients.slot(from));
         // A request over the limits costs no more than its parse: it is refused before any
@@ -149,7 +149,7 @@ impl Proxy {
     /// No Message ID for this upstream: every endpoint the bound allows has its IDs reserved,
     /// or the next socket is not open. 5.03, with a Max-Age saying when to try again.
     fn no_endpoint(&mut self, now: Timestamp, up: UpstreamId, no: NoEndpoint) -> LocalAnswer {
-        self.counters.refused_endpoints += 1;
+        self.counters.refusals.refused_endpoints += 1;
         let upstream = self.upstreams[usize::from(up)].addr;
         let at_bound = matches!(no, NoEndpoint::Bound { .. });
         self.events
@@ -167,7 +167,7 @@ impl Proxy {
 
     /// A client retransmission: answered from state, never forwarded again.
     fn on_duplicate(&mut self, from: Peer, seen: Seen, msg: &Message) {
-        self.counters.client_duplicates += 1;
+        self.counters.traffic.client_duplicates += 1;
         if msg.msg_type() != MessageType::Con {
             return;
         }
@@ -353,21 +353,21 @@ impl Proxy {
         let over_bytes = self.over_inflight_bytes(len);
         let c = &mut self.counters;
         let why = if self.draining {
-            c.refused_draining += 1;
+            c.refusals.refused_draining += 1;
             "shutting down"
         } else if self.inflight >= self.config.max_inflight {
-            c.refused_inflight += 1;
+            c.refusals.refused_inflight += 1;
             "too many requests in flight"
         } else if over_bytes {
-            c.refused_inflight_bytes += 1;
+            c.refusals.refused_inflight_bytes += 1;
             "too many request bytes in flight"
         } else if self.upstreams[usize::from(upstream)].inflight
             >= self.config.max_inflight_per_upstream
         {
-            c.refused_upstream_inflight += 1;
+            c.refusals.refused_upstream_inflight += 1;
             "too many requests in flight to this upstream"
         } else if client_inflight >= self.config.max_inflight_per_client {
-            c.refused_client += 1;
+            c.refusals.refused_client += 1;
             "too many requests in flight from this client"
         } else {
             return None;
@@ -381,7 +381,7 @@ impl Proxy {
     fn over_rate(&mut self, now: Timestamp, from: Peer) -> Option<LocalAnswer> {
         let addr = from.claimed_address()?;
         let refill = (self.gate.budget()?).refill_at(now, addr, LIKELY_ANSWER)?;
-        self.counters.refused_client_rate += 1;
+        self.counters.refusals.refused_client_rate += 1;
         let mut answer = self.unavailable("over this client's send rate");
         let wait = refill.saturating_since(now).as_secs_f64().ceil() as u32;
         answer.max_age = Some(wait.max(1));
@@ -461,16 +461,16 @@ impl Proxy {
     fn count_local(&mut self, code: Code) {
         let c = &mut self.counters;
         match code {
-            Code::SERVICE_UNAVAILABLE => c.service_unavailable_5_03 += 1,
-            Code::BAD_OPTION => c.bad_option_4_02 += 1,
-            Code::BAD_GATEWAY => c.bad_gateway_5_02 += 1,
-            Code::FORBIDDEN => c.forbidden_4_03 += 1,
-            Code::NOT_FOUND => c.not_found_4_04 += 1,
-            Code::PROXYING_NOT_SUPPORTED => c.proxying_not_supported_5_05 += 1,
-            Code::HOP_LIMIT_REACHED => c.hop_limit_5_08 += 1,
-            Code::REQUEST_ENTITY_TOO_LARGE => c.request_too_large_4_13 += 1,
+            Code::SERVICE_UNAVAILABLE => c.own_answers.service_unavailable_5_03 += 1,
+            Code::BAD_OPTION => c.own_answers.bad_option_4_02 += 1,
+            Code::BAD_GATEWAY => c.own_answers.bad_gateway_5_02 += 1,
+            Code::FORBIDDEN => c.own_answers.forbidden_4_03 += 1,
+            Code::NOT_FOUND => c.own_answers.not_found_4_04 += 1,
+            Code::PROXYING_NOT_SUPPORTED => c.own_answers.proxying_not_supported_5_05 += 1,
+            Code::HOP_LIMIT_REACHED => c.own_answers.hop_limit_5_08 += 1,
+            Code::REQUEST_ENTITY_TOO_LARGE => c.own_answers.request_too_large_4_13 += 1,
             Code::UNAUTHORIZED => {}
-            _ => c.bad_request_4_00 += 1,
+            _ => c.own_answers.bad_request_4_00 += 1,
         }
     }
 
@@ -510,7 +510,7 @@ impl Proxy {
         self.inflight += 1;
         self.clients.count_inflight(from.1, true);
         self.endpoints.acquire(endpoint);
-        self.counters.forwarded += 1;
+        self.counters.traffic.forwarded += 1;
         // Earliest first, so the exchange's one wheel timer is armed once.
         if msg.msg_type() == MessageType::Con {
             let ack = now + self.config.ack_delay;

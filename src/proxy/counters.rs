@@ -1,8 +1,30 @@
-//! What the proxy counts: every forward, duplicate, retry, give-up and drop.
+//! What the proxy counts: every forward, duplicate, retry, give-up and drop, grouped by
+//! concern so that each part of the engine bumps its own group.
 
-/// Monotonic counters (and five gauges) of one proxy engine.
+/// Monotonic counters (and gauges, marked so) of one proxy engine, by concern.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Counters {
+    /// Requests and answers as they flow: forwards, duplicates, retransmissions, relayed answers by class.
+    pub traffic: Traffic,
+    /// Answers the proxy made itself instead of forwarding, by code.
+    pub own_answers: OwnAnswers,
+    /// The causes of the 5.03s: which limit a request met.
+    pub refusals: Refusals,
+    /// Datagrams that were malformed or matched nothing.
+    pub strays: Strays,
+    /// Observe relays (RFC 7641).
+    pub observe: ObserveCounters,
+    /// The stores of answers kept for clients' retransmissions (`answer_cache.rs`).
+    pub kept: KeptAnswers,
+    /// Address validation by proof of receipt (`validation.rs`) and the opt-in send rate (`budget.rs`).
+    pub proof: Proof,
+    /// Gauges of what the engine holds now.
+    pub load: Load,
+}
+
+/// Requests and answers as they flow: forwards, duplicates, retransmissions, relayed answers by class.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Traffic {
     /// Client requests accepted (not duplicates), whatever their outcome.
     pub requests: u64,
     /// Requests sent upstream for the first time.
@@ -15,40 +37,29 @@ pub struct Counters {
     pub client_retransmissions: u64,
     /// Empty ACKs sent to clients (the answer then travels separately).
     pub empty_acks_sent: u64,
-    // Answers relayed to clients by class (the upstream's own codes, from the response cache
-    // included).
     /// Upstream 2.xx answers relayed to clients.
     pub relayed_2xx: u64,
     /// Upstream 4.xx answers relayed to clients.
     pub relayed_4xx: u64,
     /// Upstream 5.xx answers relayed to clients.
     pub relayed_5xx: u64,
-    // Answers the proxy made itself, by code.
+    /// Timer events for an exchange that had already moved on (they did nothing).
+    pub stale_timer_events: u64,
+    /// Confirmable answers the client never acknowledged.
+    pub client_delivery_failures: u64,
+    /// Diagnostic events dropped because the driver did not take them (the queue is bounded).
+    pub events_dropped: u64,
+}
+
+/// Answers the proxy made itself instead of forwarding, by code.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OwnAnswers {
     /// 5.02 Bad Gateway: the upstream reset, was unreachable or answered unusably (a
     /// response with an unrecognised unsafe option among them, RFC 7252 §5.7.1).
     pub bad_gateway_5_02: u64,
     /// 5.03 Service Unavailable: an in-flight limit was reached, the proxy is shutting down,
     /// or the upstream had no Message ID free; by cause in the `refused_*` counters.
     pub service_unavailable_5_03: u64,
-    /// 5.03s because every endpoint the bound allows had its Message IDs reserved (or the next
-    /// endpoint's socket could not be opened).
-    pub refused_endpoints: u64,
-    /// 5.03s because the client had `max_inflight_per_client` requests in flight.
-    pub refused_client: u64,
-    /// 5.03s because the client's opt-in send rate (`--client-bytes-per-sec`) could not take
-    /// an answer.
-    pub refused_client_rate: u64,
-    /// 5.03s in place of an answer that an unproven client's answers waiting for its proof
-    /// had no room for (`validation::MAX_HELD_BYTES`, `MAX_HELD_BYTES_TOTAL`).
-    pub refused_proof_backlog: u64,
-    /// 5.03s because `max_inflight` requests were in flight in all.
-    pub refused_inflight: u64,
-    /// 5.03s because `max_inflight_per_upstream` requests were in flight to the upstream.
-    pub refused_upstream_inflight: u64,
-    /// 5.03s because the copies of the requests in flight held `max_inflight_bytes` bytes.
-    pub refused_inflight_bytes: u64,
-    /// 5.03s because the proxy was shutting down.
-    pub refused_draining: u64,
     /// 5.04 Gateway Timeout: the retry policy gave up waiting for the upstream.
     pub gateway_timeout_5_04: u64,
     /// 4.02 Bad Option: an unrecognised unsafe option (RFC 7252 §5.7.1), or too many options.
@@ -69,6 +80,35 @@ pub struct Counters {
     pub hop_limit_5_08: u64,
     /// 4.00 Bad Request: any other malformed request, e.g. an invalid Hop-Limit or Proxy-Uri.
     pub bad_request_4_00: u64,
+}
+
+/// The causes of the 5.03s: which limit a request met.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Refusals {
+    /// 5.03s because every endpoint the bound allows had its Message IDs reserved (or the next
+    /// endpoint's socket could not be opened).
+    pub refused_endpoints: u64,
+    /// 5.03s because the client had `max_inflight_per_client` requests in flight.
+    pub refused_client: u64,
+    /// 5.03s because the client's opt-in send rate (`--client-bytes-per-sec`) could not take
+    /// an answer.
+    pub refused_client_rate: u64,
+    /// 5.03s in place of an answer that an unproven client's answers waiting for its proof
+    /// had no room for (`validation::MAX_HELD_BYTES`, `MAX_HELD_BYTES_TOTAL`).
+    pub refused_proof_backlog: u64,
+    /// 5.03s because `max_inflight` requests were in flight in all.
+    pub refused_inflight: u64,
+    /// 5.03s because `max_inflight_per_upstream` requests were in flight to the upstream.
+    pub refused_upstream_inflight: u64,
+    /// 5.03s because the copies of the requests in flight held `max_inflight_bytes` bytes.
+    pub refused_inflight_bytes: u64,
+    /// 5.03s because the proxy was shutting down.
+    pub refused_draining: u64,
+}
+
+/// Datagrams that were malformed or matched nothing.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Strays {
     /// Malformed datagrams from clients (RST to a CON, a NON dropped).
     pub client_format_errors: u64,
     /// Malformed datagrams from upstreams.
@@ -77,6 +117,11 @@ pub struct Counters {
     pub unmatched_upstream: u64,
     /// Client datagrams that matched nothing (stray ACKs or RSTs, pings, CONs we cannot process).
     pub unmatched_client: u64,
+}
+
+/// Observe relays (RFC 7641).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ObserveCounters {
     /// Notifications relayed to observers (RFC 7641).
     pub notifications_relayed: u64,
     /// Of those, sent as CON to learn whether the observer is still there (RFC 7641 §4.5).
@@ -90,10 +135,13 @@ pub struct Counters {
     /// Observe registrations that joined an upstream registration another client had made,
     /// answered from the cache (`--cache-size`; RFC 7641 §5): nothing went upstream for them.
     pub observers_joined: u64,
-    /// Timer events for an exchange that had already moved on (they did nothing).
-    pub stale_timer_events: u64,
-    /// Confirmable answers the client never acknowledged.
-    pub client_delivery_failures: u64,
+    /// Gauge: Observe relays alive (RFC 7641).
+    pub observations: u64,
+}
+
+/// The stores of answers kept for clients' retransmissions (`answer_cache.rs`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KeptAnswers {
     /// Answers evicted from a full answer cache (`max_cached`, or `max_cached_bytes`) before
     /// their lifetime ended.
     pub cache_evictions: u64,
@@ -108,11 +156,16 @@ pub struct Counters {
     /// Answers kept without their bytes, being longer than `max_cached_bytes_per_client` (or
     /// `max_cached_bytes`): their retransmissions get nothing, and are not forwarded again.
     pub answers_too_large_to_keep: u64,
-    /// Datagrams to clients dropped because their source was over its send budget
-    /// (`ProxyConfig::client_budget`, RFC 7252 §11.3).
-    pub over_budget_dropped: u64,
-    /// Their bytes.
-    pub over_budget_dropped_bytes: u64,
+    /// Gauge: answers kept to answer duplicates (the proxy's own included).
+    pub cached_answers: u64,
+    /// Gauge: the bytes their stores hold (within `max_cached_bytes` each), dead ones not
+    /// yet dropped included.
+    pub cached_answer_bytes: u64,
+}
+
+/// Address validation by proof of receipt (`validation.rs`) and the opt-in send rate (`budget.rs`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Proof {
     /// `--validate-sources`: 4.01s with an Echo value to unproven sources (RFC 9175 §2.4).
     pub echo_challenges: u64,
     /// Datagrams withheld because an unproven source had been sent 3x what it sent
@@ -135,27 +188,28 @@ pub struct Counters {
     pub sources_proved_by_echo: u64,
     /// ACKs that proved nothing: their source had sent too many that matched no message.
     pub ack_proofs_refused: u64,
-    /// Diagnostic events dropped because the driver did not take them (the queue is bounded).
-    pub events_dropped: u64,
+    /// Gauge: client addresses whose proof of receipt is tracked.
+    pub validation_sources: u64,
+    /// Datagrams to clients dropped because their source was over its send budget
+    /// (`ProxyConfig::client_budget`, RFC 7252 §11.3).
+    pub over_budget_dropped: u64,
+    /// Their bytes.
+    pub over_budget_dropped_bytes: u64,
+    /// Gauge: client addresses whose send budget is tracked.
+    pub budget_sources: u64,
+}
+
+/// Gauges of what the engine holds now.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Load {
     /// Gauge: exchanges being worked on (waiting, observing, or delivering an answer).
     pub live_exchanges: u64,
-    /// Gauge: answers kept to answer duplicates (the proxy's own included).
-    pub cached_answers: u64,
-    /// Gauge: the bytes their stores hold (within `max_cached_bytes` each), dead ones not
-    /// yet dropped included.
-    pub cached_answer_bytes: u64,
     /// Gauge: of the live exchanges, requests still waiting on an upstream (`Waiting` or
     /// `AwaitingSeparate`).
     pub in_flight: u64,
-    /// Gauge: Observe relays alive (RFC 7641).
-    pub observations: u64,
     /// Gauge: bytes of the request copies kept for retransmission upstream.
     pub in_flight_bytes: u64,
     /// Bytes of the answers live exchanges keep (held for a proof, being delivered, an
     /// observation's latest notification).
     pub exchange_answer_bytes: u64,
-    /// Gauge: client addresses whose send budget is tracked.
-    pub budget_sources: u64,
-    /// Gauge: client addresses whose proof of receipt is tracked.
-    pub validation_sources: u64,
 }

@@ -22,7 +22,7 @@ impl Proxy {
         x.reply = Reply::Separate;
         let (client, mid) = (x.client, x.client_mid);
         self.set_deadline(key, TimerKind::AckDelay, None);
-        self.counters.empty_acks_sent += 1;
+        self.counters.traffic.empty_acks_sent += 1;
         self.gate.send_encoded(
             &mut self.out,
             Charge::Relayed,
@@ -74,7 +74,7 @@ impl Proxy {
     fn refuse_for_proof_backlog(&mut self, now: Timestamp, key: ExchangeKey) {
         let Some(x) = self.get(key) else { return };
         let token = x.client_token;
-        self.counters.refused_proof_backlog += 1;
+        self.counters.refusals.refused_proof_backlog += 1;
         // Bare: the client is unproven, and the code and Max-Age are about as long as the
         // request (a diagnostic would not fit its 3x, see `Proxy::diagnostic_fits`).
         let answer = LocalAnswer {
@@ -110,7 +110,7 @@ impl Proxy {
             x.state = State::AwaitingProof;
         }
         self.keep_answer(key, Some(bytes.into_boxed_slice()));
-        self.counters.answers_held_for_proof += 1;
+        self.counters.proof.answers_held_for_proof += 1;
         self.set_deadline(key, TimerKind::AckDelay, None);
         self.set_deadline(key, TimerKind::ProofWait, Some(now + PROOF_WAIT));
         // Only a claimed address is held to its allowance, and so waits for a proof here.
@@ -165,7 +165,7 @@ impl Proxy {
             return self.finish(now, key);
         };
         let echo = self.gate.validation().echo_value(now, addr);
-        self.counters.echo_challenges += 1;
+        self.counters.proof.echo_challenges += 1;
         let answer = LocalAnswer {
             code: Code::UNAUTHORIZED,
             max_age: None,
@@ -197,7 +197,7 @@ impl Proxy {
         let (slot, token) = (x.client_slot, x.client_token);
         let (reply, client_mid) = (x.reply, x.client_mid);
         if confirm {
-            self.counters.answers_made_confirmable += 1;
+            self.counters.proof.answers_made_confirmable += 1;
             if reply == Reply::Piggyback {
                 self.send_empty_ack(key);
             }
@@ -311,7 +311,7 @@ impl Proxy {
             let client = x.client;
             self.by_client_mid.remove(&(client, mid));
             self.gate.delivery_ended(client, key);
-            self.counters.client_delivery_failures += 1;
+            self.counters.traffic.client_delivery_failures += 1;
             self.events
                 .push(ProxyEvent::ClientNeverAcked { client, mid });
             // RFC 7641 §4.5: a CON notification that times out ends its observation.
@@ -322,7 +322,7 @@ impl Proxy {
         d.timeout *= 2;
         let next = (now + d.timeout).min(d.since + params::EXCHANGE_LIFETIME);
         if again {
-            self.counters.client_retransmissions += 1;
+            self.counters.traffic.client_retransmissions += 1;
         }
         self.set_deadline(key, TimerKind::ClientRetransmit, Some(next));
         self.send_delivery(key);
@@ -390,7 +390,7 @@ impl Proxy {
             return self.source_proved(now, from, ProvedBy::Ack);
         }
         let Some(&key) = self.by_client_mid.get(&(from, msg.message_id())) else {
-            self.counters.unmatched_client += 1;
+            self.counters.strays.unmatched_client += 1;
             self.gate.wrong_proof(from);
             return;
         };

@@ -26,6 +26,7 @@ use super::answer_cache::{AnswerRing, Bound, ClientKey, Gone, Replay};
 use super::budget::SendBudget;
 use super::cache::{CacheCounters, ResponseCache};
 use super::clients::{ClientSlot, Clients};
+use super::counters::Load;
 use super::endpoints::{EndpointEvent, EndpointId, Endpoints, UpstreamId};
 use super::events::{Events, ProxyEvent};
 use super::exchange::{CoapToken, Exchange, ExchangeKey, Reply, State, TimerKind};
@@ -327,7 +328,7 @@ impl Proxy {
         while let Some(expired) = self.timers.poll(now) {
             let key = expired.value;
             let Some(x) = self.get_mut(key) else {
-                self.counters.stale_timer_events += 1;
+                self.counters.traffic.stale_timer_events += 1;
                 continue;
             };
             x.deadlines.wheel = None;
@@ -351,28 +352,21 @@ impl Proxy {
 
     /// Counters, with the gauges filled in.
     pub fn counters(&self) -> Counters {
-        Counters {
+        let mut c = self.counters.clone();
+        c.load = Load {
             live_exchanges: self.exchanges.len() as u64,
-            cached_answers: (self.answers.len() + self.local_answers.len()) as u64,
-            cached_answer_bytes: (self.answers.bytes() + self.local_answers.bytes()) as u64,
-            answers_too_large_to_keep: self.answers.too_large() + self.local_answers.too_large(),
             in_flight: self.inflight as u64,
-            observations: self.observations as u64,
             in_flight_bytes: self.inflight_bytes as u64,
             exchange_answer_bytes: self.answer_bytes as u64,
-            events_dropped: self.events.dropped(),
-            over_budget_dropped: self.gate.budget().map_or(0, |b| b.dropped),
-            amplification_dropped: self.gate.validation().withheld_datagrams,
-            amplification_probes: self.gate.validation().probes,
-            proof_pings: self.gate.validation().pings,
-            sources_proved_by_ack: self.gate.validation().proved_by_ack,
-            sources_proved_by_echo: self.gate.validation().proved_by_echo,
-            ack_proofs_refused: self.gate.validation().ack_proofs_refused,
-            validation_sources: self.gate.validation().sources() as u64,
-            over_budget_dropped_bytes: self.gate.budget().map_or(0, |b| b.dropped_bytes),
-            budget_sources: self.gate.budget().map_or(0, |b| b.sources() as u64),
-            ..self.counters.clone()
-        }
+        };
+        c.kept.cached_answers = (self.answers.len() + self.local_answers.len()) as u64;
+        c.kept.cached_answer_bytes = (self.answers.bytes() + self.local_answers.bytes()) as u64;
+        c.kept.answers_too_large_to_keep =
+            self.answers.too_large() + self.local_answers.too_large();
+        c.observe.observations = self.observations as u64;
+        c.traffic.events_dropped = self.events.dropped();
+        self.gate.count(&mut c.proof);
+        c
     }
 
     /// How late the retransmission timers (upstream and to clients) were handled.
@@ -503,7 +497,7 @@ impl Proxy {
             TimerKind::ProofWait => x.state == State::AwaitingProof,
         };
         if !acts {
-            self.counters.stale_timer_events += 1;
+            self.counters.traffic.stale_timer_events += 1;
             return;
         }
         match kind {
@@ -547,8 +541,8 @@ impl Proxy {
             why,
         });
         match code {
-            Code::BAD_GATEWAY => self.counters.bad_gateway_5_02 += 1,
-            _ => self.counters.gateway_timeout_5_04 += 1,
+            Code::BAD_GATEWAY => self.counters.own_answers.bad_gateway_5_02 += 1,
+            _ => self.counters.own_answers.gateway_timeout_5_04 += 1,
         }
         self.close_upstream_leg(now, key);
         let answer = LocalAnswer {
@@ -601,9 +595,9 @@ impl Proxy {
     /// Counts an upstream's own answer (the proxy's 5.02/5.03/5.04 are counted where made).
     pub(super) fn track_answer_code(&mut self, code: Code) {
         match code.class() {
-            2 => self.counters.relayed_2xx += 1,
-            4 => self.counters.relayed_4xx += 1,
-            _ => self.counters.relayed_5xx += 1,
+            2 => self.counters.traffic.relayed_2xx += 1,
+            4 => self.counters.traffic.relayed_4xx += 1,
+            _ => self.counters.traffic.relayed_5xx += 1,
         }
     }
 
@@ -643,7 +637,7 @@ impl Proxy {
             };
             if self.get(oldest).is_some_and(|x| x.state == State::Answered) {
                 self.cancel_delivery(oldest);
-                self.counters.client_delivery_failures += 1;
+                self.counters.traffic.client_delivery_failures += 1;
                 self.delivered(now, oldest);
             }
         }
@@ -691,18 +685,18 @@ impl Proxy {
             .push(now, client_key, replay, Some(x.client_slot));
         self.by_client.insert(client_key, Seen::Answered(seq));
         while let Some(gone) = self.answers.pop_over_share(now, x.client_slot) {
-            self.counters.share_evictions += 1;
+            self.counters.kept.share_evictions += 1;
             self.forget_answer(gone, Seen::Answered);
         }
         while let Some(gone) = self.answers.pop_over_bound(now) {
-            self.counters.cache_evictions += 1;
+            self.counters.kept.cache_evictions += 1;
             if gone.early {
                 // The client may still retransmit this request; it would be forwarded again.
                 // Said once: the counter tells how often.
-                if self.counters.early_evictions == 0 {
+                if self.counters.kept.early_evictions == 0 {
                     self.events.push(ProxyEvent::EarlyEviction);
                 }
-                self.counters.early_evictions += 1;
+                self.counters.kept.early_evictions += 1;
             }
             self.forget_answer(gone, Seen::Answered);
         }
@@ -727,11 +721,11 @@ impl Proxy {
         self.by_client
             .insert(client_key, Seen::AnsweredLocally(seq));
         while let Some(gone) = self.local_answers.pop_over_share(now, client) {
-            self.counters.share_evictions += 1;
+            self.counters.kept.share_evictions += 1;
             self.forget_answer(gone, Seen::AnsweredLocally);
         }
         while let Some(gone) = self.local_answers.pop_over_bound(now) {
-            self.counters.local_answer_evictions += 1;
+            self.counters.kept.local_answer_evictions += 1;
             self.forget_answer(gone, Seen::AnsweredLocally);
         }
     }

@@ -176,7 +176,7 @@ impl Proxy {
         if let Some(g) = self.fanout.groups.get_mut(group.0 as usize) {
             g.members.push(key);
         }
-        self.counters.observers_joined += 1;
+        self.counters.observe.observers_joined += 1;
         let mut answer = Vec::with_capacity(representation.len() + 4);
         let built = Message::parse(representation).map(|m| with_observe(&mut answer, &m, seq));
         match built

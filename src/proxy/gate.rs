@@ -12,6 +12,7 @@ use std::net::SocketAddr;
 use crate::time::Timestamp;
 
 use super::budget::SendBudget;
+use super::counters::Proof;
 use super::exchange::ExchangeKey;
 use super::outbox::{Destination, Outbox};
 use super::peer::Peer;
@@ -142,6 +143,23 @@ impl SendGate {
     pub(super) fn wrong_proof(&mut self, from: Peer) {
         if let Some(addr) = from.claimed_address() {
             self.validation.wrong_proof(self.now, addr);
+        }
+    }
+
+    /// Writes what the rules counted, and how many sources they track, into `c`.
+    pub(super) fn count(&self, c: &mut Proof) {
+        let v = &self.validation;
+        c.amplification_dropped = v.withheld_datagrams;
+        c.amplification_probes = v.probes;
+        c.proof_pings = v.pings;
+        c.sources_proved_by_ack = v.proved_by_ack;
+        c.sources_proved_by_echo = v.proved_by_echo;
+        c.ack_proofs_refused = v.ack_proofs_refused;
+        c.validation_sources = v.sources() as u64;
+        if let Some(b) = &self.budget {
+            c.over_budget_dropped = b.dropped;
+            c.over_budget_dropped_bytes = b.dropped_bytes;
+            c.budget_sources = b.sources() as u64;
         }
     }
 

@@ -44,7 +44,7 @@ impl Proxy {
             options = options - 1 + route::decomposed_options(uri).unwrap_or(1);
         }
         if options > self.config.max_options {
-            self.counters.too_many_options += 1;
+            self.counters.own_answers.too_many_options += 1;
             return Err(LocalAnswer {
                 code: Code::BAD_OPTION,
                 max_age: None,

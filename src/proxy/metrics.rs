@@ -11,152 +11,152 @@ const COUNTERS: &[(&str, &str, fn(&Counters) -> u64)] = &[
     (
         "requests_total",
         "Client requests accepted (duplicates excluded).",
-        |c| c.requests,
+        |c| c.traffic.requests,
     ),
     (
         "forwarded_total",
         "Requests sent upstream for the first time.",
-        |c| c.forwarded,
+        |c| c.traffic.forwarded,
     ),
     (
         "client_duplicates_total",
         "Client retransmissions absorbed, never forwarded.",
-        |c| c.client_duplicates,
+        |c| c.traffic.client_duplicates,
     ),
     (
         "upstream_retransmissions_total",
         "Retransmissions to upstreams by the proxy's retry policy.",
-        |c| c.upstream_retransmissions,
+        |c| c.traffic.upstream_retransmissions,
     ),
     (
         "client_retransmissions_total",
         "Retransmissions of confirmable answers to clients.",
-        |c| c.client_retransmissions,
+        |c| c.traffic.client_retransmissions,
     ),
     (
         "empty_acks_total",
         "Empty ACKs sent to clients before a separate answer.",
-        |c| c.empty_acks_sent,
+        |c| c.traffic.empty_acks_sent,
     ),
     (
         "notifications_relayed_total",
         "Observe notifications relayed to clients.",
-        |c| c.notifications_relayed,
+        |c| c.observe.notifications_relayed,
     ),
     (
         "notifications_con_total",
         "Of the notifications relayed, those sent as CON (RFC 7641 §4.5, --observe-con-every).",
-        |c| c.notifications_con,
+        |c| c.observe.notifications_con,
     ),
     (
         "notifications_superseded_total",
         "Notifications that replaced one awaiting its ACK, sent at its next retransmission.",
-        |c| c.notifications_superseded,
+        |c| c.observe.notifications_superseded,
     ),
     (
         "observers_joined_total",
         "Observe registrations answered from the cache, joining another's upstream one.",
-        |c| c.observers_joined,
+        |c| c.observe.observers_joined,
     ),
     (
         "observers_lost_total",
         "Observations ended by their client: CON notification unacknowledged, RST, ICMP.",
-        |c| c.observers_lost,
+        |c| c.observe.observers_lost,
     ),
     (
         "over_budget_dropped_total",
         "Datagrams to clients dropped over their source's send budget (--client-*).",
-        |c| c.over_budget_dropped,
+        |c| c.proof.over_budget_dropped,
     ),
     (
         "over_budget_dropped_bytes_total",
         "Bytes of the datagrams dropped over a client's send budget.",
-        |c| c.over_budget_dropped_bytes,
+        |c| c.proof.over_budget_dropped_bytes,
     ),
     (
         "echo_challenges_total",
         "--validate-sources: 4.01s with an Echo value to sources not yet proven (RFC 9175).",
-        |c| c.echo_challenges,
+        |c| c.proof.echo_challenges,
     ),
     (
         "amplification_dropped_total",
         "Datagrams withheld past 3x what an unproven source sent (a CON goes with the proof).",
-        |c| c.amplification_dropped,
+        |c| c.proof.amplification_dropped,
     ),
     (
         "amplification_probes_total",
         "CONs sent as the one datagram past an unproven source's 3x, asking for its ACK.",
-        |c| c.amplification_probes,
+        |c| c.proof.amplification_probes,
     ),
     (
         "answers_held_for_proof_total",
         "Answers held until their unproven client's RST to a ping proved its address.",
-        |c| c.answers_held_for_proof,
+        |c| c.proof.answers_held_for_proof,
     ),
     (
         "proof_pings_total",
         "Pings (empty CONs) sent to clients to ask for their proof of address.",
-        |c| c.proof_pings,
+        |c| c.proof.proof_pings,
     ),
     (
         "answers_made_confirmable_total",
         "Answers sent as CON because they did not fit an unproven client's 3x.",
-        |c| c.answers_made_confirmable,
+        |c| c.proof.answers_made_confirmable,
     ),
     (
         "sources_proved_by_ack_total",
         "Sources that proved their address by ACKing or resetting a message of ours.",
-        |c| c.sources_proved_by_ack,
+        |c| c.proof.sources_proved_by_ack,
     ),
     (
         "sources_proved_by_echo_total",
         "Sources that proved their address with a fresh Echo value (RFC 9175 2.4).",
-        |c| c.sources_proved_by_echo,
+        |c| c.proof.sources_proved_by_echo,
     ),
     (
         "ack_proofs_refused_total",
         "ACKs that proved nothing: their source had sent too many matching no message.",
-        |c| c.ack_proofs_refused,
+        |c| c.proof.ack_proofs_refused,
     ),
     (
         "unmatched_total",
         "Datagrams that matched no exchange.",
-        |c| c.unmatched_client + c.unmatched_upstream,
+        |c| c.strays.unmatched_client + c.strays.unmatched_upstream,
     ),
     (
         "cache_evictions_total",
         "Finished answers evicted because their store was full (--max-cached, --max-cached-bytes).",
-        |c| c.cache_evictions,
+        |c| c.kept.cache_evictions,
     ),
     (
         "early_evictions_total",
         "Evicted answers whose client could still retransmit.",
-        |c| c.early_evictions,
+        |c| c.kept.early_evictions,
     ),
     (
         "local_answer_evictions_total",
         "The proxy's own answers evicted from their full store.",
-        |c| c.local_answer_evictions,
+        |c| c.kept.local_answer_evictions,
     ),
     (
         "share_evictions_total",
         "Kept answers of a client over --max-cached-per-client or --max-cached-bytes-per-client, its oldest evicted first.",
-        |c| c.share_evictions,
+        |c| c.kept.share_evictions,
     ),
     (
         "answers_too_large_to_keep_total",
         "Answers kept without their bytes, longer than --max-cached-bytes-per-client.",
-        |c| c.answers_too_large_to_keep,
+        |c| c.kept.answers_too_large_to_keep,
     ),
     (
         "too_many_options_total",
         "Requests answered 4.02 for more than --max-options options (Proxy-Uri decomposed).",
-        |c| c.too_many_options,
+        |c| c.own_answers.too_many_options,
     ),
     (
         "events_dropped_total",
         "Diagnostic events the engine dropped because its bounded queue was full.",
-        |c| c.events_dropped,
+        |c| c.traffic.events_dropped,
     ),
 ];
 
@@ -215,19 +215,19 @@ pub(super) fn write_proxy_metrics(c: &Counters, send_drops: u64, out: &mut Metri
         "Answers to clients by code: relayed classes and the proxy's own codes.",
         "code",
         &[
-            ("2.xx", c.relayed_2xx),
-            ("4.xx", c.relayed_4xx),
-            ("5.xx", c.relayed_5xx),
-            ("4.00", c.bad_request_4_00),
-            ("4.02", c.bad_option_4_02),
-            ("4.03", c.forbidden_4_03),
-            ("4.04", c.not_found_4_04),
-            ("4.13", c.request_too_large_4_13),
-            ("5.02", c.bad_gateway_5_02),
-            ("5.03", c.service_unavailable_5_03),
-            ("5.04", c.gateway_timeout_5_04),
-            ("5.05", c.proxying_not_supported_5_05),
-            ("5.08", c.hop_limit_5_08),
+            ("2.xx", c.traffic.relayed_2xx),
+            ("4.xx", c.traffic.relayed_4xx),
+            ("5.xx", c.traffic.relayed_5xx),
+            ("4.00", c.own_answers.bad_request_4_00),
+            ("4.02", c.own_answers.bad_option_4_02),
+            ("4.03", c.own_answers.forbidden_4_03),
+            ("4.04", c.own_answers.not_found_4_04),
+            ("4.13", c.own_answers.request_too_large_4_13),
+            ("5.02", c.own_answers.bad_gateway_5_02),
+            ("5.03", c.own_answers.service_unavailable_5_03),
+            ("5.04", c.own_answers.gateway_timeout_5_04),
+            ("5.05", c.own_answers.proxying_not_supported_5_05),
+            ("5.08", c.own_answers.hop_limit_5_08),
         ],
     );
     out.labelled_counter(
@@ -235,14 +235,14 @@ pub(super) fn write_proxy_metrics(c: &Counters, send_drops: u64, out: &mut Metri
         "Requests answered 5.03 by the proxy, by cause.",
         "cause",
         &[
-            ("endpoints", c.refused_endpoints),
-            ("client", c.refused_client),
-            ("client_rate", c.refused_client_rate),
-            ("proof_backlog", c.refused_proof_backlog),
-            ("inflight", c.refused_inflight),
-            ("upstream_inflight", c.refused_upstream_inflight),
-            ("inflight_bytes", c.refused_inflight_bytes),
-            ("draining", c.refused_draining),
+            ("endpoints", c.refusals.refused_endpoints),
+            ("client", c.refusals.refused_client),
+            ("client_rate", c.refusals.refused_client_rate),
+            ("proof_backlog", c.refusals.refused_proof_backlog),
+            ("inflight", c.refusals.refused_inflight),
+            ("upstream_inflight", c.refusals.refused_upstream_inflight),
+            ("inflight_bytes", c.refusals.refused_inflight_bytes),
+            ("draining", c.refusals.refused_draining),
         ],
     );
     out.labelled_counter(
@@ -250,8 +250,8 @@ pub(super) fn write_proxy_metrics(c: &Counters, send_drops: u64, out: &mut Metri
         "Malformed datagrams (RST to a CON, NON dropped), by leg.",
         "leg",
         &[
-            ("client", c.client_format_errors),
-            ("upstream", c.upstream_format_errors),
+            ("client", c.strays.client_format_errors),
+            ("upstream", c.strays.upstream_format_errors),
         ],
     );
     for (name, help, read) in GAUGES {
@@ -264,44 +264,44 @@ type Gauge = (&'static str, &'static str, fn(&Counters) -> f64);
 
 const GAUGES: &[Gauge] = &[
     ("live_exchanges", "Exchanges alive in any state.", |c| {
-        c.live_exchanges as f64
+        c.load.live_exchanges as f64
     }),
     (
         "cached_answers",
         "Finished answers kept for retransmissions.",
-        |c| c.cached_answers as f64,
+        |c| c.kept.cached_answers as f64,
     ),
     (
         "cached_answer_bytes",
         "Bytes the stores of finished answers hold (--max-cached-bytes each).",
-        |c| c.cached_answer_bytes as f64,
+        |c| c.kept.cached_answer_bytes as f64,
     ),
     ("in_flight", "Requests still waiting on an upstream.", |c| {
-        c.in_flight as f64
+        c.load.in_flight as f64
     }),
     (
         "in_flight_bytes",
         "Bytes of the request copies kept for retransmission upstream.",
-        |c| c.in_flight_bytes as f64,
+        |c| c.load.in_flight_bytes as f64,
     ),
     (
         "exchange_answer_bytes",
         "Bytes of the answers live exchanges keep: held for a client's proof, being delivered \
          as CONs, an observation's latest notification.",
-        |c| c.exchange_answer_bytes as f64,
+        |c| c.load.exchange_answer_bytes as f64,
     ),
     (
         "budget_sources",
         "Client addresses whose send budget is tracked (--client-bytes-per-sec).",
-        |c| c.budget_sources as f64,
+        |c| c.proof.budget_sources as f64,
     ),
     (
         "validation_sources",
         "Client addresses whose proof of receipt is tracked.",
-        |c| c.validation_sources as f64,
+        |c| c.proof.validation_sources as f64,
     ),
     ("observations", "Observe relays alive.", |c| {
-        c.observations as f64
+        c.observe.observations as f64
     }),
 ];
 

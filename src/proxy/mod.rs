@@ -66,7 +66,9 @@ mod validation;
 pub use budget::ClientBudget;
 pub use cache::CacheCounters;
 pub use config::{AllowedTarget, ConfigError, ProxyConfig, RetryPolicy, Routing};
-pub use counters::Counters;
+pub use counters::{
+    Counters, KeptAnswers, Load, ObserveCounters, OwnAnswers, Proof, Refusals, Strays, Traffic,
+};
 pub use driver::{ProxyComponent, FIRST_FOREIGN_KEY};
 pub use endpoints::{EndpointEvent, EndpointId, UpstreamId};
 pub use engine::{Destination, Proxy, Seeds, Transmit, UpstreamStats};

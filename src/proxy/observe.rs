@@ -71,7 +71,7 @@ impl Proxy {
         if ok.is_err() {
             return;
         }
-        self.counters.notifications_relayed += 1;
+        self.counters.observe.notifications_relayed += 1;
         if let Some(x) = self.get_mut(key) {
             x.last_notification = Some((seq, now));
         }
@@ -79,7 +79,7 @@ impl Proxy {
             self.supersede_in_flight(key, mid, bytes);
         } else {
             if ty == MessageType::Con {
-                self.counters.notifications_con += 1;
+                self.counters.observe.notifications_con += 1;
             }
             self.keep_answer(key, Some(Box::from(&bytes[..])));
             self.send_to_client(now, key, ty, mid, &bytes);
@@ -130,7 +130,7 @@ impl Proxy {
         let old = std::mem::replace(&mut d.mid, mid);
         let client = x.client;
         self.keep_answer(key, Some(bytes.into_boxed_slice()));
-        self.counters.notifications_superseded += 1;
+        self.counters.observe.notifications_superseded += 1;
         if self.by_client_mid.get(&(client, old)) == Some(&key) {
             self.by_client_mid.remove(&(client, old));
         }
@@ -145,7 +145,7 @@ impl Proxy {
             return;
         };
         let client = x.client;
-        self.counters.observers_lost += 1;
+        self.counters.observe.observers_lost += 1;
         self.events.push(ProxyEvent::ObserverGone { client, why });
         self.cancel_delivery(key);
         self.end_observation(now, key);

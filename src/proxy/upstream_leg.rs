@@ -29,17 +29,17 @@ impl Proxy {
                 Some(&key) => {
                     self.give_up(now, key, Code::BAD_GATEWAY, "upstream reset the request")
                 }
-                None => self.counters.unmatched_upstream += 1,
+                None => self.counters.strays.unmatched_upstream += 1,
             },
             MessageType::Con | MessageType::Non if msg.code().is_response() => {
                 self.on_upstream_response_message(now, up, &msg)
             }
             // Pings and requests from an upstream are not ours to serve: reject (§4.2, §4.3).
             MessageType::Con => {
-                self.counters.unmatched_upstream += 1;
+                self.counters.strays.unmatched_upstream += 1;
                 self.send_rst(Destination::Upstream(up), msg.message_id());
             }
-            MessageType::Non => self.counters.unmatched_upstream += 1,
+            MessageType::Non => self.counters.strays.unmatched_upstream += 1,
         }
     }
 
@@ -95,7 +95,7 @@ impl Proxy {
         if x.attempts > self.policy_of(x).max_retries {
             return self.give_up(now, key, Code::GATEWAY_TIMEOUT, "retries exhausted");
         }
-        self.counters.upstream_retransmissions += 1;
+        self.counters.traffic.upstream_retransmissions += 1;
         self.transmit_upstream(now, key);
     }
 
@@ -108,7 +108,7 @@ impl Proxy {
         bytes: &[u8],
         e: crate::coap::FormatError,
     ) {
-        self.counters.upstream_format_errors += 1;
+        self.counters.strays.upstream_format_errors += 1;
         let from = Source::Upstream(up);
         self.events.push(ProxyEvent::Malformed { from, error: e });
         match peek_header(bytes) {
@@ -140,11 +140,11 @@ impl Proxy {
             return match waiting {
                 Some(key) => self.on_upstream_answer(now, key, msg),
                 // A duplicate ACK, or one that does not match the request (§5.3.2).
-                None => self.counters.unmatched_upstream += 1,
+                None => self.counters.strays.unmatched_upstream += 1,
             };
         }
         let Some(&key) = self.by_upstream_mid.get(&(up, mid)) else {
-            self.counters.unmatched_upstream += 1;
+            self.counters.strays.unmatched_upstream += 1;
             return;
         };
         let x = self.get_mut(key).expect("maps hold live keys");
@@ -181,7 +181,7 @@ impl Proxy {
         else {
             // Unknown token or a finished exchange: RST, which also cancels an
             // observation the upstream still holds (RFC 7641 §3.6).
-            self.counters.unmatched_upstream += 1;
+            self.counters.strays.unmatched_upstream += 1;
             return self.send_rst(Destination::Upstream(up), mid);
         };
         if con {

@@ -383,7 +383,7 @@ impl Proxy {
         match self.gate.validation_mut().challenge(now, addr) {
             None => Ok(()),
             Some(value) => {
-                self.counters.echo_challenges += 1;
+                self.counters.proof.echo_challenges += 1;
                 Err(LocalAnswer {
                     code: Code::UNAUTHORIZED,
                     max_age: None,

@@ -580,7 +580,7 @@ impl Ledger {
             // A CON answer never acknowledged goes 1 + MAX_RETRANSMIT times, or fewer when the
             // proxy withheld retransmissions to a client that had not proven its address (past
             // 3x what it sent, issue 24), never more.
-            let withheld = counters.amplification_dropped > 0;
+            let withheld = counters.proof.amplification_dropped > 0;
             let expected = match withheld {
                 true => r.con_answers <= 1 + MAX_RETRANSMIT,
                 false => r.con_answers == 1 + MAX_RETRANSMIT,
@@ -604,7 +604,7 @@ impl Ledger {
             forwarded += u64::from(r.first_up.is_some());
             // An answer to a client that has not proven its address may wait for the proof
             // (issue 24): at most EXCHANGE_LIFETIME more, when the proxy held or withheld any.
-            let proof_wait = match withheld || counters.answers_held_for_proof > 0 {
+            let proof_wait = match withheld || counters.proof.answers_held_for_proof > 0 {
                 true => backoffd::coap::params::EXCHANGE_LIFETIME,
                 false => Duration::ZERO,
             };
@@ -622,10 +622,10 @@ impl Ledger {
                 _ => t.max_sends_idempotent = t.max_sends_idempotent.max(r.up_sends),
             }
         }
-        if forwarded != counters.forwarded {
+        if forwarded != counters.traffic.forwarded {
             problems.push(format!(
                 "{forwarded} requests forwarded on the wire, counters say {}",
-                counters.forwarded
+                counters.traffic.forwarded
             ));
         }
         problems.extend(self.check_counters(counters));
@@ -647,24 +647,32 @@ impl Ledger {
         let expected = [
             (
                 "relayed_2xx",
-                c.relayed_2xx,
+                c.traffic.relayed_2xx,
                 sent(&[Code::CONTENT, Code::CHANGED, Code::CREATED]),
             ),
-            ("relayed_4xx", c.relayed_4xx, sent(&[Code::NOT_FOUND])),
-            ("relayed_5xx (no upstream answers 5.xx)", c.relayed_5xx, 0),
+            (
+                "relayed_4xx",
+                c.traffic.relayed_4xx,
+                sent(&[Code::NOT_FOUND]),
+            ),
+            (
+                "relayed_5xx (no upstream answers 5.xx)",
+                c.traffic.relayed_5xx,
+                0,
+            ),
             (
                 "bad_gateway_5_02",
-                c.bad_gateway_5_02,
+                c.own_answers.bad_gateway_5_02,
                 sent(&[Code::BAD_GATEWAY]),
             ),
             (
                 "service_unavailable_5_03",
-                c.service_unavailable_5_03,
+                c.own_answers.service_unavailable_5_03,
                 sent(&[Code::SERVICE_UNAVAILABLE]),
             ),
             (
                 "gateway_timeout_5_04",
-                c.gateway_timeout_5_04,
+                c.own_answers.gateway_timeout_5_04,
                 sent(&[Code::GATEWAY_TIMEOUT]),
             ),
         ];

@@ -329,17 +329,17 @@ impl fmt::Display for Report {
             f,
             "  proxy: forwarded {}, client dups {}, upstream retx {}, client retx {}, empty ACKs {}, \
              5.02 {}, 5.03 {}, 5.04 {}, stale timers {}, evictions {}, delivery failures {}",
-            c.forwarded,
-            c.client_duplicates,
-            c.upstream_retransmissions,
-            c.client_retransmissions,
-            c.empty_acks_sent,
-            c.bad_gateway_5_02,
-            c.service_unavailable_5_03,
-            c.gateway_timeout_5_04,
-            c.stale_timer_events,
-            c.cache_evictions,
-            c.client_delivery_failures
+            c.traffic.forwarded,
+            c.traffic.client_duplicates,
+            c.traffic.upstream_retransmissions,
+            c.traffic.client_retransmissions,
+            c.traffic.empty_acks_sent,
+            c.own_answers.bad_gateway_5_02,
+            c.own_answers.service_unavailable_5_03,
+            c.own_answers.gateway_timeout_5_04,
+            c.traffic.stale_timer_events,
+            c.kept.cache_evictions,
+            c.traffic.client_delivery_failures
         )?;
         let k = &self.cache;
         if k.stored > 0 {
@@ -554,10 +554,10 @@ impl Sim {
         let proxy_state = [
             ("live_exchanges()", self.proxy.live_exchanges() as u64),
             ("pending_timers()", self.proxy.pending_timers() as u64),
-            ("counters().live_exchanges", counters.live_exchanges),
-            ("counters().cached_answers", counters.cached_answers),
-            ("counters().in_flight", counters.in_flight),
-            ("counters().observations", counters.observations),
+            ("counters().live_exchanges", counters.load.live_exchanges),
+            ("counters().cached_answers", counters.kept.cached_answers),
+            ("counters().in_flight", counters.load.in_flight),
+            ("counters().observations", counters.observe.observations),
         ];
         for (what, left) in proxy_state {
             if left != 0 {

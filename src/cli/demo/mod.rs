@@ -127,11 +127,11 @@ fn print_coap(r: &CoapReport, loss: f64) {
     );
     println!(
         "  ... absorbed by the proxy (duplicates) {:>5}   (never forwarded)",
-        c.client_duplicates
+        c.traffic.client_duplicates
     );
     println!(
         "  proxy retransmissions upstream        {:>6}",
-        c.upstream_retransmissions
+        c.traffic.upstream_retransmissions
     );
     println!(
         "  datagrams the upstream leg lost       {:>6}",
@@ -147,11 +147,11 @@ fn print_coap(r: &CoapReport, loss: f64) {
     );
     println!(
         "  answers kept after the run            {:>6}   (for retransmissions, freed by their deadline)",
-        c.cached_answers
+        c.kept.cached_answers
     );
     println!(
         "  exchanges still being worked on       {:>6}",
-        c.live_exchanges
+        c.load.live_exchanges
     );
 }
 

@@ -100,13 +100,13 @@ fn ten_thousand_hits_of_8_kb_keep_a_share_of_bytes_and_the_others_still_replay()
     // The flooder's share, the dead answers a compaction has not dropped yet (at most half
     // as many bytes, and one datagram), and the other client's three answers.
     let share = ProxyConfig::default().max_cached_bytes_per_client;
-    let kept = p.counters().cached_answer_bytes as usize;
+    let kept = p.counters().kept.cached_answer_bytes as usize;
     assert!(
         kept <= share + share / 2 + 65_536 + 3 * 8100,
         "{kept} bytes kept"
     );
     assert!(kept <= ProxyConfig::default().max_cached_bytes);
-    assert!(p.counters().share_evictions > 9_800);
+    assert!(p.counters().kept.share_evictions > 9_800);
     // The other client's retransmissions get their answers again, and nothing goes upstream.
     assert_eq!(ask(&mut p, secs(2.0), other, &hit, 0), (first_hit, 0));
     assert_eq!(
@@ -116,7 +116,7 @@ fn ten_thousand_hits_of_8_kb_keep_a_share_of_bytes_and_the_others_still_replay()
     // So does the flooder's latest.
     let latest = request(Code::GET, 9_999, b"r");
     assert_eq!(ask(&mut p, secs(2.0), flooder, &latest, 0).0.len(), 1);
-    assert_eq!(p.counters().early_evictions, 0);
+    assert_eq!(p.counters().kept.early_evictions, 0);
 }
 
 #[test]
@@ -130,8 +130,11 @@ fn past_the_byte_bound_the_oldest_answer_goes_as_past_the_count_bound() {
         assert_eq!(ask(&mut p, secs(1.0), *c, req, 1000).1, 1);
     }
     let counters = p.counters();
-    assert_eq!((counters.cache_evictions, counters.early_evictions), (1, 1));
-    assert_eq!(counters.cached_answer_bytes, 3 * 1011);
+    assert_eq!(
+        (counters.kept.cache_evictions, counters.kept.early_evictions),
+        (1, 1)
+    );
+    assert_eq!(counters.kept.cached_answer_bytes, 3 * 1011);
     assert_eq!(ask(&mut p, secs(2.0), clients[1], &reqs[1], 0).1, 0, "kept");
     assert_eq!(
         ask(&mut p, secs(2.0), clients[0], &reqs[0], 0).1,
@@ -154,8 +157,8 @@ fn an_answer_longer_than_a_clients_share_replays_nothing_and_never_runs_twice() 
     assert_eq!(ask(&mut p, secs(3.0), c, &post, 0), (Vec::new(), 0));
     assert_eq!(ask(&mut p, secs(3.0), c, &small, 0), (got_small.clone(), 0));
     let counters = p.counters();
-    assert_eq!(counters.answers_too_large_to_keep, 1);
-    assert_eq!(counters.cached_answer_bytes, got_small[0].len() as u64);
+    assert_eq!(counters.kept.answers_too_large_to_keep, 1);
+    assert_eq!(counters.kept.cached_answer_bytes, got_small[0].len() as u64);
 }
 
 #[test]
@@ -172,8 +175,8 @@ fn an_answer_the_send_rate_dropped_is_kept_without_its_bytes() {
     let (got, _) = ask(&mut p, secs(0.0), c, &first, 60_000);
     assert_eq!(got.len(), 1);
     assert_eq!(ask(&mut p, secs(0.0), c, &second, 60_000), (Vec::new(), 1));
-    assert_eq!(p.counters().over_budget_dropped, 1);
-    assert_eq!(p.counters().cached_answer_bytes, got[0].len() as u64);
+    assert_eq!(p.counters().proof.over_budget_dropped, 1);
+    assert_eq!(p.counters().kept.cached_answer_bytes, got[0].len() as u64);
     // Once the rate allows it again, the first answer is replayed, the second not, and
     // neither request goes upstream again.
     assert_eq!(ask(&mut p, secs(20.0), c, &first, 0), (got, 0));
@@ -215,7 +218,7 @@ fn answers_to_an_in_process_client_are_kept_without_their_bytes() {
     assert_eq!(ask(&mut p, secs(0.0), http, &fill, 60_000).0.len(), 1);
     assert_eq!(ask(&mut p, secs(0.0), http, &hit, 0).0.len(), 1);
     assert_eq!((p.answers.len(), p.local_answers.len()), (1, 1));
-    assert_eq!(p.counters().cached_answer_bytes, 0);
+    assert_eq!(p.counters().kept.cached_answer_bytes, 0);
     assert_eq!(ask(&mut p, secs(1.0), http, &fill, 0), (Vec::new(), 0));
     assert_eq!(ask(&mut p, secs(1.0), http, &hit, 0), (Vec::new(), 0));
 }

@@ -100,7 +100,7 @@ fn unrecognised_unsafe_option_gets_4_02_and_nothing_goes_upstream() {
         );
         assert_eq!(m.token(), b"tk");
         // The answer is remembered for retransmissions, but nothing is in flight upstream.
-        assert_eq!((p.in_flight(), p.counters().forwarded), (0, 0));
+        assert_eq!((p.in_flight(), p.counters().traffic.forwarded), (0, 0));
     }
 }
 
@@ -525,7 +525,11 @@ fn all_state_is_freed_by_the_last_deadline() {
     assert_eq!(p.pending_timers(), 0);
     let c = p.counters();
     assert_eq!(
-        (c.gateway_timeout_5_04, c.cached_answers, c.observations),
+        (
+            c.own_answers.gateway_timeout_5_04,
+            c.kept.cached_answers,
+            c.observe.observations
+        ),
         (50, 0, 0)
     );
 }

@@ -195,9 +195,12 @@ fn a_source_that_never_proves_gets_at_most_3x_plus_one_datagram_con_and_non() {
         // the proof; the other 96 were withheld, never silently dropped: each went as a CON.
         assert_eq!(got.big_answers(), 4);
         let c = p.counters();
-        assert_eq!((c.forwarded, c.amplification_probes), (100, 1));
+        assert_eq!(
+            (c.traffic.forwarded, c.proof.amplification_probes),
+            (100, 1)
+        );
         assert!(
-            c.answers_made_confirmable >= 96 && c.amplification_dropped > 0,
+            c.proof.answers_made_confirmable >= 96 && c.proof.amplification_dropped > 0,
             "{c:?}"
         );
     }
@@ -220,9 +223,9 @@ fn separate_answers_never_acknowledged_stay_within_3x_plus_one_datagram() {
     let empty_acks = got.messages().filter(|m| m.code().is_empty()).count();
     // One answer fits the allowance (3 x 600 B less the empty ACKs), one is the probe.
     assert_eq!((empty_acks, got.big_answers()), (50, 2));
-    assert_eq!(p.counters().amplification_probes, 1);
+    assert_eq!(p.counters().proof.amplification_probes, 1);
     assert_eq!(
-        p.counters().live_exchanges,
+        p.counters().load.live_exchanges,
         0,
         "every delivery gave up in time"
     );
@@ -263,7 +266,11 @@ fn an_observation_never_acknowledged_stays_within_3x_plus_one_datagram_and_ends(
     }
     assert_bounded("one Observe registration", req.len(), &got);
     let c = p.counters();
-    assert_eq!((c.observations, c.observers_lost), (0, 1), "it ended");
+    assert_eq!(
+        (c.observe.observations, c.observe.observers_lost),
+        (0, 1),
+        "it ended"
+    );
 }
 
 #[test]
@@ -296,11 +303,18 @@ fn a_client_that_answers_the_ping_is_proven_and_gets_every_answer_as_usual() {
         let got = run(&mut p, client, &requests, (Upstream::Fast, true), 5_000);
         assert_eq!(got.big_answers(), 64, "{ty:?}: every answer, once");
         let c = p.counters();
-        assert_eq!((c.proof_pings, c.sources_proved_by_ack), (1, 1), "{ty:?}");
+        assert_eq!(
+            (c.proof.proof_pings, c.proof.sources_proved_by_ack),
+            (1, 1),
+            "{ty:?}"
+        );
         // The first answer waited one round trip for the RST; none went as a CON, and every
         // answer went as it would have: piggybacked for CON requests, NON for NON.
         assert_eq!(
-            (c.answers_held_for_proof, c.answers_made_confirmable),
+            (
+                c.proof.answers_held_for_proof,
+                c.proof.answers_made_confirmable
+            ),
             (1, 0)
         );
         let want = match ty {
@@ -309,7 +323,7 @@ fn a_client_that_answers_the_ping_is_proven_and_gets_every_answer_as_usual() {
         };
         let answers = got.messages().filter(|m| m.payload().len() == 1000);
         assert!(answers.map(|m| m.msg_type()).all(|t| t == want), "{ty:?}");
-        assert_eq!(c.live_exchanges, 0);
+        assert_eq!(c.load.live_exchanges, 0);
     }
 }
 
@@ -340,8 +354,11 @@ fn a_client_that_only_acknowledges_cons_is_proven_by_the_con_it_gets() {
     );
     p.handle_client_datagram(at, client, &ack);
     let c = p.counters();
-    assert_eq!((c.amplification_probes, c.sources_proved_by_ack), (1, 1));
-    assert_eq!(c.live_exchanges, 0);
+    assert_eq!(
+        (c.proof.amplification_probes, c.proof.sources_proved_by_ack),
+        (1, 1)
+    );
+    assert_eq!(c.load.live_exchanges, 0);
 }
 
 #[test]
@@ -395,7 +412,7 @@ fn a_cache_hit_too_big_for_an_unproven_client_waits_for_its_proof() {
     let hit = Message::parse(&out[0].payload).unwrap();
     let got = (hit.msg_type(), hit.message_id(), hit.payload().len());
     assert_eq!(got, (MessageType::Ack, 2, 1000));
-    assert_eq!(p.counters().forwarded, 1, "from the cache");
+    assert_eq!(p.counters().traffic.forwarded, 1, "from the cache");
 }
 
 #[test]
@@ -430,7 +447,7 @@ fn with_a_send_rate_a_client_past_it_gets_5_03_with_max_age_not_silence() {
     assert!(codes[0].1.is_some_and(|age| age >= 1));
     let c = p.counters();
     assert!(
-        c.refused_client_rate > 0 && c.over_budget_dropped == 0,
+        c.refusals.refused_client_rate > 0 && c.proof.over_budget_dropped == 0,
         "{c:?}"
     );
 }
@@ -472,7 +489,7 @@ fn with_validate_sources_a_client_that_echoes_is_validated_and_served() {
         Message::parse(&m[0].payload).unwrap().code(),
         Code::UNAUTHORIZED
     );
-    assert_eq!(p.counters().echo_challenges, 2);
+    assert_eq!(p.counters().proof.echo_challenges, 2);
 }
 
 #[test]
@@ -497,7 +514,10 @@ fn with_validate_sources_a_client_that_does_not_echo_gets_at_most_3x_what_it_sen
     }
     assert!(bytes_out <= 3 * bytes_in, "{bytes_out} > 3 x {bytes_in}");
     let c = p.counters();
-    assert!(c.echo_challenges > 900 && c.forwarded > 0, "{c:?}");
+    assert!(
+        c.proof.echo_challenges > 900 && c.traffic.forwarded > 0,
+        "{c:?}"
+    );
 }
 
 #[test]
@@ -535,7 +555,7 @@ fn a_block_transfer_that_ignores_the_ping_gets_4_01_with_echo_and_goes_on_with_i
     p.handle_client_datagram(at, client, &again);
     let up = drain(&mut p).remove(0);
     assert_eq!(up.to, Destination::Upstream(EP0));
-    assert_eq!(p.counters().sources_proved_by_echo, 1);
+    assert_eq!(p.counters().proof.sources_proved_by_echo, 1);
 }
 
 #[test]
@@ -566,14 +586,14 @@ fn answers_waiting_for_a_proof_that_never_comes_are_bounded_in_bytes() {
     // 600 requests in 6 s: the withheld CONs live on (up to 247 s), so the bytes kept peak
     // at the end of the run.
     let got = run(&mut p, victim(), &requests, (Upstream::Fast, false), 6_000);
-    let most = p.counters().exchange_answer_bytes as usize;
+    let most = p.counters().load.exchange_answer_bytes as usize;
     assert!(
         most > MAX_HELD_BYTES - 2_000,
         "the bound was reached: {most} B"
     );
     assert!(most <= MAX_HELD_BYTES, "{most} B kept > {MAX_HELD_BYTES}");
     let c = p.counters();
-    assert!(c.refused_proof_backlog > 0, "{c:?}");
+    assert!(c.refusals.refused_proof_backlog > 0, "{c:?}");
     let refusals = (got.messages())
         .filter(|m| m.code() == Code::SERVICE_UNAVAILABLE && m.option(MAX_AGE).is_some())
         .count();
@@ -583,7 +603,7 @@ fn answers_waiting_for_a_proof_that_never_comes_are_bounded_in_bytes() {
         drain(&mut p);
     }
     assert_eq!(
-        p.counters().exchange_answer_bytes,
+        p.counters().load.exchange_answer_bytes,
         0,
         "nothing kept at the end"
     );

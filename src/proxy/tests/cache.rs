@@ -559,7 +559,7 @@ fn observers_of_one_resource_share_one_upstream_registration() {
             (&[n as u8][..], &b"t=2"[..])
         );
     }
-    assert_eq!(p.counters().observers_joined, 2);
+    assert_eq!(p.counters().observe.observers_joined, 2);
     assert_eq!(p.fanout.len(), 1);
 }
 
@@ -900,7 +900,14 @@ fn oscore_registrations_are_never_served_from_the_cache_nor_fanned_out() {
         drain(&mut p);
     }
     let c = p.counters();
-    assert_eq!((c.forwarded, c.observers_joined, c.observations), (2, 0, 2));
+    assert_eq!(
+        (
+            c.traffic.forwarded,
+            c.observe.observers_joined,
+            c.observe.observations
+        ),
+        (2, 0, 2)
+    );
     let cache = p.cache_counters();
     assert_eq!(
         (cache.stored, cache.hits),

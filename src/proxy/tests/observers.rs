@@ -102,7 +102,7 @@ fn rsts_upstream(out: &[Transmit]) -> usize {
 fn an_observer_that_never_acknowledges_gets_19_nons_and_one_con_then_the_upstream_an_rst() {
     let mut p = reverse(|_| {});
     let token = register(&mut p, observer(), b"ob");
-    assert_eq!(p.counters().observations, 1);
+    assert_eq!(p.counters().observe.observations, 1);
     // 120 s of 5 notifications a second (the finding: relayed for ever).
     let out = notify_for(&mut p, &token, 120);
     let sent = to_client(&out, observer());
@@ -111,7 +111,7 @@ fn an_observer_that_never_acknowledges_gets_19_nons_and_one_con_then_the_upstrea
     want.extend([MessageType::Con; 5]);
     assert_eq!(types, want, "19 NONs, one CON and its 4 retransmissions");
     let c = p.counters();
-    assert_eq!((c.observations, c.observers_lost), (0, 1));
+    assert_eq!((c.observe.observations, c.observe.observers_lost), (0, 1));
     assert!(
         rsts_upstream(&out) >= 1,
         "the upstream's next notification gets RST"
@@ -143,7 +143,7 @@ fn an_observer_that_acknowledges_gets_every_20th_notification_as_a_con_and_stays
         .map(|(i, _)| i + 1)
         .collect();
     assert_eq!(cons, [20, 40, 60, 80, 100]);
-    assert_eq!(p.counters().observations, 1);
+    assert_eq!(p.counters().observe.observations, 1);
 }
 
 #[test]
@@ -182,7 +182,7 @@ fn a_client_rst_to_a_non_notification_ends_the_observation_and_the_upstream_sees
     crate::coap::rst(&mut rst, mid);
     p.handle_client_datagram(t(150), observer(), &rst);
     let c = p.counters();
-    assert_eq!((c.observations, c.observers_lost), (0, 1));
+    assert_eq!((c.observe.observations, c.observe.observers_lost), (0, 1));
     let out = notify_for(&mut p, &token, 1);
     assert!(to_client(&out, observer()).is_empty());
     assert_eq!(rsts_upstream(&out), 5, "each later notification is reset");
@@ -196,7 +196,7 @@ fn icmp_unreachable_from_a_client_ends_its_observations_only() {
     let kept = register(&mut p, other, b"ok");
     p.handle_client_unreachable(t(100), observer());
     let c = p.counters();
-    assert_eq!((c.observations, c.observers_lost), (1, 1));
+    assert_eq!((c.observe.observations, c.observe.observers_lost), (1, 1));
     let out = notify_for(&mut p, &token, 1);
     assert!(to_client(&out, observer()).is_empty());
     assert_eq!(rsts_upstream(&out), 5);

@@ -104,7 +104,10 @@ fn proxy_made_answers_are_not_counted_as_relayed() {
     let out = run_until(&mut p, secs(60.0));
     assert!(codes_to(&out, client(1)).contains(&Code::GATEWAY_TIMEOUT));
     let c = p.counters();
-    assert_eq!((c.gateway_timeout_5_04, c.relayed_5xx), (1, 0));
+    assert_eq!(
+        (c.own_answers.gateway_timeout_5_04, c.traffic.relayed_5xx),
+        (1, 0)
+    );
 }
 
 #[test]
@@ -285,7 +288,10 @@ fn a_60k_segment_proxy_uri_gets_4_13_with_size1_and_nothing_goes_upstream() {
     let size1 = answer.option(crate::coap::option::SIZE1).map(decode_uint);
     assert_eq!(size1, Some(Ok(0)));
     let c = p.counters();
-    assert_eq!((c.forwarded, c.request_too_large_4_13), (0, 1));
+    assert_eq!(
+        (c.traffic.forwarded, c.own_answers.request_too_large_4_13),
+        (0, 1)
+    );
     // Its retransmission gets the same answer from the kept ones.
     p.handle_client_datagram(secs(2.0), client(1), &req);
     assert_eq!(drain(&mut p), out);
@@ -338,10 +344,13 @@ fn more_options_than_max_options_get_4_02_a_proxy_uri_counting_as_its_parts() {
     r.handle_client_datagram(secs(0.0), client(1), &con(1, &paths, &[]));
     assert_eq!(only_answer(&drain(&mut r)).code(), Code::BAD_OPTION);
     assert_eq!(
-        (p.counters().too_many_options, r.counters().too_many_options),
+        (
+            p.counters().own_answers.too_many_options,
+            r.counters().own_answers.too_many_options
+        ),
         (1, 1)
     );
-    assert_eq!(p.counters().bad_option_4_02, 1);
+    assert_eq!(p.counters().own_answers.bad_option_4_02, 1);
 }
 
 #[test]
@@ -368,14 +377,17 @@ fn past_the_inflight_byte_budget_requests_get_5_03_until_an_answer_frees_room() 
     assert_eq!(codes, [Code::SERVICE_UNAVAILABLE; 3]);
     let c = p.counters();
     let sizes: u64 = forwarded.iter().map(|f| f.len() as u64).sum();
-    assert_eq!((c.refused_inflight_bytes, c.in_flight_bytes), (3, sizes));
+    assert_eq!(
+        (c.refusals.refused_inflight_bytes, c.load.in_flight_bytes),
+        (3, sizes)
+    );
     // The upstream answers one: its copy is dropped and the next request fits.
     p.handle_upstream_datagram(secs(0.1), EP0, &piggybacked(&forwarded[0], Code::CONTENT));
     drain(&mut p);
     p.handle_client_datagram(secs(0.2), client(1), &req(9));
     assert_eq!(to_upstream(&drain(&mut p)).len(), 1);
     run_until(&mut p, secs(100.0));
-    assert_eq!(p.counters().in_flight_bytes, 0, "every copy released");
+    assert_eq!(p.counters().load.in_flight_bytes, 0, "every copy released");
 }
 
 /// Answers `n` CON GETs of `from` (MIDs `first..`) piggybacked; returns their requests.
@@ -400,7 +412,7 @@ fn a_flooding_client_evicts_only_its_own_oldest_answers() {
     let (legit, flooder) = (client(1), client(2));
     let kept = answered(&mut p, legit, 0, 10);
     let flood = answered(&mut p, flooder, 0, 1000);
-    let forwarded = p.counters().forwarded;
+    let forwarded = p.counters().traffic.forwarded;
     // The legitimate client's retransmissions get their answers from the cache...
     for req in &kept {
         p.handle_client_datagram(secs(3.0), legit, req);
@@ -409,7 +421,11 @@ fn a_flooding_client_evicts_only_its_own_oldest_answers() {
     // ...and so do the flooder's latest, while its oldest went first.
     p.handle_client_datagram(secs(3.0), flooder, &flood[999]);
     assert_eq!(codes_to(&drain(&mut p), flooder), [Code::CONTENT]);
-    assert_eq!(p.counters().forwarded, forwarded, "nothing forwarded twice");
+    assert_eq!(
+        p.counters().traffic.forwarded,
+        forwarded,
+        "nothing forwarded twice"
+    );
     p.handle_client_datagram(secs(3.0), flooder, &flood[0]);
     assert_eq!(
         to_upstream(&drain(&mut p)).len(),
@@ -418,7 +434,11 @@ fn a_flooding_client_evicts_only_its_own_oldest_answers() {
     );
     let c = p.counters();
     assert_eq!(
-        (c.early_evictions, c.cache_evictions, c.share_evictions),
+        (
+            c.kept.early_evictions,
+            c.kept.cache_evictions,
+            c.kept.share_evictions
+        ),
         (0, 0, 950)
     );
     assert_eq!(p.answers.len(), 10 + 50);
@@ -462,8 +482,11 @@ fn a_flood_of_refused_requests_leaves_the_other_clients_refusals_alone() {
     p.handle_client_datagram(secs(2.0), client(1), &refused);
     assert_eq!(drain(&mut p), first);
     let c = p.counters();
-    assert_eq!((c.client_duplicates, c.local_answer_evictions), (1, 0));
-    assert_eq!(c.share_evictions, 480);
+    assert_eq!(
+        (c.traffic.client_duplicates, c.kept.local_answer_evictions),
+        (1, 0)
+    );
+    assert_eq!(c.kept.share_evictions, 480);
 }
 
 #[test]
