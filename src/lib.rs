@@ -95,6 +95,7 @@
 
 pub mod coap;
 pub mod grpc;
+#[cfg(feature = "http")]
 pub mod hc;
 pub mod http1;
 pub mod http2;

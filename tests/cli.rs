@@ -36,6 +36,27 @@ fn bad_values_exit_2_naming_the_flag() {
     }
 }
 
+/// A minimal build (`--no-default-features`) knows the cross-proxy's flags and refuses them
+/// in one line, rather than calling them unknown or ignoring them.
+#[test]
+#[cfg(not(feature = "http"))]
+fn a_build_without_the_cross_proxy_refuses_its_flags() {
+    let out = backoffd(&[
+        "proxy",
+        "--upstream",
+        "127.0.0.1:5683",
+        "--http-listen",
+        "127.0.0.1:0",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("--http-listen") && err.contains("feature `http`"),
+        "{err}"
+    );
+}
+
 #[test]
 fn unknown_command_exits_2() {
     assert_eq!(backoffd(&["frobnicate"]).status.code(), Some(2));

@@ -10,6 +10,7 @@
 //! once) only after that; then `--dump-dom` and `--screenshot` run and Chromium exits. A stream
 //! that stays open without events holds it forever: the hard timeout below kills its process
 //! group. Everything binds loopback; every child is guarded (tests/peers).
+#![cfg(feature = "http")]
 
 mod peers;
 

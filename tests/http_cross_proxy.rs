@@ -5,6 +5,7 @@
 //! connection for all its requests); raw TCP for pipelining. Servers: aiocoap
 //! (tests/interop/aiocoap_server.py) and libcoap's `coap-server`. Everything binds loopback;
 //! every child is guarded (tests/peers).
+#![cfg(feature = "http")]
 
 mod common;
 mod peers;

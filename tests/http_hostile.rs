@@ -4,6 +4,7 @@
 //! must still be served), and request bodies pipelined to a silent upstream (memory must stay
 //! within the body budget). Timeouts here are liveness bounds only; what is asserted is how
 //! many answers came and how much memory grew.
+#![cfg(feature = "http")]
 
 mod common;
 

@@ -1,12 +1,47 @@
 //! The HTTP cross-proxy's flags (issue 15), shared by `backoffd proxy` and `serve`'s `[proxy]`
-//! sections: `--http-listen` turns it on, the others tune it.
+//! sections: `--http-listen` turns it on, the others tune it. A build without the `http`
+//! feature knows the flags and refuses them with a clear error.
 
+use std::net::SocketAddr;
+#[cfg(feature = "http")]
 use std::time::Duration;
 
-use super::flags::{value, DurationArg, Flags, SizeArg, Spec, UsageError};
-use backoffd::hc::{HcConfig, HttpFrontConfig};
+use super::flags::{value, Flags, Spec, UsageError};
+#[cfg(feature = "http")]
+use super::flags::{DurationArg, SizeArg};
+#[cfg(feature = "http")]
+use backoffd::hc::HcConfig;
+#[cfg(feature = "http")]
+pub use backoffd::hc::HttpFrontConfig as HttpPart;
+#[cfg(feature = "http")]
 use backoffd::http1;
 use backoffd::proxy::ProxyConfig;
+
+/// Built without the `http` feature, there is no cross-proxy to configure: no value of this
+/// type exists.
+#[cfg(not(feature = "http"))]
+#[derive(Clone, Debug)]
+pub enum HttpPart {}
+
+/// Where the cross-proxy listens.
+pub fn listen_addr(part: &HttpPart) -> SocketAddr {
+    #[cfg(feature = "http")]
+    return part.addr;
+    #[cfg(not(feature = "http"))]
+    match *part {}
+}
+
+/// Built without the `http` feature: any cross-proxy flag is an error.
+#[cfg(not(feature = "http"))]
+pub fn from_flags(flags: &Flags, _: &ProxyConfig) -> Result<Option<HttpPart>, UsageError> {
+    match SPEC.iter().find(|s| flags.has(s.name)) {
+        Some(s) => Err(UsageError(format!(
+            "--{}: this backoffd was built without the HTTP cross-proxy (cargo feature `http`)",
+            s.name
+        ))),
+        None => Ok(None),
+    }
+}
 
 /// The flags.
 pub const SPEC: &[Spec] = &[
@@ -23,19 +58,21 @@ pub const SPEC: &[Spec] = &[
 /// one peer may pin is about `PIPELINED x 2 x max body` per connection: with the defaults,
 /// 4 x 2 x 256 KiB = 2 MiB per connection, 256 MiB for 128 connections; request bodies are
 /// bounded together by `--http-max-inflight-bytes`.
+#[cfg(feature = "http")]
 const DEFAULT_MAX_BODY: usize = 256 << 10;
+#[cfg(feature = "http")]
 /// What request bodies in flight may hold together, unless `--http-max-body` is larger (then
 /// that: one largest body must fit, and a command line that worked keeps working).
 const DEFAULT_MAX_INFLIGHT_BODY: usize = 8 << 20;
+#[cfg(feature = "http")]
 const MAX_BODY: usize = 64 << 20;
+#[cfg(feature = "http")]
 /// Requests one connection may have parsed and unanswered (HTTP/1.1 pipelining, bounded).
 const PIPELINED: usize = 4;
 
+#[cfg(feature = "http")]
 /// The cross-proxy in front of `proxy`, if `--http-listen` asks for it.
-pub fn from_flags(
-    flags: &Flags,
-    proxy: &ProxyConfig,
-) -> Result<Option<HttpFrontConfig>, UsageError> {
+pub fn from_flags(flags: &Flags, proxy: &ProxyConfig) -> Result<Option<HttpPart>, UsageError> {
     let Some(addr) = super::addr_flag(flags, "http-listen")? else {
         return match SPEC[1..].iter().find(|s| flags.has(s.name)) {
             Some(s) => Err(UsageError(format!("--{}: needs --http-listen", s.name))),
@@ -65,7 +102,7 @@ pub fn from_flags(
         cors: cors_flag(flags)?,
         max_streams: flags.get_or("http-max-streams", 64)?,
     };
-    Ok(Some(HttpFrontConfig {
+    Ok(Some(HttpPart {
         addr,
         http: http1::Config {
             max_body_len: max_body,
@@ -78,6 +115,7 @@ pub fn from_flags(
     }))
 }
 
+#[cfg(feature = "http")]
 /// `--http-max-inflight-bytes`: at least one largest body, else no body could ever be taken.
 fn inflight_flag(flags: &Flags, max_body: usize) -> Result<usize, UsageError> {
     let default = SizeArg(DEFAULT_MAX_INFLIGHT_BODY.max(max_body));
@@ -92,6 +130,7 @@ fn inflight_flag(flags: &Flags, max_body: usize) -> Result<usize, UsageError> {
     }
 }
 
+#[cfg(feature = "http")]
 /// An origin is written into every answer's Access-Control-Allow-Origin: one visible
 /// token, `*` or `scheme://host[:port]` (Fetch standard, "HTTP responses").
 fn cors_flag(flags: &Flags) -> Result<Option<String>, UsageError> {
@@ -107,6 +146,7 @@ fn cors_flag(flags: &Flags) -> Result<Option<String>, UsageError> {
     Ok(Some(origin))
 }
 
+#[cfg(feature = "http")]
 fn positive(flags: &Flags, name: &str, default: usize) -> Result<usize, UsageError> {
     match flags.get_or(name, default)? {
         0 => Err(UsageError(format!("--{name}: must be at least 1"))),

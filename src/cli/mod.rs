@@ -15,12 +15,14 @@ use std::cell::RefCell;
 use std::net::SocketAddr;
 use std::rc::Rc;
 
-use backoffd::hc::{CrossProxy, HttpFrontConfig};
+#[cfg(feature = "http")]
+use backoffd::hc::CrossProxy;
 use backoffd::metrics::{MetricsConfig, MetricsServer, MetricsSource, MetricsSources};
 use backoffd::net::{raise_fd_limit, FdLimit};
 use backoffd::proxy::{ProxyComponent, ProxyConfig};
 use backoffd::reactor::{Component, Reactor};
 use flags::{Flags, UsageError};
+use http::HttpPart;
 
 const HELP: &str = "\
 backoffd: a single-threaded mio daemon with a CoAP forwarding proxy, gRPC's connection-backoff
@@ -215,7 +217,7 @@ fn make_room_for_endpoints<'a>(proxies: impl IntoIterator<Item = &'a ProxyConfig
 fn proxy_part(
     listen: SocketAddr,
     config: ProxyConfig,
-    http: Option<HttpFrontConfig>,
+    http: Option<HttpPart>,
     sources: &mut MetricsSources,
 ) -> Result<(Box<dyn Component>, SocketAddr), String> {
     let proxy =
@@ -223,12 +225,15 @@ fn proxy_part(
     let bound = proxy.local_addr().unwrap_or(listen);
     let part = match http {
         None => reported(proxy, sources),
+        #[cfg(feature = "http")]
         Some(h) => {
             let addr = h.addr;
             let cross = CrossProxy::bind(proxy, h)
                 .map_err(|e| format!("cannot bind HTTP listener {addr}: {e}"))?;
             reported(cross, sources)
         }
+        #[cfg(not(feature = "http"))]
+        Some(h) => match h {},
     };
     Ok((part, bound))
 }

@@ -5,7 +5,6 @@ use std::time::Duration;
 
 use super::flags::{switch, value, DurationArg, Flags, Parsed, SizeArg, Spec, UsageError};
 use super::resolve;
-use backoffd::hc::HttpFrontConfig;
 use backoffd::proxy::{AllowedTarget, ClientBudget, ProxyConfig, RetryPolicy, Routing};
 use backoffd::reactor::{self, Reactor, WakeMode};
 
@@ -169,7 +168,7 @@ pub struct ProxyArgs {
     wake: WakeMode,
     drain: Duration,
     metrics: Option<SocketAddr>,
-    http: Option<HttpFrontConfig>,
+    http: Option<super::http::HttpPart>,
 }
 
 /// Runs the subcommand; returns the process exit code.

@@ -6,7 +6,6 @@ use std::time::Duration;
 use super::config_file::{self, Section};
 use super::flags::{switch, value, DurationArg, Flags, Parsed, SizeArg, Spec, UsageError};
 use super::proxy::{config_from_flags as proxy_config, spec as proxy_spec};
-use backoffd::hc::HttpFrontConfig;
 use backoffd::proxy::ProxyConfig;
 use backoffd::reactor::{self, Component, Reactor, WakeMode};
 use backoffd::reconnect::server::{ReconnectServer, ServerConfig};
@@ -59,7 +58,7 @@ const SERVE_ONLY: &[Spec] = &[
 pub struct ProxyPart {
     pub listen: SocketAddr,
     pub config: ProxyConfig,
-    pub http: Option<HttpFrontConfig>,
+    pub http: Option<super::http::HttpPart>,
 }
 
 impl ProxyPart {
@@ -261,7 +260,10 @@ pub fn describe(plan: &Plan) -> String {
             describe_cache(c.cache_size)
         );
         if let Some(h) = http {
-            out += &format!("  HTTP cross-proxy on http://{} in front of it\n", h.addr);
+            out += &format!(
+                "  HTTP cross-proxy on http://{} in front of it\n",
+                super::http::listen_addr(h)
+            );
         }
     }
     if let Some(r) = &plan.reconnect {
