@@ -11,6 +11,7 @@
 //! that stays open without events holds it forever: the hard timeout below kills its process
 //! group. Everything binds loopback; every child is guarded (tests/peers).
 
+mod common;
 mod peers;
 
 use std::path::{Path, PathBuf};
