@@ -52,7 +52,7 @@ use backoffd::http2::hpack::Encoder;
 use prost::Message as _;
 use reflection::common::exposition::scrape;
 use reflection::common::http::{connect, read_answers};
-use reflection::common::{self, free_port, Daemon};
+use reflection::common::{self, daemon, free_port, Proc};
 
 type Probe = fn() -> Vec<(String, String)>;
 
@@ -143,14 +143,11 @@ fn upstream(payload: usize, silent: bool, stop: Arc<AtomicBool>) -> (SocketAddr,
 
 /// `backoffd proxy` with default flags in front of an [`upstream`]; the upstream's stop flag,
 /// the daemon and the proxy's address.
-fn reverse_proxy(payload: usize, silent: bool) -> (Arc<AtomicBool>, Daemon, SocketAddr) {
+fn reverse_proxy(payload: usize, silent: bool) -> (Arc<AtomicBool>, Proc, SocketAddr) {
     let stop = Arc::new(AtomicBool::new(false));
     let up = upstream(payload, silent, stop.clone()).0.to_string();
-    let (daemon, proxy) = Daemon::start(
-        &["proxy", "--listen", "127.0.0.1:0", "--upstream", &up],
-        "CoAP proxy listening on ",
-    );
-    (stop, daemon, proxy)
+    let p = daemon::proxy("debug", &["--listen", "127.0.0.1:0", "--upstream", &up]);
+    (stop, p.proc, p.coap)
 }
 
 /// An option's number and value.
@@ -206,17 +203,11 @@ fn datagram() -> Vec<(String, String)> {
     let stop = Arc::new(AtomicBool::new(false));
     let (up, _) = upstream(2, false, stop.clone());
     let allow = up.to_string();
-    let (_daemon, proxy) = Daemon::start(
-        &[
-            "proxy",
-            "--listen",
-            "127.0.0.1:0",
-            "--forward",
-            "--allow",
-            &allow,
-        ],
-        "CoAP proxy listening on ",
+    let daemon = daemon::proxy(
+        "debug",
+        &["--listen", "127.0.0.1:0", "--forward", "--allow", &allow],
     );
+    let proxy = daemon.coap;
     let client = UdpSocket::bind("127.0.0.1:0").unwrap();
     let segments = format!("coap://{up}/{}", "/".repeat(65_000 - 30));
     let named = format!("coap://{up}/{}", "a/".repeat(32_480));
@@ -323,7 +314,7 @@ fn cache_flood() -> Vec<(String, String)> {
     const LEGIT: u16 = 100;
     let stop = Arc::new(AtomicBool::new(false));
     let (up, seen) = upstream(8, false, stop.clone());
-    let (_daemon, proxy, metrics) = common::proxy_with_metrics(up, &[]);
+    let (_daemon, proxy, metrics) = common::daemon::proxy_with_metrics(up, &[]);
     let legit = UdpSocket::bind("127.0.0.1:0").unwrap();
     let kept: Vec<Vec<u8>> = (0..LEGIT)
         .map(|i| request(i, &i.to_be_bytes(), &[(URI_PATH, b"r")]))
@@ -428,8 +419,8 @@ fn inflight_bytes() -> Vec<(String, String)> {
 
 fn descriptors() -> Vec<(String, String)> {
     let mut daemon =
-        Daemon::spawn_with_fd_limit(&["serve", "--metrics", "127.0.0.1:0"], "info", 64);
-    let metrics = daemon.wait_for_addr("metrics listening on ");
+        daemon::spawn_with_fd_limit(&["serve", "--metrics", "127.0.0.1:0"], "info", 64);
+    let metrics = daemon.wait_addr("metrics listening on ");
     let attackers: Vec<TcpStream> = (0..128)
         .filter_map(|_| TcpStream::connect(metrics).ok())
         .collect();
@@ -443,8 +434,8 @@ fn descriptors() -> Vec<(String, String)> {
         .unwrap();
     let status = read_answers(&mut legit, &[false])[0].status;
     let warnings = daemon
-        .stderr
-        .try_iter()
+        .drain_log()
+        .iter()
         .filter(|l| l.contains("accept:"))
         .count();
     vec![
@@ -611,13 +602,13 @@ fn call_headers(encoder: &mut Encoder, method: &str) -> Vec<u8> {
     block
 }
 
-fn reconnect_server(extra: &[&str]) -> (Daemon, SocketAddr, u16) {
+fn reconnect_server(extra: &[&str]) -> (Proc, SocketAddr, u16) {
     let (control, retry) = (free_port(), free_port());
     let (c, r) = (control.to_string(), retry.to_string());
     let mut args = vec!["reconnect-server", "--control_port", &c, "--retry_port", &r];
     args.extend_from_slice(extra);
-    let mut daemon = Daemon::spawn(&args, "info");
-    daemon.wait_for("Server listening on", Duration::from_secs(10));
+    let mut daemon = daemon::spawn(&args, "info");
+    daemon.wait_log("Server listening on", Duration::from_secs(10));
     (daemon, SocketAddr::from(([127, 0, 0, 1], control)), retry)
 }
 
@@ -825,8 +816,8 @@ fn empty_frames() -> Vec<(String, String)> {
 // Row 11: peers that never read, and idle connections
 
 fn non_reader() -> Vec<(String, String)> {
-    let mut daemon = Daemon::spawn(&["serve", "--metrics", "127.0.0.1:0"], "debug");
-    let metrics = daemon.wait_for_addr("metrics listening on ");
+    let mut daemon = daemon::spawn(&["serve", "--metrics", "127.0.0.1:0"], "debug");
+    let metrics = daemon.wait_addr("metrics listening on ");
     let before = daemon.status_kib("VmRSS:");
     // Five connections pipeline 5,000 scrapes each (16 MB of answers) and read none of them;
     // a 4 KiB receive buffer keeps the kernel from holding it all for them.
@@ -844,7 +835,7 @@ fn non_reader() -> Vec<(String, String)> {
     let held = daemon.status_kib("VmRSS:").saturating_sub(before);
     let started = Instant::now();
     let mut why: Vec<String> = (0..stuck.len())
-        .map(|_| daemon.wait_for("closed: ", Duration::from_secs(40)))
+        .map(|_| daemon.wait_log("closed: ", Duration::from_secs(40)))
         .map(|line| line.split("closed: ").nth(1).unwrap_or_default().to_owned())
         .collect();
     let after = started.elapsed();
@@ -883,7 +874,7 @@ fn control_flood() -> Vec<(String, String)> {
     let (up, _) = upstream(16, false, stop.clone());
     let (control, retry) = (free_port().to_string(), free_port().to_string());
     let upstream_flag = up.to_string();
-    let (_daemon, proxy) = Daemon::start(
+    let (_daemon, proxy) = daemon::start(
         &[
             "serve",
             "--listen",
@@ -972,7 +963,7 @@ fn ping_flood(control: SocketAddr, flooding: &AtomicBool) -> u64 {
 // Row 12: the metrics endpoint's cap
 
 fn metrics_idle() -> Vec<(String, String)> {
-    let (_daemon, metrics) = Daemon::start(
+    let (_daemon, metrics) = daemon::start(
         &["serve", "--metrics", "127.0.0.1:0"],
         "metrics listening on ",
     );
@@ -1019,8 +1010,8 @@ fn retry_flood() -> Vec<(String, String)> {
     h2.socket
         .write_all(&call(&mut encoder, 1, "Start"))
         .unwrap();
-    daemon.wait_for("test tcp server listening", Duration::from_secs(5));
-    daemon.stderr.try_iter().for_each(drop);
+    daemon.wait_log("test tcp server listening", Duration::from_secs(5));
+    daemon.drain_log();
     let retry = SocketAddr::from(([127, 0, 0, 1], retry));
     let started = Instant::now();
     let connected = (0..CONNECTS)
@@ -1036,7 +1027,7 @@ fn retry_flood() -> Vec<(String, String)> {
         .get(5..)
         .and_then(|m| ReconnectInfo::decode(m).ok())
         .unwrap_or_default();
-    let lines: Vec<String> = daemon.stderr.try_iter().collect();
+    let lines: Vec<String> = daemon.drain_log();
     let ours = lines
         .iter()
         .filter(|l| !l.contains("reconnect server: new connection") && !l.contains("retry "))

@@ -21,14 +21,17 @@
 #[path = "loadgen/mod.rs"]
 mod loadgen;
 
+#[path = "../tests/common/mod.rs"]
+mod common;
+
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::os::unix::process::CommandExt;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use backoffd::coap::option::URI_PATH;
 use backoffd::stats::Summary;
+use common::{daemon, free_ports_on, Proc};
 use loadgen::{FastUpstream, LoadSpec, Offered};
 
 const TARGET_CPU: usize = 1;
@@ -62,7 +65,7 @@ fn main() {
     http_run(http, conns, run / 3, &mut upstream);
     let (mut coap_rates, mut http_rates) = (Vec::new(), Vec::new());
     let (mut coap_cpu, mut http_cpu) = (Vec::new(), Vec::new());
-    let pid = proxy.0.id();
+    let pid = proxy.child.id();
     for round in 1..=rounds {
         let before = cpu_seconds(pid);
         let c = coap_run(coap, conns, run, &mut upstream);
@@ -121,26 +124,13 @@ fn range(v: &[f64], decimals: usize) -> String {
     format!("{lo:.decimals$}..{hi:.decimals$}")
 }
 
-/// Starts the proxy on the target CPU; it, its CoAP and its HTTP address.
-fn start_proxy(up: SocketAddr, pinned: bool) -> (ChildGuard, SocketAddr, SocketAddr) {
-    let free = || {
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-    };
-    let (coap, http) = (free(), free());
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_backoffd"));
-    cmd.args([
-        "proxy",
-        "--listen",
-        &coap.to_string(),
-        "--upstream",
-        &up.to_string(),
-    ])
-    .args(["--http-listen", &http.to_string()])
-    .env("RUST_LOG", "warn")
-    .stdin(Stdio::null());
+/// Starts the proxy on the target CPU; it, its CoAP and its HTTP address. It logs warnings
+/// only (no listening lines): [`wait_until_answering`] tells when it is up.
+fn start_proxy(up: SocketAddr, pinned: bool) -> (Proc, SocketAddr, SocketAddr) {
+    let [coap, http] = free_ports_on("127.0.0.1").map(|p| SocketAddr::from(([127, 0, 0, 1], p)));
+    let (coap_arg, up_arg, http_arg) = (coap.to_string(), up.to_string(), http.to_string());
+    let args = ["proxy", "--listen", &coap_arg, "--upstream", &up_arg];
+    let mut cmd = daemon::command(&[&args[..], &["--http-listen", &http_arg]].concat(), "warn");
     // SAFETY: only sched_setaffinity between fork and exec.
     unsafe {
         cmd.pre_exec(move || {
@@ -150,8 +140,7 @@ fn start_proxy(up: SocketAddr, pinned: bool) -> (ChildGuard, SocketAddr, SocketA
             Ok(())
         });
     }
-    let child = cmd.spawn().expect("backoffd runs");
-    (ChildGuard(child), coap, http)
+    (Proc::spawn("backoffd proxy", &mut cmd), coap, http)
 }
 
 /// Waits until the proxy answers CoAP through to the upstream, and takes HTTP connections.
@@ -345,15 +334,6 @@ fn report(coap: &[f64], http: &[f64], (c1, h1): ((f64, Summary), (f64, Summary))
         h1.1.p50_us - c1.1.p50_us,
         h1.1.p99_us - c1.1.p99_us
     );
-}
-
-struct ChildGuard(Child);
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 /// Pins `pid` (0: this thread) to `cpu`, if the machine has a CPU for the proxy too.

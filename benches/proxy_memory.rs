@@ -35,7 +35,7 @@ use backoffd::proxy::{
 };
 use backoffd::time::Timestamp;
 use common::exposition::scrape;
-use common::{free_port, Daemon};
+use common::{daemon, free_port};
 
 /// Live heap bytes as requested, and as the allocator actually reserved (usable size).
 struct Counting;
@@ -95,23 +95,18 @@ fn settle() {
 fn idle_proxy_rss() -> u64 {
     let silent = UdpSocket::bind("127.0.0.1:0").expect("bind");
     let up = silent.local_addr().expect("addr").to_string();
-    let mut d = Daemon::spawn(
-        &[
-            "proxy",
-            "--listen",
-            "127.0.0.1:0",
-            "--upstream",
-            &up,
-            "--metrics",
-            "127.0.0.1:0",
-        ],
-        "info",
-    );
-    d.wait_for_addr("CoAP proxy listening on ");
-    let metrics = d.wait_for_addr("metrics listening on ");
-    scrape(metrics);
+    let flags = [
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        &up,
+        "--metrics",
+        "127.0.0.1:0",
+    ];
+    let p = daemon::proxy("info", &flags);
+    scrape(p.metrics.expect("a metrics listener"));
     settle();
-    d.status_kib("VmRSS:")
+    p.proc.status_kib("VmRSS:")
 }
 
 /// `backoffd serve`: proxy, gRPC reconnect server (which binds its ports on all interfaces,
@@ -120,7 +115,7 @@ fn idle_serve_rss() -> u64 {
     let silent = UdpSocket::bind("127.0.0.1:0").expect("bind");
     let up = silent.local_addr().expect("addr").to_string();
     let (control, retry) = (free_port().to_string(), free_port().to_string());
-    let mut d = Daemon::spawn(
+    let mut d = daemon::spawn(
         &[
             "serve",
             "--listen",
@@ -136,8 +131,8 @@ fn idle_serve_rss() -> u64 {
         ],
         "info",
     );
-    d.wait_for_addr("CoAP proxy listening on ");
-    let metrics = d.wait_for_addr("metrics listening on ");
+    d.wait_addr("CoAP proxy listening on ");
+    let metrics = d.wait_addr("metrics listening on ");
     scrape(metrics);
     settle();
     d.status_kib("VmRSS:")
@@ -176,9 +171,14 @@ fn loaded_proxy_rss() -> Loaded {
         forward.local_addr().expect("addr").to_string(),
     );
     let max = (2 * EXCHANGES).to_string();
-    let mut d = Daemon::spawn(
+    let daemon::Proxy {
+        proc: d,
+        coap: proxy,
+        metrics,
+        ..
+    } = daemon::proxy(
+        "info",
         &[
-            "proxy",
             "--listen",
             "127.0.0.1:0",
             "--upstream",
@@ -207,10 +207,8 @@ fn loaded_proxy_rss() -> Loaded {
             "--metrics",
             "127.0.0.1:0",
         ],
-        "info",
     );
-    let proxy = d.wait_for_addr("CoAP proxy listening on ");
-    let metrics = d.wait_for_addr("metrics listening on ");
+    let metrics = metrics.expect("a metrics listener");
     scrape(metrics);
     settle();
     let idle_kib = d.status_kib("VmRSS:");

@@ -31,8 +31,11 @@
 #[path = "../src/cli/timer_bench/host.rs"]
 mod host;
 
+#[path = "../tests/common/mod.rs"]
+mod common;
+
 use std::io::{self, Read};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::os::unix::net::UnixStream;
 use std::os::unix::thread::JoinHandleExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -48,6 +51,7 @@ use backoffd::reconnect::server::{ReconnectServer, ServerConfig};
 use backoffd::stats::Summary;
 use backoffd::time::Timestamp;
 use backoffd::timer::TimerId;
+use common::free_port;
 use host::set_fifo_priority;
 use mio::Interest;
 use prost::Message as _;
@@ -290,12 +294,6 @@ impl Component for Stopper {
         ctx.shutdown();
     }
     fn on_timer(&mut self, _: &mut Ctx<'_>, _: TimerId, _: u32) {}
-}
-
-/// A loopback port that was free a moment ago (the server binds it at the first Start).
-fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
-    listener.local_addr().unwrap().port()
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -6,8 +6,8 @@ mod common;
 use std::net::UdpSocket;
 use std::process::{Command, Output};
 
+use common::daemon::{self, proxy_with_metrics};
 use common::exposition::scrape;
-use common::{proxy_with_metrics, Daemon};
 
 fn backoffd(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_backoffd"))
@@ -41,7 +41,6 @@ fn a_proxy_with_a_cache_size_in_mib_starts_and_stops() {
     let upstream = UdpSocket::bind("127.0.0.1:0").expect("an upstream port");
     let up = upstream.local_addr().expect("its address").to_string();
     let args = [
-        "proxy",
         "--listen",
         "127.0.0.1:0",
         "--upstream",
@@ -49,8 +48,8 @@ fn a_proxy_with_a_cache_size_in_mib_starts_and_stops() {
         "--cache-size",
         "1MiB",
     ];
-    let (daemon, _) = Daemon::start(&args, "CoAP proxy listening on ");
-    assert_eq!(daemon.terminate(), Some(0));
+    let mut daemon = daemon::proxy("debug", &args);
+    assert_eq!(daemon.proc.terminate_code(), Some(0));
 }
 
 #[test]
@@ -122,7 +121,7 @@ fn a_bad_cache_size_in_a_config_file_names_file_line_and_key() {
 fn the_response_cache_families_are_in_a_scrape_with_the_budget() {
     let upstream = UdpSocket::bind("127.0.0.1:0").expect("an upstream port");
     let up = upstream.local_addr().expect("its address");
-    let (daemon, _, metrics) = proxy_with_metrics(up, &["--cache-size", "64KiB"]);
+    let (mut daemon, _, metrics) = proxy_with_metrics(up, &["--cache-size", "64KiB"]);
     let m = scrape(metrics);
     for (name, kind) in [
         ("hits_total", "counter"),
@@ -146,5 +145,5 @@ fn the_response_cache_families_are_in_a_scrape_with_the_budget() {
     }
     assert_eq!(m.get("backoffd_coap_response_cache_budget_bytes"), 65536.0);
     assert_eq!(m.get("backoffd_coap_response_cache_entries"), 0.0);
-    assert_eq!(daemon.terminate(), Some(0));
+    assert_eq!(daemon.terminate_code(), Some(0));
 }

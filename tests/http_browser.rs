@@ -12,6 +12,7 @@
 //! group. Everything binds loopback; every child is guarded (tests/peers).
 #![cfg(feature = "http")]
 
+mod common;
 mod peers;
 
 use std::path::{Path, PathBuf};

@@ -20,7 +20,7 @@ use peers::*;
 const T20: Duration = Duration::from_secs(20);
 
 /// The proxy in front of an aiocoap server, reverse to it and forward to it when allowed.
-fn proxy_to_aiocoap(extra: &[&str]) -> (Proc, Proc, SocketAddr, u16) {
+fn proxy_to_aiocoap(extra: &[&str]) -> (Proc, Proxy, SocketAddr, u16) {
     let (server, port) = aiocoap_server();
     let target = format!("127.0.0.1:{port}");
     let mut args = vec!["--upstream", &target, "--forward", "--allow", &target];
@@ -377,8 +377,8 @@ fn pipelined_requests_are_answered_in_order() {
 #[test]
 fn pipelined_requests_the_proxy_answers_itself_need_no_retransmission() {
     let extra = ["--metrics", "127.0.0.1:0", "--cache-size", "1MiB"];
-    let (_server, mut proxy, http, port) = proxy_to_aiocoap(&extra);
-    let metrics = logged_addr(&mut proxy, "metrics listening on ");
+    let (_server, proxy, http, port) = proxy_to_aiocoap(&extra);
+    let metrics = proxy.metrics.unwrap();
     assert_eq!(curl(&[&format!("http://{http}/hello")]).status, 200);
     let not_allowed = format!("/hc/coap://127.0.0.2:{port}/hello");
     for (path, status) in [("/hello", 200), (not_allowed.as_str(), 403)] {
@@ -405,8 +405,8 @@ fn pipelined_requests_the_proxy_answers_itself_need_no_retransmission() {
 #[test]
 fn a_request_no_cache_directive_is_answered_from_a_fresh_cached_response() {
     let extra = ["--metrics", "127.0.0.1:0", "--cache-size", "1MiB"];
-    let (_server, mut proxy, http, _) = proxy_to_aiocoap(&extra);
-    let metrics = logged_addr(&mut proxy, "metrics listening on ");
+    let (_server, proxy, http, _) = proxy_to_aiocoap(&extra);
+    let metrics = proxy.metrics.unwrap();
     let url = format!("http://{http}/hello");
     assert_eq!(curl(&[&url]).status, 200);
     for header in ["Cache-Control: no-cache", "Pragma: no-cache"] {
@@ -464,8 +464,8 @@ fn an_event_stream_delivers_notifications_and_deregisters_when_the_client_goes()
 
 #[test]
 fn answers_are_counted_by_method_and_status_in_the_metrics() {
-    let (_server, mut proxy, http, _) = proxy_to_aiocoap(&["--metrics", "127.0.0.1:0"]);
-    let metrics = logged_addr(&mut proxy, "metrics listening on ");
+    let (_server, proxy, http, _) = proxy_to_aiocoap(&["--metrics", "127.0.0.1:0"]);
+    let metrics = proxy.metrics.unwrap();
     for path in ["/hello", "/hello", "/nothing"] {
         curl(&[&format!("http://{http}{path}")]);
     }
@@ -537,8 +537,13 @@ fn sigterm_ends_the_event_streams_and_the_process_exits_0() {
     events.wait_for("an event", T20, |out, _| {
         out.iter().any(|l| l.starts_with("data: ")).then_some(())
     });
-    let status = proxy.terminate(Duration::from_secs(10));
-    assert_eq!(status.and_then(|s| s.code()), Some(0), "{}", proxy.dump());
+    let status = proxy.proc.terminate(Duration::from_secs(10));
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(0),
+        "{}",
+        proxy.proc.dump()
+    );
     // The stream was ended properly (the last chunk), so curl exits 0 at once.
     let curl_status = events.wait_exit(Duration::from_secs(5));
     assert_eq!(

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
-use common::Daemon;
+use common::{daemon, Proc};
 
 /// `--http-max-connections`' default: the figure is about the product's defaults.
 const CAP: usize = 128;
@@ -24,18 +24,10 @@ const LEGIT: usize = 20;
 const BODY: usize = 256 << 10;
 
 /// `backoffd proxy` with the cross-proxy on loopback and `extra` flags; its HTTP address.
-fn proxy(extra: &[&str]) -> (Daemon, SocketAddr) {
-    let mut args = vec![
-        "proxy",
-        "--listen",
-        "127.0.0.1:0",
-        "--http-listen",
-        "127.0.0.1:0",
-    ];
-    args.extend_from_slice(extra);
-    let mut daemon = Daemon::spawn(&args, "info");
-    let http = daemon.wait_for_addr("HTTP cross-proxy listening on ");
-    (daemon, http)
+fn proxy(extra: &[&str]) -> (Proc, SocketAddr) {
+    let args = ["--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"];
+    let p = daemon::proxy("info", &[&args, extra].concat());
+    (p.proc, p.http.expect("an HTTP listener"))
 }
 
 /// A connection that holds a slot: silent, or sending a head a byte at a time.

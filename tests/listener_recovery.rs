@@ -14,8 +14,8 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
+use common::daemon;
 use common::http::{connect, read_answers};
-use common::Daemon;
 
 /// Open descriptors the daemon may have: its own handful (epoll, timerfd, signalfd, the
 /// listeners, standard streams) plus room for a few connections.
@@ -41,10 +41,10 @@ fn healthz_round_trip(mut conn: TcpStream) -> Duration {
 #[test]
 fn a_client_that_connected_while_descriptors_ran_out_is_served_once_they_are_back() {
     let mut daemon =
-        Daemon::spawn_with_fd_limit(&["serve", "--metrics", "127.0.0.1:0"], "info", FD_LIMIT);
-    let metrics = daemon.wait_for_addr("metrics listening on ");
+        daemon::spawn_with_fd_limit(&["serve", "--metrics", "127.0.0.1:0"], "info", FD_LIMIT);
+    let metrics = daemon.wait_addr("metrics listening on ");
     let attackers = flood(metrics, 2 * FD_LIMIT as usize);
-    daemon.wait_for("metrics accept:", Duration::from_secs(5));
+    daemon.wait_log("metrics accept:", Duration::from_secs(5));
     // This one waits in the backlog: the daemon has no descriptor to accept it with.
     let legit = connect(metrics);
     std::thread::sleep(Duration::from_millis(200));
@@ -57,8 +57,8 @@ fn a_client_that_connected_while_descriptors_ran_out_is_served_once_they_are_bac
     );
     // One warning stood for the whole exhaustion, not one per failed accept.
     let warnings = daemon
-        .stderr
-        .try_iter()
+        .drain_log()
+        .iter()
         .filter(|l| l.contains("accept:"))
         .count();
     assert!(warnings <= 1, "{warnings} more accept warnings");
@@ -66,7 +66,7 @@ fn a_client_that_connected_while_descriptors_ran_out_is_served_once_they_are_bac
 
 #[test]
 fn at_the_metrics_cap_an_idle_keep_alive_connection_makes_room() {
-    let (_daemon, metrics) = Daemon::start(
+    let (_daemon, metrics) = daemon::start(
         &["serve", "--metrics", "127.0.0.1:0"],
         "metrics listening on ",
     );

@@ -3,48 +3,33 @@
 
 mod common;
 
-use std::collections::HashSet;
 use std::io::Write;
-use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::net::{SocketAddr, UdpSocket};
 use std::time::Duration;
 
 use backoffd::coap::option::URI_PATH;
 use backoffd::coap::{Code, Message, MessageBuilder, MessageType};
 use common::exposition::Exposition;
 use common::http::{self, closed_by_server, connect, exchange, get, read_answers};
-use common::Daemon;
+use common::upstream::{Rule, Script, Upstream};
+use common::{daemon, Proc};
 
-/// A CoAP server on a thread that answers confirmable requests with a piggybacked 2.05,
-/// except that it ignores the first copy of a request to `flaky`, so the proxy must retransmit
-/// (and a reactor timer must fire).
-fn test_upstream() -> SocketAddr {
-    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let addr = socket.local_addr().unwrap();
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 2048];
-        let mut seen = HashSet::new();
-        while let Ok((n, from)) = socket.recv_from(&mut buf) {
-            let Ok(req) = Message::parse(&buf[..n]) else {
-                continue;
-            };
-            let flaky = req.option(URI_PATH) == Some(&b"flaky"[..]);
-            if flaky && seen.insert(req.message_id()) {
-                continue;
-            }
-            let mut out = Vec::new();
-            let (ty, code) = (MessageType::Ack, Code::CONTENT);
-            let mut b = MessageBuilder::new(&mut out, ty, code, req.message_id(), req.token());
-            b.payload(b"hello");
-            b.finish().unwrap();
-            let _ = socket.send_to(&out, from);
-        }
-    });
-    addr
+/// A CoAP server on a thread that answers requests with a piggybacked 2.05 "hello", except
+/// that it ignores the first copy of a request to `flaky`, so the proxy must retransmit (and a
+/// reactor timer must fire).
+fn test_upstream() -> Upstream {
+    Script::new()
+        .payload(b"hello")
+        .on_path("flaky", Rule::DropFirstCopy)
+        .start()
 }
 
-/// A proxy with a metrics endpoint: (daemon, CoAP address, metrics address).
-fn proxy_with_metrics() -> (Daemon, SocketAddr, SocketAddr) {
-    common::proxy_with_metrics(test_upstream(), &["--timeout", "30ms", "--jitter", "0"])
+/// A proxy with a metrics endpoint: (its upstream, daemon, CoAP address, metrics address).
+fn proxy_with_metrics() -> (Upstream, Proc, SocketAddr, SocketAddr) {
+    let upstream = test_upstream();
+    let flags = ["--timeout", "30ms", "--jitter", "0"];
+    let (daemon, coap, metrics) = common::daemon::proxy_with_metrics(upstream.addr, &flags);
+    (upstream, daemon, coap, metrics)
 }
 
 /// Sends one confirmable GET of `path` through the proxy and returns the answer's code.
@@ -72,7 +57,7 @@ fn scrape(metrics: SocketAddr) -> Exposition {
 
 #[test]
 fn metrics_count_the_coap_requests_sent_through_the_proxy() {
-    let (_daemon, coap, metrics) = proxy_with_metrics();
+    let (_upstream, _daemon, coap, metrics) = proxy_with_metrics();
     const SENT: u16 = 5;
     for mid in 1..SENT {
         assert_eq!(coap_get(coap, mid, "hello"), Code::CONTENT);
@@ -96,14 +81,14 @@ fn metrics_count_the_coap_requests_sent_through_the_proxy() {
 
 #[test]
 fn healthz_answers_ok() {
-    let (_daemon, _, metrics) = proxy_with_metrics();
+    let (_upstream, _daemon, _, metrics) = proxy_with_metrics();
     let answer = get(metrics, "/healthz");
     assert_eq!((answer.status, answer.body.as_str()), (200, "ok\n"));
 }
 
 #[test]
 fn head_gets_the_fields_without_the_body() {
-    let (_daemon, _, metrics) = proxy_with_metrics();
+    let (_upstream, _daemon, _, metrics) = proxy_with_metrics();
     let mut s = connect(metrics);
     s.write_all(
         b"HEAD /metrics HTTP/1.1\r\nHost: t\r\n\r\nGET /healthz HTTP/1.1\r\nHost: t\r\n\r\n",
@@ -127,7 +112,7 @@ fn head_gets_the_fields_without_the_body() {
 
 #[test]
 fn two_pipelined_requests_on_one_connection_are_answered_in_order() {
-    let (_daemon, _, metrics) = proxy_with_metrics();
+    let (_upstream, _daemon, _, metrics) = proxy_with_metrics();
     let mut s = connect(metrics);
     s.write_all(
         b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\nGET /metrics HTTP/1.1\r\nHost: t\r\n\r\n",
@@ -146,7 +131,7 @@ fn two_pipelined_requests_on_one_connection_are_answered_in_order() {
 
 #[test]
 fn bad_request_gets_400_and_close() {
-    let (_daemon, _, metrics) = proxy_with_metrics();
+    let (_upstream, _daemon, _, metrics) = proxy_with_metrics();
     let mut s = connect(metrics);
     s.write_all(b"GET /metrics HTTP/1.1\r\nno colon here\r\n\r\n")
         .unwrap();
@@ -157,7 +142,7 @@ fn bad_request_gets_400_and_close() {
 
 #[test]
 fn oversized_head_gets_431() {
-    let (_daemon, _, metrics) = proxy_with_metrics();
+    let (_upstream, _daemon, _, metrics) = proxy_with_metrics();
     let head = format!(
         "GET /metrics HTTP/1.1\r\nHost: t\r\nX-Pad: {}\r\n\r\n",
         "a".repeat(20_000)
@@ -168,7 +153,7 @@ fn oversized_head_gets_431() {
 
 #[test]
 fn post_to_metrics_gets_405_with_allow() {
-    let (_daemon, _, metrics) = proxy_with_metrics();
+    let (_upstream, _daemon, _, metrics) = proxy_with_metrics();
     let answer = exchange(
         metrics,
         b"POST /metrics HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n",
@@ -179,13 +164,13 @@ fn post_to_metrics_gets_405_with_allow() {
 
 #[test]
 fn unknown_path_gets_404() {
-    let (_daemon, _, metrics) = proxy_with_metrics();
+    let (_upstream, _daemon, _, metrics) = proxy_with_metrics();
     assert_eq!(get(metrics, "/nope").status, 404);
 }
 
 #[test]
 fn refusals_are_counted_by_code() {
-    let (_daemon, _, metrics) = proxy_with_metrics();
+    let (_upstream, _daemon, _, metrics) = proxy_with_metrics();
     let mut s = connect(metrics);
     s.write_all(b"BROKEN\r\n\r\n").unwrap();
     assert_eq!(read_answers(&mut s, &[false])[0].status, 400);
@@ -196,7 +181,7 @@ fn refusals_are_counted_by_code() {
 
 #[test]
 fn the_proxy_keeps_serving_coap_while_http_clients_stall() {
-    let (_daemon, coap, metrics) = proxy_with_metrics();
+    let (_upstream, _daemon, coap, metrics) = proxy_with_metrics();
     // A slowloris head, an idle keep-alive connection and an unread pipeline stay open...
     let mut slow = connect(metrics);
     slow.write_all(b"GET /metrics HTTP/1.1\r\nHo").unwrap();
@@ -219,12 +204,12 @@ fn the_proxy_keeps_serving_coap_while_http_clients_stall() {
 
 #[test]
 fn sigterm_with_open_metrics_connections_exits_zero() {
-    let (daemon, _, metrics) = proxy_with_metrics();
+    let (_upstream, mut daemon, _, metrics) = proxy_with_metrics();
     let mut idle = connect(metrics);
     idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
         .unwrap();
     read_answers(&mut idle, &[false]);
-    assert_eq!(daemon.terminate(), Some(0));
+    assert_eq!(daemon.terminate_code(), Some(0));
     assert!(closed_by_server(&mut idle));
 }
 
@@ -244,19 +229,9 @@ fn metrics_flag_must_be_an_address() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("--metrics"));
 }
 
-/// Two distinct free TCP ports on the wildcard address.
-fn free_ports() -> (u16, u16) {
-    let a = TcpListener::bind("0.0.0.0:0").unwrap();
-    let b = TcpListener::bind("0.0.0.0:0").unwrap();
-    (
-        a.local_addr().unwrap().port(),
-        b.local_addr().unwrap().port(),
-    )
-}
-
 #[test]
 fn reconnect_server_exposes_its_families() {
-    let (control, retry) = free_ports();
+    let [control, retry] = common::free_wildcard_ports();
     let (control_arg, retry_arg) = (
         format!("--control_port={control}"),
         format!("--retry_port={retry}"),
@@ -268,7 +243,7 @@ fn reconnect_server_exposes_its_families() {
         "--metrics",
         "127.0.0.1:0",
     ];
-    let (_daemon, metrics) = Daemon::start(&args, "metrics listening on ");
+    let (_daemon, metrics) = daemon::start(&args, "metrics listening on ");
     drop(std::net::TcpStream::connect(("127.0.0.1", control)).unwrap());
     let mut doc = scrape(metrics);
     for _ in 0..50 {

@@ -134,9 +134,9 @@ fn oscore_server(dir: &Path) -> ((Proc, u16), Big) {
 fn proxy_with_metrics(args: &[&str]) -> (Proc, SocketAddr, SocketAddr) {
     let mut all = vec!["--metrics", "127.0.0.1:0"];
     all.extend_from_slice(args);
-    let (mut p, addr) = proxy("127.0.0.1:0", &all);
-    let metrics = logged_addr(&mut p, "metrics listening on ");
-    (p, addr, metrics)
+    let (p, addr) = proxy("127.0.0.1:0", &all);
+    let metrics = p.metrics.expect("a metrics listener");
+    (p.proc, addr, metrics)
 }
 
 /// Runs tests/interop/oscore_client.py (context in `<dir>/client`) against `origin`, through

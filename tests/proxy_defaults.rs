@@ -11,14 +11,12 @@ mod common;
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, UdpSocket};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::thread;
 use std::time::{Duration, Instant};
 
 use backoffd::coap::option::URI_PATH;
 use backoffd::coap::{empty_ack, rst, Code, Message, MessageBuilder, MessageType};
-use common::Daemon;
+use common::daemon;
+use common::upstream::{Script, Upstream};
 
 /// Requests the client keeps outstanding.
 const IN_FLIGHT: usize = 32;
@@ -32,40 +30,10 @@ const TIMEOUT: Duration = Duration::from_secs(2);
 /// Each request's payload.
 const PAYLOAD: usize = 16;
 
-/// A CoAP server on a thread until `stop` that answers every request at once with its own
-/// payload: 2.04 Changed, piggybacked on the ACK of a CON, a NON to a NON.
-fn echo_upstream(stop: Arc<AtomicBool>) -> SocketAddr {
-    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
-    socket
-        .set_read_timeout(Some(Duration::from_millis(20)))
-        .unwrap();
-    let addr = socket.local_addr().unwrap();
-    thread::spawn(move || {
-        let (mut buf, mut out, mut mid) = ([0u8; 2048], Vec::new(), 0u16);
-        while !stop.load(Ordering::Relaxed) {
-            let Ok((n, from)) = socket.recv_from(&mut buf) else {
-                continue;
-            };
-            let Ok(req) = Message::parse(&buf[..n]) else {
-                continue;
-            };
-            if !req.code().is_request() {
-                continue;
-            }
-            let (ty, id) = match req.msg_type() {
-                MessageType::Con => (MessageType::Ack, req.message_id()),
-                _ => {
-                    mid = mid.wrapping_add(1);
-                    (MessageType::Non, mid)
-                }
-            };
-            let mut b = MessageBuilder::new(&mut out, ty, Code::CHANGED, id, req.token());
-            b.payload(req.payload());
-            b.finish().unwrap();
-            let _ = socket.send_to(&out, from);
-        }
-    });
-    addr
+/// A CoAP server on a thread that answers every request at once with its own payload: 2.04
+/// Changed, piggybacked on the ACK of a CON, a NON to a NON.
+fn echo_upstream() -> Upstream {
+    Script::new().code(Code::CHANGED).echo().start()
 }
 
 /// Request `seq`'s payload: its sequence number, and its bitwise complement.
@@ -195,13 +163,12 @@ fn take(o: &mut Outcome, waiting: &mut HashMap<u64, Instant>, socket: &UdpSocket
 
 #[test]
 fn one_busy_client_is_served_completely_at_pure_defaults() {
-    let stop = Arc::new(AtomicBool::new(false));
-    let up = echo_upstream(Arc::clone(&stop)).to_string();
-    let args = ["proxy", "--listen", "127.0.0.1:0", "--upstream", &up];
-    let mut daemon = Daemon::spawn(&args, "info");
-    let proxy = daemon.wait_for_addr("CoAP proxy listening on ");
+    let upstream = echo_upstream();
+    let up = upstream.addr.to_string();
+    let daemon = daemon::proxy("info", &["--listen", "127.0.0.1:0", "--upstream", &up]);
+    let proxy = daemon.coap;
     let o = run(proxy);
-    stop.store(true, Ordering::Relaxed);
+    drop(upstream);
     eprintln!(
         "pure defaults: {} of {} CON POSTs ({PAYLOAD} B, {IN_FLIGHT} in flight) answered with \
          their payload in {:.2} s: {:.0} requests/s; {} timeouts, {} x 5.03, {} wrong, {} \

@@ -10,7 +10,7 @@ mod common;
 #[path = "../benches/loadgen/mod.rs"]
 mod loadgen;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -20,12 +20,13 @@ use std::time::{Duration, Instant};
 use backoffd::coap::option::URI_PATH;
 use backoffd::coap::{Code, Message, MessageBuilder, MessageType};
 use common::exposition::scrape;
-use common::Daemon;
+use common::upstream::{Script, Upstream};
+use common::Proc;
 use loadgen::{FastUpstream, LoadSpec, Offered};
 
 /// Starts `backoffd proxy` in front of `upstream` with default flags (and metrics).
-fn default_proxy(upstream: SocketAddr) -> (Daemon, SocketAddr, SocketAddr) {
-    common::proxy_with_metrics(upstream, &[])
+fn default_proxy(upstream: SocketAddr) -> (Proc, SocketAddr, SocketAddr) {
+    common::daemon::proxy_with_metrics(upstream, &[])
 }
 
 #[test]
@@ -88,45 +89,10 @@ fn over_200_000_requests_through_one_upstream_need_no_5_03_and_reuse_no_message_
     );
 }
 
-/// An upstream that answers every request after `delay` (CON: piggybacked ACK; NON: NON),
-/// on its own thread until `stop`.
-fn slow_upstream(delay: Duration, stop: Arc<AtomicBool>) -> SocketAddr {
-    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
-    socket
-        .set_read_timeout(Some(Duration::from_millis(1)))
-        .unwrap();
-    let addr = socket.local_addr().unwrap();
-    thread::spawn(move || {
-        let mut due: VecDeque<(Instant, SocketAddr, Vec<u8>)> = VecDeque::new();
-        let mut buf = [0u8; 1500];
-        let mut next_mid = 0u16;
-        while !stop.load(Ordering::Relaxed) {
-            while let Ok((n, from)) = socket.recv_from(&mut buf) {
-                let Ok(req) = Message::parse(&buf[..n]) else {
-                    continue;
-                };
-                if !req.code().is_request() {
-                    continue;
-                }
-                let (ty, mid) = match req.msg_type() {
-                    MessageType::Con => (MessageType::Ack, req.message_id()),
-                    _ => (MessageType::Non, next_mid),
-                };
-                next_mid = next_mid.wrapping_add(1);
-                let mut out = Vec::new();
-                MessageBuilder::new(&mut out, ty, Code::CONTENT, mid, req.token())
-                    .finish()
-                    .unwrap();
-                due.push_back((Instant::now() + delay, from, out));
-            }
-            let now = Instant::now();
-            while due.front().is_some_and(|(at, _, _)| *at <= now) {
-                let (_, to, out) = due.pop_front().unwrap();
-                let _ = socket.send_to(&out, to);
-            }
-        }
-    });
-    addr
+/// An upstream that answers every request with an empty 2.05 after `delay` (CON:
+/// piggybacked ACK; NON: NON), on its own thread until dropped.
+fn slow_upstream(delay: Duration) -> Upstream {
+    Script::new().delay(delay).start()
 }
 
 fn get(ty: MessageType, mid: u16, token: &[u8]) -> Vec<u8> {
@@ -193,9 +159,8 @@ fn a_flood_from_one_source_leaves_other_clients_served() {
     // endpoint pool it used up the upstream's Message IDs for 247 s; with it, and with the
     // per-client cap, the source gets what its share allows and everyone else is served.
     const FLOOD: u32 = 70_000;
-    let stop = Arc::new(AtomicBool::new(false));
-    let upstream = slow_upstream(Duration::from_millis(20), stop.clone());
-    let (_daemon, proxy, metrics) = default_proxy(upstream);
+    let upstream = slow_upstream(Duration::from_millis(20));
+    let (_daemon, proxy, metrics) = default_proxy(upstream.addr);
     let others_stop = Arc::new(AtomicBool::new(false));
     let others: Vec<_> = (0..4)
         .map(|_| {
@@ -245,7 +210,7 @@ fn a_flood_from_one_source_leaves_other_clients_served() {
     round_trips.sort();
     let at = |q: f64| round_trips[((round_trips.len() - 1) as f64 * q) as usize];
     drain(&mut flood_answers);
-    stop.store(true, Ordering::Relaxed);
+    drop(upstream);
     let doc = scrape(metrics);
     let refused = |cause: &str| {
         doc.get(&format!(

@@ -15,31 +15,13 @@ use backoffd::coap::option::{decode_uint, MAX_AGE, PROXY_URI, SIZE1, URI_PATH};
 use backoffd::coap::{Code, Message, MessageBuilder, MessageType};
 use backoffd::proxy::{AllowedTarget, Destination, Proxy, ProxyConfig, Routing, Seeds};
 use backoffd::time::Timestamp;
+use common::daemon::proxy_with_metrics;
 use common::exposition::scrape;
-use common::proxy_with_metrics;
+use common::upstream::{Script, Upstream};
 
 /// A CoAP server on a thread that answers every request at once, piggybacked: 2.05 "ok".
-fn fast_upstream() -> SocketAddr {
-    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let addr = socket.local_addr().unwrap();
-    std::thread::spawn(move || {
-        let mut buf = vec![0u8; 65_536];
-        while let Ok((n, from)) = socket.recv_from(&mut buf) {
-            let Ok(req) = Message::parse(&buf[..n]) else {
-                continue;
-            };
-            let (ty, mid) = match req.msg_type() {
-                MessageType::Con => (MessageType::Ack, req.message_id()),
-                _ => (MessageType::Non, req.message_id().wrapping_add(0x8000)),
-            };
-            let mut out = Vec::new();
-            let mut b = MessageBuilder::new(&mut out, ty, Code::CONTENT, mid, req.token());
-            b.payload(b"ok");
-            b.finish().unwrap();
-            let _ = socket.send_to(&out, from);
-        }
-    });
-    addr
+fn fast_upstream() -> Upstream {
+    Script::new().payload(b"ok").start()
 }
 
 fn client() -> UdpSocket {
@@ -85,7 +67,8 @@ fn answer(c: &UdpSocket) -> (MessageType, Code, u16, Vec<u8>, Option<u32>, Optio
 
 #[test]
 fn oversized_and_option_heavy_requests_get_4_13_and_4_02_and_are_counted() {
-    let (_daemon, proxy, metrics) = proxy_with_metrics(fast_upstream(), &[]);
+    let upstream = fast_upstream();
+    let (_daemon, proxy, metrics) = proxy_with_metrics(upstream.addr, &[]);
     let c = client();
     // The audit's 60 kB request: refused whole, Size1 telling how much entity would fit.
     c.send_to(
@@ -191,7 +174,8 @@ fn a_flooding_client_cannot_push_other_clients_answers_out_of_the_cache() {
     // is no longer than its request, so the flooder gets them all without proving its
     // address (tests/proxy_reflection.rs).
     let extra = ["--max-cached", "2000", "--max-cached-per-client", "200"];
-    let (_daemon, proxy, metrics) = proxy_with_metrics(fast_upstream(), &extra);
+    let upstream = fast_upstream();
+    let (_daemon, proxy, metrics) = proxy_with_metrics(upstream.addr, &extra);
     let legit = client();
     let requests: Vec<Vec<u8>> = (0..20)
         .map(|mid| message(MessageType::Con, mid, b"legit", &[(URI_PATH, b"r")], &[]))
@@ -260,7 +244,8 @@ fn behind_worst(proxy: SocketAddr, ahead: usize, runs: u16) -> Vec<Duration> {
 #[test]
 fn a_request_queued_behind_the_costliest_datagrams_is_answered() {
     // The attacker waits for each 4.13 it causes (a few bytes for each 64 KiB it sent).
-    let (_daemon, proxy, metrics) = proxy_with_metrics(fast_upstream(), &[]);
+    let upstream = fast_upstream();
+    let (_daemon, proxy, metrics) = proxy_with_metrics(upstream.addr, &[]);
     let show = |mut d: Vec<Duration>| {
         d.sort();
         format!(
@@ -485,8 +470,9 @@ fn the_new_limits_are_flags_that_refuse_nonsense() {
 fn the_opt_in_send_rate_keeps_its_flags_and_refuses_nonsense() {
     // Off by default (tests/proxy_defaults.rs); each spelling still starts a proxy that
     // serves (tests/proxy_reflection.rs has what the rate does).
+    let upstream = fast_upstream();
     let (_daemon, proxy, metrics) = proxy_with_metrics(
-        fast_upstream(),
+        upstream.addr,
         &[
             "--client-bytes-per-sec",
             "8192",

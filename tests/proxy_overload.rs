@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 
 use backoffd::coap::option::MAX_AGE;
 use backoffd::coap::{empty_ack, rst, Code, Message, MessageBuilder, MessageType};
+use common::daemon;
 use common::exposition::{scrape, Exposition};
-use common::Daemon;
+use common::upstream::{Script, Upstream};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -36,7 +37,6 @@ fn ten_times_max_inflight_against_a_silent_upstream_gets_5_03_and_frees_all_stat
     let silent = UdpSocket::bind("127.0.0.1:0").unwrap();
     let up = silent.local_addr().unwrap().to_string();
     let args = [
-        "proxy",
         "--listen",
         "127.0.0.1:0",
         "--upstream",
@@ -60,8 +60,13 @@ fn ten_times_max_inflight_against_a_silent_upstream_gets_5_03_and_frees_all_stat
         "--metrics",
         "127.0.0.1:0",
     ];
-    let (mut daemon, proxy) = Daemon::start(&args, "CoAP proxy listening on ");
-    let metrics = daemon.wait_for_addr("metrics listening on ");
+    let daemon::Proxy {
+        proc: daemon,
+        coap: proxy,
+        metrics,
+        ..
+    } = daemon::proxy("debug", &args);
+    let metrics = metrics.expect("a metrics listener");
     let before = scrape(metrics);
     let rss_before = daemon.status_kib("VmRSS:");
 
@@ -306,49 +311,26 @@ struct Executions {
 }
 
 /// A CoAP server that executes each POST (payload: a request id) once per (source, MID),
-/// answering retransmissions from its cache (RFC 7252 §4.5).
-fn counter_upstream() -> (SocketAddr, Arc<Mutex<Executions>>) {
-    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let addr = socket.local_addr().unwrap();
+/// answering retransmissions from its cache (RFC 7252 §4.5), with 2.04 and the payload.
+fn counter_upstream() -> (Upstream, Arc<Mutex<Executions>>) {
     let state = Arc::new(Mutex::new(Executions::default()));
     let shared = Arc::clone(&state);
-    std::thread::spawn(move || {
-        let mut seen: HashMap<(SocketAddr, u16), Vec<u8>> = HashMap::new();
-        let mut buf = [0u8; 2048];
-        while let Ok((n, from)) = socket.recv_from(&mut buf) {
-            let Ok(req) = Message::parse(&buf[..n]) else {
-                continue;
-            };
-            if req.code() != Code::POST {
-                continue;
-            }
-            let key = (from, req.message_id());
-            if let Some(answer) = seen.get(&key) {
-                let _ = socket.send_to(answer, from);
-                continue;
-            }
+    let upstream = Script::new()
+        .only(Code::POST)
+        .code(Code::CHANGED)
+        .echo()
+        .once_per_message()
+        .on_request(move |req| {
             let id: u64 = std::str::from_utf8(req.payload())
                 .ok()
                 .and_then(|s| s.parse().ok())
                 .expect("a request id payload");
-            {
-                let mut s = shared.lock().unwrap();
-                *s.per_id.entry(id).or_default() += 1;
-                s.counter += 1;
-            }
-            let (ty, mid) = match req.msg_type() {
-                MessageType::Con => (MessageType::Ack, req.message_id()),
-                _ => (MessageType::Non, req.message_id().wrapping_add(0x8000)),
-            };
-            let mut out = Vec::new();
-            let mut b = MessageBuilder::new(&mut out, ty, Code::CHANGED, mid, req.token());
-            b.payload(req.payload());
-            b.finish().unwrap();
-            let _ = socket.send_to(&out, from);
-            seen.insert(key, out);
-        }
-    });
-    (addr, state)
+            let mut s = shared.lock().unwrap();
+            *s.per_id.entry(id).or_default() += 1;
+            s.counter += 1;
+        })
+        .start();
+    (upstream, state)
 }
 
 /// The 10k POSTs.
@@ -390,11 +372,10 @@ enum Client {
 
 #[test]
 fn posts_through_20_percent_loss_each_way_execute_exactly_once() {
-    let (up, executions) = counter_upstream();
-    let up_relay = lossy_relay(up, 0xC0A9);
+    let (origin, executions) = counter_upstream();
+    let up_relay = lossy_relay(origin.addr, 0xC0A9);
     let upstream = up_relay.to_string();
     let args = [
-        "proxy",
         "--listen",
         "127.0.0.1:0",
         "--upstream",
@@ -424,8 +405,8 @@ fn posts_through_20_percent_loss_each_way_execute_exactly_once() {
         "--max-inflight-per-client",
         "1000",
     ];
-    let (_daemon, proxy) = Daemon::start(&args, "CoAP proxy listening on ");
-    let front = lossy_relay(proxy, 0xF00D);
+    let daemon = daemon::proxy("debug", &args);
+    let front = lossy_relay(daemon.coap, 0xF00D);
 
     let c = UdpSocket::bind("127.0.0.1:0").unwrap();
     let n = LOSSY_REQUESTS as usize;

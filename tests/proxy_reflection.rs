@@ -426,7 +426,7 @@ pub fn reflect(case: Case) -> Reflection {
         Case::NotAllowed => &forward,
         _ => &[],
     };
-    let (_daemon, proxy, metrics) = common::proxy_with_metrics(up, extra);
+    let (_daemon, proxy, metrics) = common::daemon::proxy_with_metrics(up, extra);
     let tally = exchange(proxy, &case.requests(), false, WINDOW, |_| false);
     let metrics = scrape(metrics);
     stop.store(true, Ordering::SeqCst);
@@ -525,7 +525,7 @@ fn reflection_at_defaults_the_proxys_own_errors() {
 fn a_client_that_acknowledges_gets_every_answer_in_full() {
     let stop = Arc::new(AtomicBool::new(false));
     let (up, _) = upstream(Serving::FAST, Arc::clone(&stop));
-    let (_daemon, proxy, metrics) = common::proxy_with_metrics(up, &[]);
+    let (_daemon, proxy, metrics) = common::daemon::proxy_with_metrics(up, &[]);
     let requests: Vec<Vec<u8>> = (0..50).map(|i| big_get(MessageType::Con, i)).collect();
     let start = Instant::now();
     let limit = Duration::from_secs(20);
@@ -565,7 +565,7 @@ fn with_the_opt_in_send_rate_a_client_past_it_gets_5_03_with_max_age_never_silen
         "--client-burst-bytes",
         "65527",
     ];
-    let (_daemon, proxy, metrics) = common::proxy_with_metrics(up, &rate);
+    let (_daemon, proxy, metrics) = common::daemon::proxy_with_metrics(up, &rate);
     let c = UdpSocket::bind("127.0.0.1:0").unwrap();
     c.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
     let mut buf = [0u8; 2048];
@@ -664,7 +664,7 @@ fn eventually(mut until: impl FnMut() -> bool) -> bool {
 fn a_closed_client_socket_ends_its_observation_and_the_upstream_sees_it() {
     let stop = Arc::new(AtomicBool::new(false));
     let (up, seen) = upstream(Serving::FAST, Arc::clone(&stop));
-    let (_daemon, proxy, metrics) = common::proxy_with_metrics(up, &[]);
+    let (_daemon, proxy, metrics) = common::daemon::proxy_with_metrics(up, &[]);
     let c = client();
     register(&c, proxy);
     for _ in 0..5 {
@@ -697,7 +697,7 @@ fn a_closed_client_socket_ends_its_observation_and_the_upstream_sees_it() {
 fn a_client_that_resets_a_notification_ends_its_observation_and_the_upstream_sees_it() {
     let stop = Arc::new(AtomicBool::new(false));
     let (up, seen) = upstream(Serving::FAST, Arc::clone(&stop));
-    let (_daemon, proxy, metrics) = common::proxy_with_metrics(up, &[]);
+    let (_daemon, proxy, metrics) = common::daemon::proxy_with_metrics(up, &[]);
     let c = client();
     register(&c, proxy);
     // Proven by its ACK, the client gets NON notifications (a CON every 20th, acknowledged).
@@ -727,7 +727,7 @@ fn an_unproven_client_that_resets_the_con_it_gets_ends_its_observation() {
     // cancels the observation (RFC 7641 §3.6).
     let stop = Arc::new(AtomicBool::new(false));
     let (up, seen) = upstream(Serving::FAST, Arc::clone(&stop));
-    let (_daemon, proxy, metrics) = common::proxy_with_metrics(up, &[]);
+    let (_daemon, proxy, metrics) = common::daemon::proxy_with_metrics(up, &[]);
     let c = client();
     c.send_to(&registration(), proxy).unwrap();
     let mut buf = [0u8; 2048];
@@ -756,7 +756,7 @@ fn an_unproven_client_that_resets_the_con_it_gets_ends_its_observation() {
 fn with_validate_sources_a_client_that_echoes_is_served_over_loopback() {
     let stop = Arc::new(AtomicBool::new(false));
     let (up, _) = upstream(Serving::FAST, Arc::clone(&stop));
-    let (_daemon, proxy, metrics) = common::proxy_with_metrics(up, &["--validate-sources"]);
+    let (_daemon, proxy, metrics) = common::daemon::proxy_with_metrics(up, &["--validate-sources"]);
     let c = client();
     let get = |mid, echo: Option<&[u8]>| {
         let mut req = Vec::new();

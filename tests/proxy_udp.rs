@@ -3,94 +3,34 @@
 mod common;
 
 use std::net::{SocketAddr, UdpSocket};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use backoffd::coap::option::{MAX_AGE, URI_PATH};
 use backoffd::coap::{empty_ack, Code, Message, MessageBuilder, MessageType};
-use common::Daemon;
+use common::upstream::{Rule, Script, Upstream};
+use common::{daemon, Proc};
 
-/// How the test upstream treats each request, by its first Uri-Path segment.
-fn upstream_behaviour(path: &[u8]) -> &'static str {
-    match path {
-        b"slow" => "separate",
-        b"silent" => "silent",
-        _ => "piggyback",
-    }
+/// A CoAP server on a thread that counts requests and answers by their first Uri-Path
+/// segment: `slow` with an empty ACK and, 300 ms later, a separate CON 2.05 "late"; `silent`
+/// not at all; anything else with a piggybacked 2.05 "hello".
+fn test_upstream() -> Upstream {
+    let late = Rule::Separate {
+        after: Duration::from_millis(300),
+        payload: b"late".to_vec(),
+    };
+    Script::new()
+        .payload(b"hello")
+        .on_path("slow", late)
+        .on_path("silent", Rule::Silent)
+        .start()
 }
 
-/// A CoAP server on a thread: piggybacked or separate answers, or silence. Counts requests.
-fn test_upstream() -> (SocketAddr, Arc<AtomicUsize>) {
-    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let addr = socket.local_addr().unwrap();
-    let received = Arc::new(AtomicUsize::new(0));
-    let counter = Arc::clone(&received);
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 2048];
-        let mut mid = 7000u16;
-        loop {
-            let Ok((n, from)) = socket.recv_from(&mut buf) else {
-                return;
-            };
-            let Ok(req) = Message::parse(&buf[..n]) else {
-                continue;
-            };
-            if !req.code().is_request() {
-                continue;
-            }
-            counter.fetch_add(1, Ordering::SeqCst);
-            let path = req.option(URI_PATH).unwrap_or_default();
-            let mut out = Vec::new();
-            match upstream_behaviour(path) {
-                "silent" => {}
-                "separate" => {
-                    empty_ack(&mut out, req.message_id());
-                    socket.send_to(&out, from).unwrap();
-                    std::thread::sleep(Duration::from_millis(300));
-                    mid += 1;
-                    let mut b = MessageBuilder::new(
-                        &mut out,
-                        MessageType::Con,
-                        Code::CONTENT,
-                        mid,
-                        req.token(),
-                    );
-                    b.payload(b"late");
-                    b.finish().unwrap();
-                    socket.send_to(&out, from).unwrap();
-                }
-                _ => {
-                    let mut b = MessageBuilder::new(
-                        &mut out,
-                        MessageType::Ack,
-                        Code::CONTENT,
-                        req.message_id(),
-                        req.token(),
-                    );
-                    b.payload(b"hello");
-                    b.finish().unwrap();
-                    socket.send_to(&out, from).unwrap();
-                }
-            }
-        }
-    });
-    (addr, received)
-}
-
-fn proxy(upstream: SocketAddr, extra: &[&str]) -> (Daemon, SocketAddr) {
+/// `backoffd proxy` at debug level in front of `upstream`, seeded; it and its CoAP address.
+fn proxy(upstream: SocketAddr, extra: &[&str]) -> (Proc, SocketAddr) {
     let up = upstream.to_string();
-    let mut args = vec![
-        "proxy",
-        "--listen",
-        "127.0.0.1:0",
-        "--upstream",
-        &up,
-        "--seed",
-        "7",
-    ];
-    args.extend_from_slice(extra);
-    Daemon::start(&args, "CoAP proxy listening on ")
+    let args = ["--listen", "127.0.0.1:0", "--upstream", &up, "--seed", "7"];
+    let p = daemon::proxy("debug", &[&args, extra].concat());
+    (p.proc, p.coap)
 }
 
 fn client() -> UdpSocket {
@@ -115,7 +55,8 @@ fn recv(c: &UdpSocket) -> Vec<u8> {
 
 #[test]
 fn fast_upstream_answer_is_piggybacked_with_the_clients_mid_and_token() {
-    let (up, _) = test_upstream();
+    let upstream = test_upstream();
+    let up = upstream.addr;
     let (_daemon, addr) = proxy(up, &[]);
     let c = client();
     c.send_to(
@@ -134,7 +75,8 @@ fn fast_upstream_answer_is_piggybacked_with_the_clients_mid_and_token() {
 
 #[test]
 fn slow_upstream_gets_empty_ack_then_separate_con_answer() {
-    let (up, _) = test_upstream();
+    let upstream = test_upstream();
+    let up = upstream.addr;
     let (_daemon, addr) = proxy(up, &["--ack-delay", "50ms"]);
     let c = client();
     c.send_to(
@@ -160,7 +102,8 @@ fn slow_upstream_gets_empty_ack_then_separate_con_answer() {
 
 #[test]
 fn client_retransmissions_are_not_forwarded_again() {
-    let (up, received) = test_upstream();
+    let upstream = test_upstream();
+    let up = upstream.addr;
     let (_daemon, addr) = proxy(up, &[]);
     let c = client();
     let req = request(MessageType::Con, Code::POST, 0x3333, b"dup", "hello");
@@ -169,12 +112,13 @@ fn client_retransmissions_are_not_forwarded_again() {
         let m = recv(&c);
         assert_eq!(Message::parse(&m).unwrap().payload(), b"hello");
     }
-    assert_eq!(received.load(Ordering::SeqCst), 1);
+    assert_eq!(upstream.requests(), 1);
 }
 
 #[test]
 fn silent_upstream_gets_exactly_the_configured_attempts_then_5_04() {
-    let (up, received) = test_upstream();
+    let upstream = test_upstream();
+    let up = upstream.addr;
     let (_daemon, addr) = proxy(
         up,
         &[
@@ -202,12 +146,13 @@ fn silent_upstream_gets_exactly_the_configured_attempts_then_5_04() {
     let m = Message::parse(&m).unwrap();
     assert_eq!(m.code(), Code::GATEWAY_TIMEOUT);
     assert_eq!(m.message_id(), 0x4444);
-    assert_eq!(received.load(Ordering::SeqCst), 3, "first send + 2 retries");
+    assert_eq!(upstream.requests(), 3, "first send + 2 retries");
 }
 
 #[test]
 fn max_retries_zero_sends_once() {
-    let (up, received) = test_upstream();
+    let upstream = test_upstream();
+    let up = upstream.addr;
     let (_daemon, addr) = proxy(
         up,
         &[
@@ -231,7 +176,7 @@ fn max_retries_zero_sends_once() {
         (m.msg_type(), m.code()),
         (MessageType::Non, Code::GATEWAY_TIMEOUT)
     );
-    assert_eq!(received.load(Ordering::SeqCst), 1);
+    assert_eq!(upstream.requests(), 1);
 }
 
 #[test]
@@ -254,7 +199,8 @@ fn unreachable_upstream_answers_5_02() {
 
 #[test]
 fn over_max_inflight_answers_5_03_with_max_age() {
-    let (up, _) = test_upstream();
+    let upstream = test_upstream();
+    let up = upstream.addr;
     let (_daemon, addr) = proxy(up, &["--max-inflight", "1", "--ack-delay", "10s"]);
     let c = client();
     c.send_to(
@@ -276,7 +222,8 @@ fn over_max_inflight_answers_5_03_with_max_age() {
 
 #[test]
 fn malformed_con_gets_rst_and_the_proxy_keeps_serving() {
-    let (up, _) = test_upstream();
+    let upstream = test_upstream();
+    let up = upstream.addr;
     let (_daemon, addr) = proxy(up, &[]);
     let c = client();
     // Version 1, CON, TKL 9 (reserved): a format error.
@@ -291,9 +238,10 @@ fn malformed_con_gets_rst_and_the_proxy_keeps_serving() {
 
 #[test]
 fn sigterm_exits_zero() {
-    let (up, _) = test_upstream();
-    let (daemon, _) = proxy(up, &[]);
-    assert_eq!(daemon.terminate(), Some(0));
+    let upstream = test_upstream();
+    let up = upstream.addr;
+    let (mut daemon, _) = proxy(up, &[]);
+    assert_eq!(daemon.terminate_code(), Some(0));
 }
 
 #[test]

@@ -4,51 +4,30 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, TcpListener};
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use backoffd::reactor::{Config, Reactor, WakeMode};
 use backoffd::reconnect::client::{ClientConfig, Failure, Outcome, ReconnectClient};
 use backoffd::reconnect::server::{ReconnectServer, ServerConfig};
-use common::free_port;
+use common::{free_port, Proc};
 
 const CLIENT: &str = env!("CARGO_BIN_EXE_reconnect_interop_client");
 const SERVER: &str = env!("CARGO_BIN_EXE_reconnect_interop_server");
 const LOCALHOST: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 
-/// A child process killed on drop, so a failing test leaves no server behind.
-struct Guard(Child);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Runs the client binary to completion (killed after `limit`) and returns its output.
+/// Runs the client binary to completion (killed after `limit`) and returns its exit code and
+/// its log.
 fn run_client(args: &[String], limit: Duration) -> (Option<i32>, String) {
-    let mut child = Command::new(CLIENT)
-        .args(args)
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn reconnect_interop_client");
-    let deadline = Instant::now() + limit;
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let Output { status, stderr, .. } = child.wait_with_output().unwrap();
-    (status.code(), String::from_utf8_lossy(&stderr).into_owned())
+    let mut command = Command::new(CLIENT);
+    command.args(args).env("RUST_LOG", "info");
+    let mut client = Proc::spawn("reconnect_interop_client", &mut command);
+    let status = client.wait_exit(limit);
+    (status.and_then(|s| s.code()), client.stderr().join("\n"))
 }
 
 fn client_args(control: u16, retry: u16, extra: &[&str]) -> Vec<String> {
@@ -74,22 +53,16 @@ fn backoff_ms(log: &str) -> Vec<i32> {
 }
 
 /// Our server binary on fresh ports; returns it and its (control, retry) ports.
-fn our_server(extra: &[&str]) -> (Guard, u16, u16) {
+fn our_server(extra: &[&str]) -> (Proc, u16, u16) {
     let (control, retry) = (free_port(), free_port());
-    let mut child = Command::new(SERVER)
+    let mut command = Command::new(SERVER);
+    command
         .arg(format!("--control_port={control}"))
         .arg(format!("--retry_port={retry}"))
-        .args(extra)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn reconnect_interop_server");
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let up = lines.any(|l| l.is_ok_and(|l| l.contains("Server listening")));
-    assert!(up, "the server did not start");
-    // Keep draining its log so it never blocks on a full pipe.
-    std::thread::spawn(move || lines.for_each(drop));
-    (Guard(child), control, retry)
+        .args(extra);
+    let mut server = Proc::spawn("reconnect_interop_server", &mut command);
+    server.wait_line("Server listening", Duration::from_secs(10));
+    (server, control, retry)
 }
 
 #[test]
@@ -207,21 +180,17 @@ fn grpc_python() -> &'static str {
 }
 
 /// The grpcio ReconnectService of tests/interop, on ports it picks.
-fn python_server(extra: &[&str]) -> (Guard, u16, u16) {
+fn python_server(extra: &[&str]) -> (Proc, u16, u16) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut child = Command::new(grpc_python())
+    let mut command = Command::new(grpc_python());
+    command
         .arg(root.join("tests/interop/py_reconnect_server.py"))
         .args(["--control_port=0", "--retry_port=0"])
-        .args(extra)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn the Python server");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let guard = Guard(child);
+        .args(extra);
+    let mut server = Proc::spawn("py_reconnect_server.py", &mut command);
+    let line = server.wait_for("its ports", Duration::from_secs(60), |out, _| {
+        out.first().cloned()
+    });
     let port = |key: &str| -> u16 {
         line.split_whitespace()
             .find_map(|w| w.strip_prefix(key))
@@ -230,7 +199,7 @@ fn python_server(extra: &[&str]) -> (Guard, u16, u16) {
             .unwrap()
     };
     let (control, retry) = (port("control="), port("retry="));
-    (guard, control, retry)
+    (server, control, retry)
 }
 
 #[test]

@@ -13,14 +13,14 @@ use std::process::Command;
 use std::time::Duration;
 
 use backoffd::coap::option::URI_PATH;
-use common::Daemon;
+use common::daemon;
 use loadgen::{FastUpstream, LoadSpec, Offered};
 
 #[test]
 fn the_relay_carries_every_request_and_answer() {
     let mut upstream = FastUpstream::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let up = upstream.local_addr().unwrap().to_string();
-    let (daemon, relay) = Daemon::start(
+    let (mut daemon, relay) = daemon::start(
         &["relay", "--listen", "127.0.0.1:0", "--upstream", &up],
         "relay listening on ",
     );
@@ -39,7 +39,7 @@ fn the_relay_carries_every_request_and_answer() {
         assert!(report.answered > 0, "{report:?}");
         assert_eq!(report.errors + report.lost, 0, "{report:?}");
     }
-    assert_eq!(daemon.terminate(), Some(0));
+    assert_eq!(daemon.terminate_code(), Some(0));
 }
 
 #[test]

@@ -8,43 +8,20 @@ use std::time::Duration;
 
 use backoffd::coap::{Code, Message, MessageBuilder, MessageType};
 use common::exposition::Exposition;
-use common::{free_port, http, Daemon};
+use common::upstream::{Script, Upstream};
+use common::{daemon, free_port, http};
 
 /// A CoAP upstream that answers every request piggybacked with 2.05 "late" after `delay`.
-fn upstream(delay: Duration) -> std::net::SocketAddr {
-    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let addr = socket.local_addr().unwrap();
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 1500];
-        while let Ok((n, from)) = socket.recv_from(&mut buf) {
-            let Ok(req) = Message::parse(&buf[..n]) else {
-                continue;
-            };
-            let mut out = Vec::new();
-            let mut b = MessageBuilder::new(
-                &mut out,
-                MessageType::Ack,
-                Code::CONTENT,
-                req.message_id(),
-                req.token(),
-            );
-            b.payload(b"late");
-            b.finish().unwrap();
-            let reply = socket.try_clone().unwrap();
-            std::thread::spawn(move || {
-                std::thread::sleep(delay);
-                let _ = reply.send_to(&out, from);
-            });
-        }
-    });
-    addr
+fn late_upstream(delay: Duration) -> Upstream {
+    Script::new().payload(b"late").delay(delay).start()
 }
 
 #[test]
 fn serves_proxy_reconnect_server_and_metrics_in_one_process() {
-    let up = upstream(Duration::ZERO).to_string();
+    let upstream = late_upstream(Duration::ZERO);
+    let up = upstream.addr.to_string();
     let (control, retry) = (free_port().to_string(), free_port().to_string());
-    let (mut daemon, proxy) = Daemon::start(
+    let (mut daemon, proxy) = daemon::start(
         &[
             "serve",
             "--listen",
@@ -60,11 +37,11 @@ fn serves_proxy_reconnect_server_and_metrics_in_one_process() {
         ],
         "CoAP proxy listening on ",
     );
-    daemon.wait_for(
+    daemon.wait_log(
         &format!("Server listening on 0.0.0.0:{control}"),
         Duration::from_secs(10),
     );
-    let metrics = daemon.wait_for_addr("metrics listening on ");
+    let metrics = daemon.wait_addr("metrics listening on ");
     let client = UdpSocket::bind("127.0.0.1:0").unwrap();
     client
         .set_read_timeout(Some(Duration::from_secs(10)))
@@ -86,7 +63,7 @@ fn serves_proxy_reconnect_server_and_metrics_in_one_process() {
     assert_eq!(doc.get("backoffd_reconnect_starts_total"), 0.0);
     assert!(doc.has_family_prefix("backoffd_timer_wheel_timers"));
     assert_eq!(http::get(metrics, "/healthz").status, 200);
-    assert_eq!(daemon.terminate(), Some(0));
+    assert_eq!(daemon.terminate_code(), Some(0));
 }
 
 #[test]
@@ -178,8 +155,9 @@ fn a_port_in_use_fails_start_up_with_one_line() {
 
 #[test]
 fn sigterm_under_load_answers_everything_in_flight_then_exits_0() {
-    let up = upstream(Duration::from_millis(400)).to_string();
-    let (mut daemon, proxy) = Daemon::start(
+    let upstream = late_upstream(Duration::from_millis(400));
+    let up = upstream.addr.to_string();
+    let (mut daemon, proxy) = daemon::start(
         &[
             "serve",
             "--listen",
@@ -215,9 +193,8 @@ fn sigterm_under_load_answers_everything_in_flight_then_exits_0() {
         client.send_to(&request(mid), proxy).unwrap();
     }
     std::thread::sleep(Duration::from_millis(100));
-    // SAFETY: kill(2) on our own child.
-    unsafe { libc::kill(daemon.child.id() as i32, libc::SIGTERM) };
-    daemon.wait_for("shutting down", Duration::from_secs(5));
+    daemon.sigterm();
+    daemon.wait_log("shutting down", Duration::from_secs(5));
     client.send_to(&request(IN_FLIGHT), proxy).unwrap();
     let mut answers = std::collections::HashMap::new();
     let mut buf = [0u8; 1500];
@@ -238,6 +215,6 @@ fn sigterm_under_load_answers_everything_in_flight_then_exits_0() {
         Code::SERVICE_UNAVAILABLE,
         "new work is refused while draining"
     );
-    let status = daemon.child.wait().unwrap();
+    let status = daemon.expect_exit(Duration::from_secs(60));
     assert_eq!(status.code(), Some(0));
 }

@@ -20,8 +20,9 @@ use std::time::{Duration, Instant};
 use backoffd::coap::option::{OBSERVE, URI_PATH};
 use backoffd::coap::{Code, Message, MessageBuilder, MessageType};
 
+use super::reflection::common::daemon::proxy_with_http as http_proxy;
 use super::reflection::common::exposition::{scrape, Exposition};
-use super::reflection::common::{proxy_with_http as http_proxy, Daemon};
+use super::reflection::common::Proc;
 use super::{ms, request, upstream};
 
 /// A sample of the scraped metrics, or "-" if the proxy has no such series.
@@ -34,7 +35,7 @@ fn mib(kib: u64) -> String {
 }
 
 /// RSS growth from `before` and the RSS now, as the issue states them.
-fn rss_figure(daemon: &Daemon, before: u64) -> String {
+fn rss_figure(daemon: &Proc, before: u64) -> String {
     let now = daemon.status_kib("VmRSS:");
     format!("+{} (RSS {})", mib(now.saturating_sub(before)), mib(now))
 }

@@ -1,17 +1,18 @@
-//! The interop suites' harness: the independently written peers (aiocoap, libcoap) installed by
-//! tests/interop/setup.sh, child processes guarded and killed with their process group, the
-//! real `backoffd proxy`, taps and clients. Used by tests/coap_interop.rs and
-//! tests/http_cross_proxy.rs.
+//! The interop suites' harness on top of tests/common: the independently written peers
+//! (aiocoap, libcoap) installed by tests/interop/setup.sh, the real `backoffd proxy`, taps and
+//! clients. Used by tests/coap_interop.rs, tests/http_cross_proxy.rs, tests/http_browser.rs and
+//! tests/oscore_interop.rs, each of which also declares `mod common`.
 
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader, Read};
-use std::net::{SocketAddr, TcpListener, UdpSocket};
-use std::os::unix::process::CommandExt;
+use std::net::{SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
-use std::sync::{mpsc, Arc, Mutex, OnceLock};
+use std::process::Command;
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
+
+pub use crate::common::daemon::{self, Proxy};
+pub use crate::common::{free_port_on, Proc};
 
 pub const MANIFEST_DIR: &str = env!("CARGO_MANIFEST_DIR");
 /// Size of the block-wise bodies.
@@ -77,232 +78,6 @@ pub fn big_body() -> Vec<u8> {
 }
 
 // ------------------------------------------------------------------------------------------
-// Child processes: one guard each, killed (with its whole process group) on drop.
-// ------------------------------------------------------------------------------------------
-
-pub struct Proc {
-    pub name: String,
-    pub child: Child,
-    /// Held open: the Python peers exit when their stdin closes (if this process dies).
-    pub _stdin: Option<ChildStdin>,
-    pub out: Arc<Mutex<Vec<String>>>,
-    pub err: Arc<Mutex<Vec<String>>>,
-    /// One message per output stream when its reader reached EOF.
-    pub eof: mpsc::Receiver<()>,
-    pub open_streams: usize,
-    pub status: Option<ExitStatus>,
-}
-
-pub fn collect(
-    stream: impl Read + Send + 'static,
-    into: Arc<Mutex<Vec<String>>>,
-    eof: mpsc::Sender<()>,
-) {
-    std::thread::spawn(move || {
-        for line in BufReader::new(stream).lines() {
-            let Ok(line) = line else { break };
-            into.lock().unwrap().push(line);
-        }
-        let _ = eof.send(());
-    });
-}
-
-impl Proc {
-    pub fn spawn(name: &str, cmd: &mut Command) -> Proc {
-        cmd.stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0);
-        // SAFETY: prctl(2) is async-signal-safe. If this test process dies without running
-        // the guards' drops (killed by a CI timeout), the kernel kills the child.
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                Ok(())
-            })
-        };
-        let mut child = cmd
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
-        let out = Arc::new(Mutex::new(Vec::new()));
-        let err = Arc::new(Mutex::new(Vec::new()));
-        let (eof_tx, eof) = mpsc::channel();
-        collect(
-            child.stdout.take().unwrap(),
-            Arc::clone(&out),
-            eof_tx.clone(),
-        );
-        collect(child.stderr.take().unwrap(), Arc::clone(&err), eof_tx);
-        Proc {
-            name: name.to_string(),
-            _stdin: child.stdin.take(),
-            child,
-            out,
-            err,
-            eof,
-            open_streams: 2,
-            status: None,
-        }
-    }
-
-    pub fn stdout(&self) -> Vec<String> {
-        self.out.lock().unwrap().clone()
-    }
-
-    pub fn stderr(&self) -> Vec<String> {
-        self.err.lock().unwrap().clone()
-    }
-
-    pub fn stdout_text(&self) -> String {
-        self.stdout().join("\n")
-    }
-
-    /// Last lines of both streams, for failure messages.
-    pub fn dump(&self) -> String {
-        let tail = |lines: Vec<String>| {
-            let skip = lines.len().saturating_sub(60);
-            lines[skip..].join("\n    ")
-        };
-        format!(
-            "--- {} (status {:?})\n  stdout:\n    {}\n  stderr:\n    {}",
-            self.name,
-            self.status,
-            tail(self.stdout()),
-            tail(self.stderr())
-        )
-    }
-
-    pub fn exited(&mut self) -> bool {
-        if self.status.is_none() {
-            self.status = self.child.try_wait().unwrap_or(None);
-        }
-        self.status.is_some()
-    }
-
-    /// Waits until `check` finds something in (stdout, stderr); panics on timeout or exit.
-    pub fn wait_for<T>(
-        &mut self,
-        what: &str,
-        timeout: Duration,
-        check: impl Fn(&[String], &[String]) -> Option<T>,
-    ) -> T {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let exited = self.exited();
-            if let Some(found) = check(&self.stdout(), &self.stderr()) {
-                return found;
-            }
-            if exited {
-                self.join_readers();
-                if let Some(found) = check(&self.stdout(), &self.stderr()) {
-                    return found;
-                }
-                panic!("{} exited before {what}\n{}", self.name, self.dump());
-            }
-            if Instant::now() >= deadline {
-                panic!(
-                    "{} did not show {what} within {timeout:?}\n{}",
-                    self.name,
-                    self.dump()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    /// The first stdout line starting with `prefix`, rest of the line.
-    pub fn wait_stdout(&mut self, prefix: &str, timeout: Duration) -> String {
-        self.wait_for(&format!("{prefix:?} on stdout"), timeout, |out, _| {
-            out.iter()
-                .find_map(|l| l.strip_prefix(prefix).map(|r| r.trim().to_string()))
-        })
-    }
-
-    /// Waits until stdout has `n` lines equal to `line`.
-    pub fn wait_stdout_count(&mut self, line: &str, n: usize, timeout: Duration) {
-        self.wait_for(&format!("{n} x {line:?} on stdout"), timeout, |out, _| {
-            (out.iter().filter(|l| l.trim() == line).count() >= n).then_some(())
-        })
-    }
-
-    /// Waits for exit; on timeout kills the process group and returns `None`.
-    pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
-        let deadline = Instant::now() + timeout;
-        while !self.exited() {
-            if Instant::now() >= deadline {
-                self.kill();
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        self.join_readers();
-        self.status
-    }
-
-    /// Waits for a successful exit within `timeout`; panics with the output otherwise.
-    pub fn finish_ok(&mut self, timeout: Duration) -> &mut Self {
-        match self.wait_exit(timeout) {
-            Some(s) if s.success() => self,
-            Some(s) => panic!("{} failed ({s})\n{}", self.name, self.dump()),
-            None => panic!(
-                "{} did not finish within {timeout:?}\n{}",
-                self.name,
-                self.dump()
-            ),
-        }
-    }
-
-    /// SIGTERM, then the exit within `timeout` (killed otherwise).
-    pub fn terminate(&mut self, timeout: Duration) -> Option<ExitStatus> {
-        if !self.exited() {
-            // SAFETY: kill(2) on our own child's pid.
-            unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        }
-        self.wait_exit(timeout)
-    }
-
-    /// Kills the child's process group (the child and anything it started), then reaps it.
-    pub fn kill(&mut self) {
-        if self.status.is_none() {
-            // SAFETY: kill(2) on the process group we created for our own child.
-            unsafe { libc::kill(-(self.child.id() as i32), libc::SIGKILL) };
-            let _ = self.child.kill();
-            self.status = self.child.wait().ok();
-        }
-        self.join_readers();
-    }
-
-    /// Waits (briefly: a stray grandchild may hold a pipe open) until both output streams
-    /// are read to the end, so that everything the child printed is in `out`/`err`.
-    pub fn join_readers(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(2);
-        while self.open_streams > 0 {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.eof.recv_timeout(left) {
-                Ok(()) => self.open_streams -= 1,
-                Err(_) => return,
-            }
-        }
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let running = !self.exited();
-        if running {
-            // SAFETY: kill(2) on the process group we created for our own child.
-            unsafe { libc::kill(-(self.child.id() as i32), libc::SIGKILL) };
-            let _ = self.child.kill();
-            self.status = self.child.wait().ok();
-        }
-        if std::thread::panicking() {
-            eprintln!("{}", self.dump());
-        }
-        // The reader threads end at EOF once the group is dead.
-    }
-}
-
-// ------------------------------------------------------------------------------------------
 // Starting peers, the proxy and taps.
 // ------------------------------------------------------------------------------------------
 
@@ -323,17 +98,6 @@ pub fn aiocoap_server_with(args: &[&str]) -> (Proc, u16) {
     );
     let port = p.wait_stdout("READY ", START).parse().unwrap();
     (p, port)
-}
-
-/// A UDP port free on `host` right now (its TCP twin too: coap-server also listens on TCP).
-pub fn free_port(host: &str) -> u16 {
-    loop {
-        let udp = UdpSocket::bind((host, 0)).unwrap();
-        let port = udp.local_addr().unwrap().port();
-        if TcpListener::bind((host, port)).is_ok() {
-            return port;
-        }
-    }
 }
 
 /// An empty CON (CoAP ping) must come back as RST with the same Message ID.
@@ -360,7 +124,7 @@ pub fn answers_ping(addr: SocketAddr) -> bool {
 pub fn libcoap_server(host: &str) -> (Proc, u16) {
     peers();
     for _ in 0..5 {
-        let port = free_port(host);
+        let port = free_port_on(host);
         let mut p = Proc::spawn(
             "coap-server-notls",
             Command::new("coap-server-notls").args(["-A", host, "-p", &port.to_string()]),
@@ -380,40 +144,19 @@ pub fn libcoap_server(host: &str) -> (Proc, u16) {
     panic!("coap-server-notls did not start on {host}");
 }
 
-/// `backoffd proxy --listen <listen> <args>`; returns it and its address.
-pub fn proxy(listen: &str, args: &[&str]) -> (Proc, SocketAddr) {
-    let mut p = backoffd_proxy(&["--listen", listen], args);
-    let addr = logged_addr(&mut p, "CoAP proxy listening on ");
-    (p, addr)
+/// `backoffd proxy --listen <listen> <args>` at debug level; it, and its CoAP address.
+pub fn proxy(listen: &str, args: &[&str]) -> (Proxy, SocketAddr) {
+    let p = daemon::proxy("debug", &[&["--listen", listen], args].concat());
+    let coap = p.coap;
+    (p, coap)
 }
 
 /// `backoffd proxy` with `--http-listen 127.0.0.1:0` and `args`; it, and its HTTP address.
-pub fn http_proxy(args: &[&str]) -> (Proc, SocketAddr) {
+pub fn http_proxy(args: &[&str]) -> (Proxy, SocketAddr) {
     let listen = ["--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"];
-    let mut p = backoffd_proxy(&listen, args);
-    let addr = logged_addr(&mut p, "HTTP cross-proxy listening on ");
-    (p, addr)
-}
-
-fn backoffd_proxy(listen: &[&str], args: &[&str]) -> Proc {
-    Proc::spawn(
-        "backoffd proxy",
-        Command::new(env!("CARGO_BIN_EXE_backoffd"))
-            .arg("proxy")
-            .args(listen)
-            .args(args)
-            .env("RUST_LOG", "debug"),
-    )
-}
-
-/// The address a `<marker>ADDR` line on its stderr names.
-pub fn logged_addr(p: &mut Proc, marker: &str) -> SocketAddr {
-    p.wait_for(&format!("{marker:?} on stderr"), START, |_, err| {
-        err.iter().find_map(|l| {
-            let rest = &l[l.find(marker)? + marker.len()..];
-            rest.split_whitespace().next()?.parse::<SocketAddr>().ok()
-        })
-    })
+    let p = daemon::proxy("debug", &[&listen, args].concat());
+    let http = p.http.expect("an HTTP listener");
+    (p, http)
 }
 
 /// An observing relay in front of `target` that logs every datagram on its stderr. Returns
