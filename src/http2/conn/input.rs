@@ -96,10 +96,11 @@ impl Input {
         Ok(n)
     }
 
-    /// Rules the frame header alone decides, checked before the payload is buffered.
-    pub(super) fn check_header(&self, h: &FrameHeader, first: bool) -> Result<(), H2Error> {
+    /// Rules the frame header alone decides, checked before the payload is buffered;
+    /// `settings_due`: the peer's first SETTINGS has not arrived.
+    pub(super) fn check_header(&self, h: &FrameHeader, settings_due: bool) -> Result<(), H2Error> {
         // §3.4: the peer's preface ends with a SETTINGS frame.
-        if first && (h.kind != frame::Kind::Settings || h.flags & frame::FLAG_ACK != 0) {
+        if settings_due && (h.kind != frame::Kind::Settings || h.flags & frame::FLAG_ACK != 0) {
             return Err(proto("first frame is not SETTINGS"));
         }
         // §6.10: HEADERS then CONTINUATIONs of the same stream, nothing between.

@@ -28,8 +28,8 @@ impl Connection {
             let Some(header) = FrameHeader::parse(rest) else {
                 break;
             };
-            let first = self.lifecycle.awaiting_peer_settings();
-            let decoded = (self.input.check_header(&header, first))
+            let settings_due = self.lifecycle.awaiting_peer_settings();
+            let decoded = (self.input.check_header(&header, settings_due))
                 .and_then(|()| frame::decode(rest, self.config.max_frame_size));
             match decoded {
                 Ok(None) => break,
@@ -367,7 +367,8 @@ impl Connection {
     /// SETTINGS (§6.5): applied in order (`settings.rs`), then acknowledged
     /// (§6.5.3); the peer's first completes its part of the handshake (§3.4).
     fn on_settings(&mut self, params: SettingsIter<'_>) -> Result<(), H2Error> {
-        (self.peer).apply(params, &mut self.streams, &mut self.encoder)?;
+        self.peer
+            .apply(params, &mut self.streams, &mut self.encoder)?;
         frame::encode_settings_ack(self.output.buf());
         self.lifecycle.on_peer_settings();
         self.events.push(Event::SettingsReceived);
@@ -382,7 +383,8 @@ impl Connection {
             return; // we send one SETTINGS; extra ACKs mean nothing
         }
         self.input.allow_table_size(self.config.header_table_size);
-        (self.streams).resize_recv_windows(self.config.initial_window_size);
+        self.streams
+            .resize_recv_windows(self.config.initial_window_size);
     }
 
     /// PING (§6.7): answered with an ACK echoing the data; ACKs never are.

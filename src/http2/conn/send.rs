@@ -30,7 +30,8 @@ impl Connection {
             return Err(SendError::GoingAway);
         }
         let stream = self.new_stream();
-        (self.streams).open_local(self.peer.max_concurrent_streams, stream)
+        self.streams
+            .open_local(self.peer.max_concurrent_streams, stream)
     }
 
     /// Request or response headers, or trailers (which must end the stream
