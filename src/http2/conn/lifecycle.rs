@@ -29,17 +29,16 @@ pub(super) enum Lifecycle {
     },
 }
 
-/// The opening exchange (§3.4): the peer's preface and first SETTINGS, and its ACK of our
+/// The opening exchange (§3.4): the peer's preface and first SETTINGS, then its ACK of our
 /// SETTINGS (§6.5.3), all due by one deadline so a peer cannot hold a connection by never
-/// finishing it (slowloris).
+/// finishing it (slowloris). The order is fixed: the peer's first frame must be SETTINGS, so
+/// its ACK of ours cannot come before.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Handshake {
-    /// Neither the peer's SETTINGS nor its ACK of ours has arrived.
-    AwaitingBoth { deadline: Timestamp },
+    /// The peer's preface or first SETTINGS has not arrived.
+    AwaitingSettings { deadline: Timestamp },
     /// The peer's SETTINGS arrived; its ACK of ours has not.
     AwaitingAck { deadline: Timestamp },
-    /// Our SETTINGS are acknowledged; the peer's preface or SETTINGS have not arrived.
-    AwaitingPeer { deadline: Timestamp },
     /// Both done: no deadline.
     Done,
 }
@@ -59,39 +58,10 @@ impl Handshake {
     /// When the handshake must be done; `None` once it is.
     fn deadline(self) -> Option<Timestamp> {
         match self {
-            Handshake::AwaitingBoth { deadline }
-            | Handshake::AwaitingAck { deadline }
-            | Handshake::AwaitingPeer { deadline } => Some(deadline),
+            Handshake::AwaitingSettings { deadline } | Handshake::AwaitingAck { deadline } => {
+                Some(deadline)
+            }
             Handshake::Done => None,
-        }
-    }
-
-    /// Whether the peer has acknowledged our SETTINGS (§6.5.3).
-    fn ours_acked(self) -> bool {
-        matches!(self, Handshake::AwaitingPeer { .. } | Handshake::Done)
-    }
-
-    /// Whether the peer's first SETTINGS is still to come (§3.4).
-    fn awaiting_peer(self) -> bool {
-        matches!(
-            self,
-            Handshake::AwaitingBoth { .. } | Handshake::AwaitingPeer { .. }
-        )
-    }
-
-    fn acked(self) -> Self {
-        match self {
-            Handshake::AwaitingBoth { deadline } => Handshake::AwaitingPeer { deadline },
-            Handshake::AwaitingAck { .. } => Handshake::Done,
-            done_or_acked => done_or_acked,
-        }
-    }
-
-    fn peer_settings_received(self) -> Self {
-        match self {
-            Handshake::AwaitingBoth { deadline } => Handshake::AwaitingAck { deadline },
-            Handshake::AwaitingPeer { .. } => Handshake::Done,
-            done_or_received => done_or_received,
         }
     }
 }
@@ -106,7 +76,7 @@ impl Lifecycle {
     /// A new connection: open, with the whole handshake due by `deadline`.
     pub(super) fn new(deadline: Timestamp) -> Self {
         Lifecycle::Open {
-            handshake: Handshake::AwaitingBoth { deadline },
+            handshake: Handshake::AwaitingSettings { deadline },
         }
     }
 
@@ -153,28 +123,32 @@ impl Lifecycle {
 
     /// Whether the peer has acknowledged our SETTINGS (§6.5.3); asked only while not closed.
     pub(super) fn settings_acked(&self) -> bool {
-        self.handshake().is_some_and(Handshake::ours_acked)
+        self.handshake() == Some(Handshake::Done)
     }
 
     /// Whether the peer's next frame must be its first SETTINGS (§3.4).
     pub(super) fn awaiting_peer_settings(&self) -> bool {
-        self.handshake().is_some_and(Handshake::awaiting_peer)
-    }
-
-    /// The peer acknowledged our SETTINGS; whether that is news (we send one SETTINGS, so
-    /// later ACKs mean nothing).
-    pub(super) fn on_settings_ack(&mut self) -> bool {
-        let Some(handshake) = self.handshake_mut().filter(|h| !h.ours_acked()) else {
-            return false;
-        };
-        *handshake = handshake.acked();
-        true
+        matches!(self.handshake(), Some(Handshake::AwaitingSettings { .. }))
     }
 
     /// The peer's SETTINGS arrived; only its first moves the handshake (§3.4).
     pub(super) fn on_peer_settings(&mut self) {
         if let Some(handshake) = self.handshake_mut() {
-            *handshake = handshake.peer_settings_received();
+            if let Handshake::AwaitingSettings { deadline } = *handshake {
+                *handshake = Handshake::AwaitingAck { deadline };
+            }
+        }
+    }
+
+    /// The peer acknowledged our SETTINGS: the handshake is done. Whether that is news (we
+    /// send one SETTINGS, so later ACKs mean nothing).
+    pub(super) fn on_settings_ack(&mut self) -> bool {
+        match self.handshake_mut() {
+            Some(handshake @ Handshake::AwaitingAck { .. }) => {
+                *handshake = Handshake::Done;
+                true
+            }
+            _ => false,
         }
     }
 
@@ -225,27 +199,23 @@ mod tests {
     const DEADLINE: Timestamp = Timestamp::ZERO;
 
     #[test]
-    fn the_handshake_is_done_once_both_sides_are_through_in_either_order() {
-        let mut ack_first = Lifecycle::new(DEADLINE);
-        assert!(ack_first.on_settings_ack());
-        assert!(!ack_first.on_settings_ack(), "a second ACK is no news");
-        assert_eq!(ack_first.handshake_deadline(), Some(DEADLINE));
-        ack_first.on_peer_settings();
-        assert_eq!(ack_first.handshake_deadline(), None);
-
-        let mut settings_first = Lifecycle::new(DEADLINE);
-        settings_first.on_peer_settings();
-        assert!(!settings_first.awaiting_peer_settings());
+    fn the_handshake_is_done_once_the_peer_sent_settings_and_acked_ours() {
+        let mut life = Lifecycle::new(DEADLINE);
+        assert!(life.awaiting_peer_settings());
+        assert_eq!(life.handshake_failure().0, ErrorCode::PROTOCOL_ERROR);
+        life.on_peer_settings();
+        assert!(!life.awaiting_peer_settings() && !life.settings_acked());
+        assert_eq!(life.handshake_failure().0, ErrorCode::SETTINGS_TIMEOUT);
+        assert_eq!(life.handshake_deadline(), Some(DEADLINE));
+        assert!(life.on_settings_ack());
+        assert!(!life.on_settings_ack(), "a second ACK is no news");
+        assert!(life.settings_acked());
+        assert_eq!(life.handshake_deadline(), None);
+        life.on_peer_settings();
         assert_eq!(
-            settings_first.handshake_failure().0,
-            ErrorCode::SETTINGS_TIMEOUT
-        );
-        assert!(settings_first.on_settings_ack());
-        assert_eq!(
-            settings_first,
-            Lifecycle::Open {
-                handshake: Handshake::Done
-            }
+            life.handshake_deadline(),
+            None,
+            "later SETTINGS change nothing"
         );
     }
 

@@ -27,11 +27,11 @@
 //! decoding), `output.rs` (bytes to write), `queue.rs` (events for the
 //! application), `streams.rs` (the stream table, ids, resets, send queue),
 //! `settings.rs` (ours and the peer's SETTINGS) and `budget.rs` (the budgets).
+//! `config.rs` holds the [`Config`], `event.rs` what the application is told.
 
 use super::error::{ErrorCode, H2Error};
 use super::flow::{RecvWindow, SendWindow};
 use super::frame;
-use super::headers;
 use super::hpack::Encoder;
 use super::stream::Stream;
 use crate::time::Timestamp;

@@ -4,7 +4,8 @@
 
 use std::collections::{BTreeSet, VecDeque};
 
-use super::{headers, Event};
+use super::Event;
+use crate::http2::headers;
 use crate::http2::hpack::Header;
 
 /// Accounting cost of one queued event beyond its headers or debug data.
