@@ -14,14 +14,18 @@
 //! Heads are parsed when a line feed arrives (no head can end without one), so a slowloris
 //! dribble costs no re-parse per byte; a malformed head is noticed at its next line feed, at
 //! the head limit, at the end of input, or at the header timeout (then it is a 408). A body is
-//! read by a state machine that keeps its place ([`BodyReader`]), so it costs one look per byte
-//! whatever the pieces; a request is handed out once its body is complete.
+//! read by a state machine that keeps its place ([`BodyReader`](super::body::BodyReader)), so it
+//! costs one look per byte whatever the pieces; a request is handed out once its body is
+//! complete.
 //!
 //! A streamed answer ([`start_stream`](Http1Connection::start_stream), for Server-Sent Events)
 //! answers the oldest owed request and stays open until
 //! [`end_stream`](Http1Connection::end_stream). Meanwhile later requests are still parsed and
 //! handed out, and their answers are held (bounded like the output) until the stream ends,
 //! since answers go in order (RFC 9112 §9.3.2).
+//!
+//! One concern per file: this one holds the state, the application's calls and the answers;
+//! `receive.rs` reads heads and bodies, `stream.rs` writes streamed answers.
 //!
 //! Bodies are held whole, so the driver bounds what all its connections' bodies hold together:
 //! it gives each connection an allowance ([`set_body_allowance`](Http1Connection::set_body_allowance))
@@ -30,13 +34,15 @@
 //! [`held_body_bytes`](Http1Connection::held_body_bytes).
 
 use std::collections::VecDeque;
-use std::mem;
 
-use super::body::{BodyReader, Chunked, Limits};
-use super::head::{self, Head, Parsed};
 use super::response::{self, Answer, Delimiting, Framing};
 use super::{reason_phrase, Config, Request};
 use crate::time::Timestamp;
+
+mod receive;
+mod stream;
+
+use receive::{Pace, Receiving};
 
 /// How to answer a request that has been parsed.
 #[derive(Clone, Copy, Debug)]
@@ -51,64 +57,6 @@ struct Owed {
 /// Sent with a 503 for a body past the allowance (RFC 9110 §10.2.3): bodies in flight are
 /// held until their upstream answers, so room is back within seconds, mostly.
 const BUSY_RETRY_AFTER: &str = "1";
-
-/// What the input is in the middle of.
-#[derive(Debug)]
-enum Receiving {
-    /// Between requests: nothing of the next one has arrived.
-    Between,
-    /// The connection's first head, due [`Config::first_head_timeout`] after the connection
-    /// opened at `opened`, whether any of it came or not.
-    FirstHead { opened: Timestamp },
-    /// A later head began at `since`.
-    Head { since: Timestamp },
-    /// A head was parsed and its body is arriving.
-    Body(Box<BodyInProgress>),
-}
-
-/// A request whose head is parsed and whose body is not complete yet.
-#[derive(Debug)]
-struct BodyInProgress {
-    /// The request; its `body` fills as the bytes arrive.
-    request: Request,
-    owed: Owed,
-    reader: BodyReader,
-    /// When the head completed: the body is due by `since + body_timeout`.
-    since: Timestamp,
-    /// Whether the body is expected yet, and how much of it came, for the minimum rate.
-    pace: Pace,
-}
-
-/// Whether a body is expected to be arriving, for [`Config::min_body_rate`].
-#[derive(Clone, Copy, Debug)]
-enum Pace {
-    /// The client waits for `100 Continue` before sending the body, and it has not been sent
-    /// (RFC 9110 §10.1.1): nothing is expected of it yet.
-    AwaitingContinue,
-    /// The body is expected since `since` (the end of the head, or the `100 Continue`);
-    /// `received` bytes of it, framing included, came since.
-    Flowing { since: Timestamp, received: u64 },
-}
-
-impl Pace {
-    /// When the body falls behind `rate` bytes per second averaged since it was expected, as
-    /// it stands; `None` while it is not expected or with no rate.
-    fn behind_at(&self, rate: u64) -> Option<Timestamp> {
-        let Pace::Flowing { since, received } = *self else {
-            return None;
-        };
-        let nanos = u128::from(received) * 1_000_000_000 / u128::from(rate.max(1));
-        let lead = std::time::Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX));
-        (rate > 0).then(|| since + lead)
-    }
-
-    /// When the body is cut for its pace: the grace is a head start, so the body must have
-    /// had `rate x (elapsed - grace)` bytes by then. A client slow to start (TCP slow start, a
-    /// lost segment) is forgiven that much; a dribble or a silence is cut just after the grace.
-    fn cut_at(&self, config: &Config) -> Option<Timestamp> {
-        Some(self.behind_at(config.min_body_rate)? + config.body_rate_grace)
-    }
-}
 
 /// Where a connection stands when a server at its connection cap must close one for a new
 /// connection, worst first (by `Ord`): the one that made the least progress goes, so that a
@@ -435,106 +383,6 @@ impl Http1Connection {
     }
 }
 
-/// Streamed answers (Server-Sent Events, WHATWG HTML §9.2), delimited by chunked coding
-/// (RFC 9112 §7.1) for HTTP/1.1 clients and by the close for HTTP/1.0 ones (§6.3 item 8).
-impl Http1Connection {
-    /// Answers the oldest owed request (as [`respond_with`](Self::respond_with) would) with a
-    /// head whose content follows in [`stream_data`](Self::stream_data) until
-    /// [`end_stream`](Self::end_stream). False if no request is owed or a stream is already
-    /// open. For HEAD (and 204, 304) only the head is sent; the stream is still open until
-    /// ended, so end it at once. To an HTTP/1.0 client the content is unframed and the
-    /// connection closes when the stream ends: requests parsed after it are dropped.
-    pub fn start_stream(
-        &mut self,
-        status: u16,
-        fields: &[(&str, &str)],
-        content_type: &str,
-    ) -> bool {
-        if self.stream.is_some() {
-            return false;
-        }
-        let Some(owed) = self.next_owed() else {
-            return false;
-        };
-        // What a GET would get, announced to HEAD too (RFC 9110 §9.3.2, RFC 9112 §6.1).
-        let announced = match (matches!(status, 204 | 304), owed.http10) {
-            (true, _) => Delimiting::Nothing,
-            (false, true) => Delimiting::Close,
-            (false, false) => Delimiting::Chunked,
-        };
-        let delimiting = if owed.head_only {
-            Delimiting::Nothing
-        } else {
-            announced
-        };
-        if delimiting == Delimiting::Close {
-            // Nothing can follow an answer that the close delimits.
-            self.stop();
-            self.ready.clear();
-            self.owed.clear();
-            self.refusal = None;
-        }
-        let mut framing = self.framing_for(owed);
-        framing.close |= delimiting == Delimiting::Close;
-        framing.confirm_keep_alive &= !framing.close;
-        let answer = Answer {
-            status,
-            fields,
-            content_type,
-            body: b"",
-        };
-        response::encode_stream_head(&mut self.output, &answer, announced, framing);
-        self.stream = Some(OpenStream {
-            delimiting,
-            gone: self.input_ended,
-        });
-        self.last_activity = self.now;
-        true
-    }
-
-    /// Appends `data` to the open stream (one chunk; an empty slice writes nothing and does
-    /// not end it). False, and nothing written, when no stream is open, its client is gone,
-    /// or the unwritten output already fills [`Config::max_pending_output`]: a client that
-    /// does not read loses data rather than growing our memory.
-    pub fn stream_data(&mut self, data: &[u8]) -> bool {
-        let Some(stream) = self.stream else {
-            return false;
-        };
-        if stream.gone || self.pending_output().len() >= self.config.max_pending_output {
-            return false;
-        }
-        match stream.delimiting {
-            Delimiting::Chunked => response::chunk(&mut self.output, data),
-            Delimiting::Close => self.output.extend_from_slice(data),
-            Delimiting::Nothing => {}
-        }
-        self.last_activity = self.now;
-        true
-    }
-
-    /// Ends the open stream (the last chunk, for a chunked one); the answers held behind it
-    /// follow, then parsing resumes. False if no stream is open.
-    pub fn end_stream(&mut self) -> bool {
-        let Some(stream) = self.stream.take() else {
-            return false;
-        };
-        if stream.delimiting == Delimiting::Chunked {
-            self.output.extend_from_slice(response::LAST_CHUNK);
-        }
-        self.output.append(&mut self.held);
-        self.last_activity = self.now;
-        self.after_answer();
-        true
-    }
-
-    /// Whether the open stream's client went away: it closed its side, or sent something
-    /// the connection refused (then the connection ends after the stream). The application
-    /// should deregister and [`end_stream`](Self::end_stream).
-    pub fn stream_gone(&self) -> bool {
-        self.stream.is_some_and(|s| s.gone)
-    }
-}
-
 impl Http1Connection {
     fn may_parse(&self) -> bool {
         !self.stopped
@@ -569,155 +417,6 @@ impl Http1Connection {
         let idle = self.owed.is_empty() && self.refusal.is_none() && self.stream.is_none();
         (idle || self.stream_gone())
             .then(|| (Timer::Idle, self.last_activity + self.config.idle_timeout))
-    }
-
-    /// Input arrived between requests: the next head's timer starts.
-    fn head_begun(&mut self) {
-        if matches!(self.receiving, Receiving::Between) && !self.input.is_empty() {
-            self.receiving = Receiving::Head { since: self.now };
-        }
-    }
-
-    /// Parses complete requests off the input while the bounds allow.
-    fn parse_input(&mut self) {
-        while self.may_parse() {
-            if matches!(self.receiving, Receiving::Body(_)) {
-                if !self.read_body() {
-                    return;
-                }
-                continue;
-            }
-            match head::parse(&self.input, &self.config) {
-                Head::Complete(parsed) => self.accept_head(*parsed),
-                Head::Partial if self.input_ended => self.stop(),
-                Head::Partial => return self.head_begun(),
-                Head::Invalid(status) => self.refuse(status),
-            }
-        }
-    }
-
-    /// A head is complete: the request is ready, or its body is to be read.
-    fn accept_head(&mut self, parsed: Parsed) {
-        self.input.drain(..parsed.len);
-        let owed = Owed {
-            head_only: parsed.request.method == "HEAD",
-            keep_alive: parsed.request.keep_alive,
-            http10: parsed.http10,
-            http10_keep_alive: parsed.http10 && parsed.request.keep_alive,
-        };
-        let Some(reader) = BodyReader::new(parsed.body) else {
-            return self.accept(parsed.request, owed);
-        };
-        let mut request = parsed.request;
-        if let BodyReader::Length(n) = reader {
-            if !self.body_fits(n) {
-                return self.refuse(503);
-            }
-            // Known and within the allowance: held whole soon, so take it at once.
-            request.body.reserve_exact(n as usize);
-        }
-        let pace = match parsed.expects_continue {
-            true => Pace::AwaitingContinue,
-            false => Pace::Flowing {
-                since: self.now,
-                received: 0,
-            },
-        };
-        self.receiving = Receiving::Body(Box::new(BodyInProgress {
-            request,
-            owed,
-            reader,
-            since: self.now,
-            pace,
-        }));
-        self.send_continue_when_due();
-    }
-
-    /// Whether a body of `len` bytes fits the allowance beside the bodies parsed before it.
-    fn body_fits(&self, len: u64) -> bool {
-        let room = self.body_room();
-        usize::try_from(len).is_ok_and(|n| n <= room)
-    }
-
-    /// What the body being received may hold: the allowance less the bodies parsed before it.
-    fn body_room(&self) -> usize {
-        let ready: usize = self.ready.iter().map(|r| r.body.len()).sum();
-        self.body_allowance.saturating_sub(ready)
-    }
-
-    /// The body being received, at the length it will have as far as is known: received and
-    /// still to come for a known length or the current chunk.
-    fn receiving_body_bytes(&self) -> usize {
-        let Receiving::Body(body) = &self.receiving else {
-            return 0;
-        };
-        let coming = match body.reader {
-            BodyReader::Length(remaining) | BodyReader::Chunked(Chunked::Data { remaining }) => {
-                remaining
-            }
-            BodyReader::Chunked(_) => 0,
-        };
-        body.request.body.len() + usize::try_from(coming).unwrap_or(usize::MAX)
-    }
-
-    /// Moves the input into the body being read; true when it completed, so that the
-    /// input after it (the next pipelined request) may be parsed.
-    fn read_body(&mut self) -> bool {
-        let limits = Limits {
-            max_body: self.config.max_body_len,
-            allowance: self.body_room(),
-            max_trailers: self.config.max_head_len,
-        };
-        let Receiving::Body(body) = &mut self.receiving else {
-            return true;
-        };
-        if self.input.is_empty() {
-            if self.input_ended {
-                self.stop();
-            }
-            return false;
-        }
-        if let Pace::AwaitingContinue = body.pace {
-            // It did not wait for the 100 Continue: its pace counts from its head.
-            body.pace = Pace::Flowing {
-                since: body.since,
-                received: 0,
-            };
-        }
-        match body
-            .reader
-            .read(&self.input, &mut body.request.body, limits)
-        {
-            Err(status) => {
-                self.refuse(status);
-                false
-            }
-            Ok(progress) => {
-                if let Pace::Flowing { received, .. } = &mut body.pace {
-                    *received += progress.used as u64;
-                }
-                self.input.drain(..progress.used);
-                if progress.done {
-                    if let Receiving::Body(body) =
-                        mem::replace(&mut self.receiving, Receiving::Between)
-                    {
-                        self.accept(body.request, body.owed);
-                    }
-                }
-                progress.done
-            }
-        }
-    }
-
-    /// A whole request, ready for the application.
-    fn accept(&mut self, request: Request, owed: Owed) {
-        self.receiving = Receiving::Between;
-        self.owed.push_back(owed);
-        // RFC 9112 §9.6: no further requests are processed after one that closes.
-        if !request.keep_alive {
-            self.stop();
-        }
-        self.ready.push_back(request);
     }
 
     /// The oldest owed request that was handed out, to answer now.

@@ -8,4 +8,6 @@ mod headers;
 pub mod hpack;
 mod stream;
 
-pub use conn::{AbuseStats, Config, Connection, Cutoff, Event, Rate, Role, SendError};
+pub use conn::{
+    AbuseBudgets, AbuseStats, Config, Connection, Cutoff, Event, Rate, Role, SendError,
+};

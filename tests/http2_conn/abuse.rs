@@ -2,7 +2,7 @@
 
 use std::time::Instant;
 
-use backoffd::http2::{Cutoff, Rate};
+use backoffd::http2::{AbuseBudgets, Cutoff, Rate};
 
 use super::*;
 
@@ -155,9 +155,12 @@ fn a_client_cancelling_calls_it_sent_is_not_rapid_reset() {
 #[test]
 fn cancelling_taken_streams_faster_than_the_reset_rate_is_cut_off() {
     let config = Config {
-        peer_reset_rate: Rate {
-            burst: 10,
-            per_second: 5,
+        budgets: AbuseBudgets {
+            peer_reset_rate: Rate {
+                burst: 10,
+                per_second: 5,
+            },
+            ..AbuseBudgets::default()
         },
         ..Config::default()
     };
@@ -184,7 +187,10 @@ fn cancelling_taken_streams_faster_than_the_reset_rate_is_cut_off() {
 #[test]
 fn too_many_stream_errors_of_the_peers_making_are_cut_off() {
     let mut server = server_with(Config {
-        max_local_error_resets: 50,
+        budgets: AbuseBudgets {
+            max_local_error_resets: 50,
+            ..AbuseBudgets::default()
+        },
         ..Config::default()
     });
     let bad: Fields = &[
@@ -441,9 +447,12 @@ fn a_header_block_finished_in_time_clears_its_deadline() {
 fn server_of_a_peer_not_reading() -> Connection {
     server_with(Config {
         max_buffered_output: 4096,
-        control_frame_rate: Rate {
-            burst: u32::MAX,
-            per_second: u32::MAX,
+        budgets: AbuseBudgets {
+            control_frame_rate: Rate {
+                burst: u32::MAX,
+                per_second: u32::MAX,
+            },
+            ..AbuseBudgets::default()
         },
         ..Config::default()
     })

@@ -26,6 +26,68 @@ pub struct Rate {
     pub per_second: u32,
 }
 
+/// What a peer may make us do, and how often (RFC 9113 §10.5: "activity that might indicate
+/// abuse"); each is ENHANCE_YOUR_CALM past its bound. `Default` suits a gRPC server or client.
+#[derive(Clone, Debug)]
+pub struct AbuseBudgets {
+    /// Streams the peer may reset before the application has taken their
+    /// requests (it polls every event after each input, so: within one input
+    /// batch) before GOAWAY(ENHANCE_YOUR_CALM): Rapid Reset, CVE-2023-44487.
+    /// Such streams are dropped unseen. hyperium/h2's
+    /// `max_pending_accept_reset_streams`, with its default of 20.
+    pub max_pending_accept_reset_streams: usize,
+    /// RST_STREAM from the peer on open streams, sustained (a client
+    /// cancelling calls); beyond it, ENHANCE_YOUR_CALM. Default 200 at once,
+    /// 100 a second.
+    pub peer_reset_rate: Rate,
+    /// Streams we may reset for the peer's stream errors (malformed or
+    /// refused streams) over the connection's life before
+    /// ENHANCE_YOUR_CALM; hyperium/h2's `max_local_error_reset_streams`, 1024.
+    pub max_local_error_resets: usize,
+    /// SETTINGS frames (not ACKs): each costs an ACK and, with an
+    /// INITIAL_WINDOW_SIZE, a pass over the streams (§6.9.2). Clients send
+    /// one, grpc-go a few more as its BDP estimate grows the window. Default
+    /// 32 at once, 8 a second.
+    pub settings_rate: Rate,
+    /// Frames that change nothing we keep, each costing a frame of work and
+    /// some an answer: PING, PRIORITY, WINDOW_UPDATE that unblocks no queued
+    /// data, RST_STREAM on a closed stream, GOAWAY, unsolicited ACKs, unknown
+    /// frame types (§10.5). Each HEADERS or DATA frame we send earns the
+    /// peer 4 more (its WINDOW_UPDATEs and BDP PINGs follow our data), so
+    /// this is what a peer gets for nothing: keepalive PINGs, mostly.
+    /// Default 200 at once, 50 a second.
+    pub control_frame_rate: Rate,
+    /// Empty frames that end nothing: DATA without END_STREAM, HEADERS and
+    /// CONTINUATION fragments without END_HEADERS (CVE-2019-9518). Default
+    /// 100 at once, 20 a second; real clients send none.
+    pub empty_frame_rate: Rate,
+}
+
+impl Default for AbuseBudgets {
+    fn default() -> Self {
+        AbuseBudgets {
+            max_pending_accept_reset_streams: 20,
+            peer_reset_rate: Rate {
+                burst: 200,
+                per_second: 100,
+            },
+            max_local_error_resets: 1024,
+            settings_rate: Rate {
+                burst: 32,
+                per_second: 8,
+            },
+            control_frame_rate: Rate {
+                burst: 200,
+                per_second: 50,
+            },
+            empty_frame_rate: Rate {
+                burst: 100,
+                per_second: 20,
+            },
+        }
+    }
+}
+
 /// Why a connection was ended by one of its limits rather than by the protocol or the
 /// application; [`Connection::abuse`](super::Connection::abuse) reports it, for metrics.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -220,7 +282,7 @@ pub(super) struct Budgets {
 }
 
 impl Budgets {
-    pub(super) fn new(config: &super::Config, now: Timestamp) -> Self {
+    pub(super) fn new(config: &AbuseBudgets, now: Timestamp) -> Self {
         Budgets {
             settings: TokenBucket::full(config.settings_rate, now),
             control: TokenBucket::full(config.control_frame_rate, now),

@@ -1,43 +1,35 @@
-//! Input: the preface, frame dispatch, header blocks and DATA (RFC 9113 §3.4, §4, §6.1-§6.2,
-//! §6.4, §6.7, §6.10).
+//! The peer's frames (RFC 9113 §4, §6): dispatch after the budgets and the preface, header
+//! blocks opening or continuing streams, DATA, resets, SETTINGS and their ACK, PING, GOAWAY
+//! and WINDOW_UPDATE.
 
 use crate::http2::error::{ErrorCode, H2Error};
-use crate::http2::frame::{self, Frame, FrameHeader};
+use crate::http2::frame::{self, Frame, FrameHeader, SettingsIter};
 use crate::http2::headers::{self, BlockKind};
 use crate::http2::hpack::Header;
 use crate::http2::stream::{Remote, Stream};
-use crate::time::Timestamp;
 
 use super::budget::{Charge, Cutoff};
-use super::{flow_error, proto, Connection, Event, Lookup, ReadState, Role};
-
-/// A header block waiting for its CONTINUATION frames (§6.10).
-pub(super) struct PartialBlock {
-    pub(super) stream_id: u32,
-    pub(super) end_stream: bool,
-    pub(super) block: Vec<u8>,
-    /// When the last CONTINUATION must have arrived (`header_block_timeout`).
-    pub(super) deadline: Timestamp,
-}
+use super::input::{Fragment, HeaderBlock};
+use super::{flow_error, proto, Connection, Event, Lookup, Role};
 
 impl Connection {
     /// Consumes the preface and every complete frame of `buf`; returns the
     /// octets used.
     pub(super) fn process(&mut self, buf: &[u8]) -> usize {
-        let mut used = match self.read_preface(buf) {
+        let mut used = match self.input.read_preface(buf) {
             Ok(n) => n,
             Err(e) => {
                 self.on_error(e);
                 return buf.len();
             }
         };
-        while !self.closed {
+        while !self.lifecycle.is_closed() {
             let rest = &buf[used..];
             let Some(header) = FrameHeader::parse(rest) else {
                 break;
             };
-            let decoded = self
-                .check_header(&header)
+            let settings_due = self.lifecycle.awaiting_peer_settings();
+            let decoded = (self.input.check_header(&header, settings_due))
                 .and_then(|()| frame::decode(rest, self.config.max_frame_size));
             match decoded {
                 Ok(None) => break,
@@ -59,52 +51,13 @@ impl Connection {
         used
     }
 
-    /// The client connection preface (§3.4), matched as it trickles in:
-    /// anything else, an HTTP/1.1 request included, is PROTOCOL_ERROR.
-    fn read_preface(&mut self, buf: &[u8]) -> Result<usize, H2Error> {
-        let ReadState::Preface { matched } = self.read_state else {
-            return Ok(0);
-        };
-        let expected = &frame::PREFACE[matched..];
-        let n = expected.len().min(buf.len());
-        if buf[..n] != expected[..n] {
-            return Err(proto("invalid connection preface"));
-        }
-        self.read_state = match matched + n {
-            24 => ReadState::FirstSettings,
-            matched => ReadState::Preface { matched },
-        };
-        Ok(n)
-    }
-
-    /// Rules the frame header alone decides, checked before the payload is
-    /// buffered.
-    fn check_header(&self, h: &FrameHeader) -> Result<(), H2Error> {
-        // §3.4: the peer's preface ends with a SETTINGS frame.
-        let first = self.read_state == ReadState::FirstSettings;
-        if first && (h.kind != frame::Kind::Settings || h.flags & frame::FLAG_ACK != 0) {
-            return Err(proto("first frame is not SETTINGS"));
-        }
-        // §6.10: HEADERS then CONTINUATIONs of the same stream, nothing between.
-        let continuation = h.kind == frame::Kind::Continuation;
-        match &self.partial_block {
-            Some(b) if !continuation || h.stream_id != b.stream_id => {
-                Err(proto("frame interleaved in a header block"))
-            }
-            None if continuation => Err(proto("CONTINUATION without HEADERS")),
-            _ => Ok(()),
-        }
-    }
-
     /// Caps what a peer can make us hold: output it does not read, and
     /// events faster than the application takes them. Output is judged only
     /// once the driver has been offered it (see `max_buffered_output`).
     fn check_limits(&mut self) {
-        let max = self.config.max_buffered_output;
-        let unread = self.offered_end.saturating_sub(self.output_start);
-        if unread > max || self.pending_output().len() > max.saturating_mul(2) {
+        if self.output.exceeds(self.config.max_buffered_output) {
             self.cut_off(Cutoff::UnreadOutput);
-        } else if self.event_bytes > self.config.max_queued_event_bytes {
+        } else if self.events.cost() > self.config.max_queued_event_bytes {
             self.cut_off(Cutoff::UnpolledEvents);
         }
     }
@@ -138,11 +91,13 @@ impl Connection {
             } => empty(fragment, end_headers).then_some(Charge::Empty),
             Frame::Settings { ack: false, .. } => Some(Charge::Settings),
             // We send one SETTINGS: its ACK is due, later ones are not.
-            Frame::Settings { ack: true, .. } => self.settings_acked.then_some(Charge::Control),
+            Frame::Settings { ack: true, .. } => {
+                self.lifecycle.settings_acked().then_some(Charge::Control)
+            }
             Frame::Ping { ack, .. } => {
                 (!ack || self.pings_in_flight == 0).then_some(Charge::Control)
             }
-            Frame::RstStream { stream_id, .. } => match self.lookup(stream_id) {
+            Frame::RstStream { stream_id, .. } => match self.streams.lookup(stream_id) {
                 Lookup::Open => Some(Charge::PeerReset),
                 _ => Some(Charge::Control),
             },
@@ -159,8 +114,8 @@ impl Connection {
     /// Whether a WINDOW_UPDATE on `id` (0: the connection) can let queued data move.
     fn unblocks(&self, id: u32) -> bool {
         match id {
-            0 => !self.send_queue.is_empty(),
-            id => self.streams.get(&id).is_some_and(Stream::has_pending),
+            0 => self.streams.any_scheduled(),
+            id => self.streams.get(id).is_some_and(Stream::has_pending),
         }
     }
 
@@ -179,19 +134,15 @@ impl Connection {
                 fragment,
                 ..
             } => {
-                self.partial_block = Some(PartialBlock {
-                    stream_id,
-                    end_stream,
-                    block: Vec::new(),
-                    deadline: self.now + self.config.header_block_timeout,
-                });
-                self.on_continuation(end_headers, fragment)
+                let deadline = self.now + self.config.header_block_timeout;
+                self.input.start_block(stream_id, end_stream, deadline);
+                self.on_fragment(end_headers, fragment)
             }
             Frame::Continuation {
                 end_headers,
                 fragment,
                 ..
-            } => self.on_continuation(end_headers, fragment),
+            } => self.on_fragment(end_headers, fragment),
             // §5.3.2: RFC 7540 priorities are deprecated; accepted, ignored.
             Frame::Priority { .. } => Ok(()),
             Frame::RstStream { stream_id, code } => self.on_rst_stream(stream_id, code),
@@ -223,46 +174,32 @@ impl Connection {
         }
     }
 
-    /// Accumulates a header block (§4.3) up to 4 x MAX_HEADER_LIST_SIZE; a
-    /// larger one cannot be dropped without desynchronising HPACK, so it is a
+    /// A header block grows up to 4 x MAX_HEADER_LIST_SIZE; a larger one
+    /// cannot be dropped without desynchronising HPACK, so it is a
     /// connection error.
-    fn on_continuation(&mut self, end_headers: bool, fragment: &[u8]) -> Result<(), H2Error> {
+    fn on_fragment(&mut self, end_headers: bool, fragment: &[u8]) -> Result<(), H2Error> {
         let cap = (self.config.max_header_list_size as usize).saturating_mul(4);
-        let Some(mut partial) = self.partial_block.take() else {
-            return Err(proto("CONTINUATION without HEADERS"));
-        };
-        if partial.block.len() + fragment.len() > cap {
-            self.cut_off(Cutoff::HeaderBlockTooLarge);
-            return Ok(());
+        match self.input.on_fragment(end_headers, fragment, cap)? {
+            Fragment::Incomplete => Ok(()),
+            Fragment::TooLarge => {
+                self.cut_off(Cutoff::HeaderBlockTooLarge);
+                Ok(())
+            }
+            Fragment::Complete(block) => self.on_header_block(block),
         }
-        if !end_headers {
-            partial.block.extend_from_slice(fragment);
-            self.partial_block = Some(partial);
-            return Ok(());
-        }
-        let (stream_id, end_stream) = (partial.stream_id, partial.end_stream);
-        let block = if partial.block.is_empty() {
-            fragment
-        } else {
-            partial.block.extend_from_slice(fragment);
-            &partial.block[..]
-        };
-        self.on_header_block(stream_id, end_stream, block)
     }
 
-    /// A complete header block, decoded first whatever becomes of the stream
-    /// so the HPACK table stays in sync (§4.3).
-    fn on_header_block(&mut self, id: u32, end_stream: bool, block: &[u8]) -> Result<(), H2Error> {
-        let mut headers = Vec::new();
-        if self.decoder.decode(block, &mut headers).is_err() {
-            return Err(H2Error::connection(
-                ErrorCode::COMPRESSION_ERROR,
-                "HPACK error",
-            ));
-        }
-        match self.lookup(id) {
+    /// A complete header block, decoded whatever becomes of the stream so
+    /// the HPACK table stays in sync (§4.3).
+    fn on_header_block(&mut self, block: HeaderBlock) -> Result<(), H2Error> {
+        let HeaderBlock {
+            stream_id: id,
+            end_stream,
+            headers,
+        } = block;
+        match self.streams.lookup(id) {
             Lookup::Open => self.on_stream_headers(id, headers, end_stream),
-            Lookup::Idle if self.role == Role::Server && !self.is_local(id) => {
+            Lookup::Idle if self.streams.role() == Role::Server && !self.streams.is_local(id) => {
                 self.open_peer_stream(id, headers, end_stream)
             }
             // §5.1: frames may still arrive on a stream we reset.
@@ -280,9 +217,9 @@ impl Connection {
         headers: Vec<Header>,
         end_stream: bool,
     ) -> Result<(), H2Error> {
-        self.last_peer_id = id;
+        self.streams.peer_opened(id);
         let limit = self.config.max_concurrent_streams as usize;
-        if self.goaway_sent || self.count_streams(false) >= limit {
+        if self.lifecycle.goaway_sent() || self.streams.count(false) >= limit {
             return Err(H2Error::stream(
                 id,
                 ErrorCode::REFUSED_STREAM,
@@ -290,18 +227,13 @@ impl Connection {
             ));
         }
         self.check_block(id, BlockKind::Request, &headers)?;
-        let mut stream = Stream::new(self.peer.initial_window_size, self.local_initial_window());
+        let mut stream = self.new_stream();
         stream.remote = match end_stream {
             true => Remote::Closed,
             false => Remote::Open,
         };
-        self.insert_stream(id, stream);
-        self.pending_accept.insert(id);
-        self.emit(Event::Headers {
-            stream: id,
-            headers,
-            end_stream,
-        });
+        self.streams.insert(id, stream);
+        self.events.push_request(id, headers, end_stream);
         Ok(())
     }
 
@@ -312,7 +244,7 @@ impl Connection {
         headers: Vec<Header>,
         end_stream: bool,
     ) -> Result<(), H2Error> {
-        let Some(s) = self.streams.get(&id) else {
+        let Some(s) = self.streams.get(id) else {
             return Ok(());
         };
         // §5.1: half-closed (remote) takes no more HEADERS.
@@ -332,14 +264,14 @@ impl Connection {
             _ => BlockKind::Response,
         };
         self.check_block(id, kind, &headers)?;
-        if let Some(s) = self.streams.get_mut(&id) {
+        if let Some(s) = self.streams.get_mut(id) {
             if end_stream {
                 s.remote = Remote::Closed;
             } else if !headers::is_informational(&headers) {
                 s.remote = Remote::Open;
             }
         }
-        self.emit(Event::Headers {
+        self.events.push(Event::Headers {
             stream: id,
             headers,
             end_stream,
@@ -375,7 +307,7 @@ impl Connection {
             self.release_connection(flow_len);
             return deliver.map(drop);
         }
-        let Some(s) = self.streams.get_mut(&id) else {
+        let Some(s) = self.streams.get_mut(id) else {
             return Ok(());
         };
         if s.recv_window.receive(flow_len).is_err() {
@@ -387,7 +319,7 @@ impl Connection {
             s.remote = Remote::Closed;
         }
         self.release(id, flow_len.saturating_sub(data.len() as u32));
-        self.emit_data(id, data, end_stream);
+        self.events.push_data(id, data, end_stream);
         self.finish_if_closed(id);
         Ok(())
     }
@@ -395,7 +327,7 @@ impl Connection {
     /// Whether DATA on `id` is delivered (`Ok(true)`), silently dropped after
     /// our RST_STREAM (`Ok(false)`, §5.1), or an error.
     fn check_data(&self, id: u32) -> Result<bool, H2Error> {
-        match (self.lookup(id), self.streams.get(&id)) {
+        match (self.streams.lookup(id), self.streams.get(id)) {
             (Lookup::Idle, _) => Err(proto("DATA on an idle stream")),
             (Lookup::Closed { reset_by_us: true }, _) => Ok(false),
             (_, Some(s)) if s.remote == Remote::AwaitingHeaders => Err(H2Error::stream(
@@ -413,42 +345,17 @@ impl Connection {
         }
     }
 
-    /// Queues DATA for the application, merged into the previous event when
-    /// that is DATA of the same stream.
-    fn emit_data(&mut self, id: u32, data: &[u8], end_stream: bool) {
-        if let Some(Event::Data {
-            stream,
-            data: queued,
-            end_stream: ended,
-        }) = self.events.back_mut()
-        {
-            if *stream == id && !*ended {
-                queued.extend_from_slice(data);
-                *ended = end_stream;
-                return;
-            }
-        }
-        if !data.is_empty() || end_stream {
-            let data = data.to_vec();
-            self.emit(Event::Data {
-                stream: id,
-                data,
-                end_stream,
-            });
-        }
-    }
-
     /// RST_STREAM (§6.4): the stream is gone; on an idle stream, an error.
     /// A stream the application never took is dropped unseen, and too many
     /// of those at once is Rapid Reset (CVE-2023-44487).
     fn on_rst_stream(&mut self, id: u32, code: ErrorCode) -> Result<(), H2Error> {
-        match self.lookup(id) {
+        match self.streams.lookup(id) {
             Lookup::Idle => Err(proto("RST_STREAM on an idle stream")),
             Lookup::Closed { .. } => Ok(()),
             Lookup::Open => {
                 self.remove_stream(id);
                 if !self.drop_unaccepted(id) {
-                    self.emit(Event::StreamReset { stream: id, code });
+                    self.events.push(Event::StreamReset { stream: id, code });
                 } else if !self.budgets.pending_accept_resets.take() {
                     self.cut_off(Cutoff::PendingAcceptResets);
                 }
@@ -457,13 +364,81 @@ impl Connection {
         }
     }
 
+    /// SETTINGS (§6.5): applied in order (`settings.rs`), then acknowledged
+    /// (§6.5.3); the peer's first completes its part of the handshake (§3.4).
+    fn on_settings(&mut self, params: SettingsIter<'_>) -> Result<(), H2Error> {
+        self.peer
+            .apply(params, &mut self.streams, &mut self.encoder)?;
+        frame::encode_settings_ack(self.output.buf());
+        self.lifecycle.on_peer_settings();
+        self.events.push(Event::SettingsReceived);
+        self.flush_streams();
+        Ok(())
+    }
+
+    /// Our SETTINGS took effect (§6.5.3): the peer may use our HPACK table size
+    /// and has shifted its view of every stream window (§6.9.2), so we do too.
+    fn on_settings_ack(&mut self) {
+        if !self.lifecycle.on_settings_ack() {
+            return; // we send one SETTINGS; extra ACKs mean nothing
+        }
+        self.input.allow_table_size(self.config.header_table_size);
+        self.streams
+            .resize_recv_windows(self.config.initial_window_size);
+    }
+
     /// PING (§6.7): answered with an ACK echoing the data; ACKs never are.
     fn on_ping(&mut self, ack: bool, data: [u8; 8]) {
         if !ack {
-            frame::encode_ping(&mut self.output, true, data);
+            frame::encode_ping(self.output.buf(), true, data);
         } else if self.pings_in_flight > 0 {
             self.pings_in_flight -= 1;
-            self.emit(Event::PingAcked { data });
+            self.events.push(Event::PingAcked { data });
         }
+    }
+
+    /// GOAWAY (§6.8): no new streams; ours above `last_stream_id` were never
+    /// processed, so they end with REFUSED_STREAM and may be retried.
+    fn on_goaway(&mut self, last_stream_id: u32, code: ErrorCode, debug: &[u8]) {
+        self.lifecycle.on_goaway_received();
+        let debug = debug.to_vec();
+        self.events.push(Event::GoAway {
+            last_stream_id,
+            code,
+            debug,
+        });
+        for stream in self.streams.unprocessed(last_stream_id) {
+            self.remove_stream(stream);
+            let code = ErrorCode::REFUSED_STREAM;
+            self.events.push(Event::StreamReset { stream, code });
+        }
+        self.maybe_close();
+    }
+
+    /// WINDOW_UPDATE (§6.9): more credit; past 2^31-1 is a FLOW_CONTROL_ERROR
+    /// of the window it targets (§6.9.1).
+    fn on_window_update(&mut self, id: u32, increment: u32) -> Result<(), H2Error> {
+        if id == 0 {
+            self.send_window
+                .adjust(increment.into())
+                .map_err(|_| flow_error("connection window overflow"))?;
+        } else {
+            match self.streams.lookup(id) {
+                Lookup::Idle => return Err(proto("WINDOW_UPDATE on an idle stream")),
+                // §5.1: it may have crossed our END_STREAM or RST_STREAM.
+                Lookup::Closed { .. } => return Ok(()),
+                Lookup::Open => {}
+            }
+            let Some(s) = self.streams.get_mut(id) else {
+                return Ok(());
+            };
+            if s.send_window.adjust(increment.into()).is_err() {
+                let reason = "stream window overflow";
+                return Err(H2Error::stream(id, ErrorCode::FLOW_CONTROL_ERROR, reason));
+            }
+            self.streams.schedule(id);
+        }
+        self.flush_streams();
+        Ok(())
     }
 }

@@ -1,15 +1,12 @@
 //! Output and flow control: opening streams, HEADERS and DATA within the peer's windows, and
 //! handing credit back (RFC 9113 §5.1.1, §6.9).
 
-use crate::http2::error::{ErrorCode, H2Error};
 use crate::http2::frame;
 use crate::http2::hpack::{Field, Header};
-use crate::http2::stream::{Local, Remote, Stream};
+use crate::http2::stream::{Local, Remote};
 use crate::time::Timestamp;
 
-use super::{
-    flow_error, proto, Connection, Lookup, Role, SendError, MAX_STREAM_ID, OUTPUT_HIGH_WATER,
-};
+use super::{Connection, Role, SendError, OUTPUT_HIGH_WATER};
 
 /// What `write_chunk` left for the send queue.
 enum Next {
@@ -23,26 +20,18 @@ impl Connection {
     /// MAX_CONCURRENT_STREAMS (§5.1.2). HEADERS must then go out in id order.
     pub fn open_stream(&mut self, now: Timestamp) -> Result<u32, SendError> {
         self.advance(now);
-        if self.closed {
+        if self.lifecycle.is_closed() {
             return Err(SendError::Closed);
         }
-        if self.role != Role::Client {
+        if self.streams.role() != Role::Client {
             return Err(SendError::NotClient);
         }
-        if self.goaway_sent || self.goaway_received {
+        if self.lifecycle.going_away() {
             return Err(SendError::GoingAway);
         }
-        if self.count_streams(true) >= self.peer.max_concurrent_streams as usize {
-            return Err(SendError::StreamLimit);
-        }
-        let id = self.next_local_id;
-        if id > MAX_STREAM_ID {
-            return Err(SendError::IdsExhausted);
-        }
-        self.next_local_id += 2;
-        let stream = Stream::new(self.peer.initial_window_size, self.local_initial_window());
-        self.insert_stream(id, stream);
-        Ok(id)
+        let stream = self.new_stream();
+        self.streams
+            .open_local(self.peer.max_concurrent_streams, stream)
     }
 
     /// Request or response headers, or trailers (which must end the stream
@@ -55,20 +44,23 @@ impl Connection {
         end_stream: bool,
     ) -> Result<(), SendError> {
         self.advance(now);
-        let local = self.is_local(stream);
-        let last_sent = self.last_local_sent;
-        let s = self.sendable(stream)?;
+        if self.lifecycle.is_closed() {
+            return Err(SendError::Closed);
+        }
+        let local = self.streams.is_local(stream);
+        let in_order = self.streams.in_order(stream);
+        let s = self.streams.sendable(stream)?;
         if s.headers_sent() {
             if !end_stream {
                 return Err(SendError::OutOfOrder);
             }
             s.local = Local::Ending;
             s.trailers = Some(headers.iter().map(|&(n, v)| Header::new(n, v)).collect());
-            self.schedule(stream);
+            self.streams.schedule(stream);
             self.flush_streams();
             return Ok(());
         }
-        if local && stream < last_sent {
+        if local && !in_order {
             return Err(SendError::OutOfOrder);
         }
         s.local = match end_stream {
@@ -76,7 +68,7 @@ impl Connection {
             false => Local::Open,
         };
         if local {
-            self.last_local_sent = stream;
+            self.streams.headers_sent(stream);
         }
         self.write_headers(stream, headers.iter().copied(), end_stream);
         self.finish_if_closed(stream);
@@ -92,7 +84,10 @@ impl Connection {
         end_stream: bool,
     ) -> Result<(), SendError> {
         self.advance(now);
-        let s = self.sendable(stream)?;
+        if self.lifecycle.is_closed() {
+            return Err(SendError::Closed);
+        }
+        let s = self.streams.sendable(stream)?;
         if !s.headers_sent() {
             return Err(SendError::OutOfOrder);
         }
@@ -100,7 +95,7 @@ impl Connection {
         if end_stream {
             s.local = Local::Ending;
         }
-        self.schedule(stream);
+        self.streams.schedule(stream);
         self.flush_streams();
         Ok(())
     }
@@ -108,8 +103,8 @@ impl Connection {
     /// Sends a PING (§6.7); its ACK becomes [`Event::PingAcked`](super::Event::PingAcked).
     pub fn ping(&mut self, now: Timestamp, data: [u8; 8]) {
         self.advance(now);
-        if !self.closed {
-            frame::encode_ping(&mut self.output, false, data);
+        if !self.lifecycle.is_closed() {
+            frame::encode_ping(self.output.buf(), false, data);
             self.pings_in_flight += 1;
         }
     }
@@ -125,34 +120,25 @@ impl Connection {
         let mut block = Vec::new();
         self.encoder.encode(headers, &mut block);
         let max = self.peer.max_frame_size;
-        frame::encode_headers(&mut self.output, id, &block, end_stream, max);
+        frame::encode_headers(self.output.buf(), id, &block, end_stream, max);
         self.budgets.earn(self.now);
-    }
-
-    fn schedule(&mut self, id: u32) {
-        if let Some(s) = self.streams.get_mut(&id) {
-            if !s.scheduled && s.has_pending() {
-                s.scheduled = true;
-                self.send_queue.push_back(id);
-            }
-        }
     }
 
     /// Moves queued stream data into the output, a frame per stream in turn,
     /// while the output is short and the windows allow (§6.9).
     pub(super) fn flush_streams(&mut self) {
-        while !self.closed && self.pending_output().len() < OUTPUT_HIGH_WATER {
-            let Some(id) = self.send_queue.pop_front() else {
+        while !self.lifecycle.is_closed() && self.pending_output().len() < OUTPUT_HIGH_WATER {
+            let Some(id) = self.streams.next_scheduled() else {
                 return;
             };
             match self.write_chunk(id) {
-                Next::More => self.send_queue.push_back(id),
+                Next::More => self.streams.requeue(id),
                 Next::ConnectionBlocked => {
-                    self.send_queue.push_front(id);
+                    self.streams.requeue_first(id);
                     return;
                 }
                 Next::Done => {
-                    if let Some(s) = self.streams.get_mut(&id) {
+                    if let Some(s) = self.streams.get_mut(id) {
                         s.scheduled = false;
                     }
                 }
@@ -165,7 +151,7 @@ impl Connection {
     fn write_chunk(&mut self, id: u32) -> Next {
         let max = (self.peer.max_frame_size as usize).min(OUTPUT_HIGH_WATER);
         let conn_window = self.send_window.available();
-        let Some(s) = self.streams.get_mut(&id) else {
+        let Some(s) = self.streams.get_mut(id) else {
             return Next::Done;
         };
         let n = (s.outbox.len())
@@ -176,7 +162,7 @@ impl Connection {
         let end_stream = data_done && s.local == Local::Ending && s.trailers.is_none();
         if n > 0 || end_stream {
             let chunk = &s.outbox.make_contiguous()[..n];
-            frame::encode_data(&mut self.output, id, chunk, end_stream, max as u32);
+            frame::encode_data(self.output.buf(), id, chunk, end_stream, max as u32);
             s.outbox.drain(..n);
             s.send_window.consume(n);
             self.send_window.consume(n);
@@ -200,55 +186,24 @@ impl Connection {
         }
     }
 
-    /// WINDOW_UPDATE (§6.9): more credit; past 2^31-1 is a FLOW_CONTROL_ERROR
-    /// of the window it targets (§6.9.1).
-    pub(super) fn on_window_update(&mut self, id: u32, increment: u32) -> Result<(), H2Error> {
-        if id == 0 {
-            self.send_window
-                .adjust(increment.into())
-                .map_err(|_| flow_error("connection window overflow"))?;
-        } else {
-            match self.lookup(id) {
-                Lookup::Idle => return Err(proto("WINDOW_UPDATE on an idle stream")),
-                // §5.1: it may have crossed our END_STREAM or RST_STREAM.
-                Lookup::Closed { .. } => return Ok(()),
-                Lookup::Open => {}
-            }
-            let Some(s) = self.streams.get_mut(&id) else {
-                return Ok(());
-            };
-            if s.send_window.adjust(increment.into()).is_err() {
-                let reason = "stream window overflow";
-                return Err(H2Error::stream(id, ErrorCode::FLOW_CONTROL_ERROR, reason));
-            }
-            self.schedule(id);
-        }
-        self.flush_streams();
-        Ok(())
-    }
-
     /// Hands `n` octets of credit back on the connection and, while the peer
     /// may still send on it, the stream (§6.9.1).
     pub(super) fn release(&mut self, id: u32, n: u32) {
         self.release_connection(n);
-        let Some(s) = self
-            .streams
-            .get_mut(&id)
-            .filter(|s| s.remote != Remote::Closed)
-        else {
+        let Some(s) = (self.streams.get_mut(id)).filter(|s| s.remote != Remote::Closed) else {
             return;
         };
         if let Some(increment) = s.recv_window.release(n) {
-            if !self.closed {
-                frame::encode_window_update(&mut self.output, id, increment);
+            if !self.lifecycle.is_closed() {
+                frame::encode_window_update(self.output.buf(), id, increment);
             }
         }
     }
 
     pub(super) fn release_connection(&mut self, n: u32) {
         if let Some(increment) = self.recv_window.release(n) {
-            if !self.closed {
-                frame::encode_window_update(&mut self.output, 0, increment);
+            if !self.lifecycle.is_closed() {
+                frame::encode_window_update(self.output.buf(), 0, increment);
             }
         }
     }

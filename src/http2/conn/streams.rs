@@ -1,12 +1,19 @@
-//! The stream table: which ids are idle, open or closed (RFC 9113 §5.1), and resets (§6.4).
+//! The stream table: which ids are idle, open or closed (RFC 9113 §5.1), the ids used so far
+//! (§5.1.1), the streams we reset (§6.4), the queue of streams with data to send, and since
+//! when none is open (the idle timeout).
 
-use crate::http2::error::ErrorCode;
-use crate::http2::frame;
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Duration;
+
 use crate::http2::stream::Stream;
 use crate::time::Timestamp;
 
-use super::budget::Cutoff;
-use super::{event_cost, event_stream, Connection, Event, Role, SendError, RECENT_RESETS};
+use super::{Role, SendError};
+
+/// How many streams we reset are remembered, to ignore frames in flight (§5.1).
+const RECENT_RESETS: usize = 256;
+/// Stream ids are 31 bits (§5.1.1).
+const MAX_STREAM_ID: u32 = (1 << 31) - 1;
 
 /// A stream id as the peer's frames see it (§5.1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -16,60 +23,40 @@ pub(super) enum Lookup {
     Closed { reset_by_us: bool },
 }
 
-impl Connection {
-    /// Abandons a stream with RST_STREAM (§6.4). Events already queued for it
-    /// may still be polled; nothing more will come.
-    pub fn reset_stream(&mut self, now: Timestamp, stream: u32, code: ErrorCode) {
-        self.advance(now);
-        let Some(s) = self.streams.get(&stream).filter(|_| !self.closed) else {
-            return;
-        };
-        // A client stream without HEADERS is still idle on the wire (§6.4).
-        if s.headers_sent() || !self.is_local(stream) {
-            frame::encode_rst_stream(&mut self.output, stream, code);
-            self.remember_reset(stream);
+/// The open and half-closed streams, ours and the peer's, and what the ids tell of the rest.
+#[derive(Debug)]
+pub(super) struct StreamTable {
+    role: Role,
+    streams: BTreeMap<u32, Stream>,
+    /// Streams with data or an END_STREAM to send, in turn (`Stream::scheduled`).
+    send_queue: VecDeque<u32>,
+    recent_resets: VecDeque<u32>,
+    next_local_id: u32,
+    /// Our highest stream that sent HEADERS: ours go out in id order (§5.1.1).
+    last_local_sent: u32,
+    /// The peer's highest stream id, named by our GOAWAY (§6.8).
+    last_peer_id: u32,
+    /// When the last stream ended; `None` while any is open.
+    idle_since: Option<Timestamp>,
+}
+
+impl StreamTable {
+    /// No streams yet: idle since `now`. A client's ids are odd, a server's even (§5.1.1).
+    pub(super) fn new(role: Role, now: Timestamp) -> Self {
+        StreamTable {
+            role,
+            streams: BTreeMap::new(),
+            send_queue: VecDeque::new(),
+            recent_resets: VecDeque::new(),
+            next_local_id: if role == Role::Client { 1 } else { 2 },
+            last_local_sent: 0,
+            last_peer_id: 0,
+            idle_since: Some(now),
         }
-        self.remove_stream(stream);
     }
 
-    /// RST_STREAM for a stream error; the application hears of it if it had
-    /// taken the stream, and never sees it otherwise. Past
-    /// `max_local_error_resets` such errors, the peer is cut off.
-    pub(super) fn reset(&mut self, id: u32, code: ErrorCode) {
-        frame::encode_rst_stream(&mut self.output, id, code);
-        self.remember_reset(id);
-        self.abuse.local_error_resets += 1;
-        if self.remove_stream(id).is_some() && !self.drop_unaccepted(id) {
-            self.emit(Event::StreamReset { stream: id, code });
-        }
-        if !self.budgets.local_error_resets.take() {
-            self.cut_off(Cutoff::LocalErrorResets);
-        }
-    }
-
-    /// Drops every queued event of a stream whose request the application
-    /// has not taken (its HEADERS event unpolled), handing back the
-    /// connection credit of its DATA: a stream that is already reset must
-    /// not reach the application. Whether it was such a stream.
-    pub(super) fn drop_unaccepted(&mut self, id: u32) -> bool {
-        if !self.pending_accept.remove(&id) {
-            return false;
-        }
-        let (mut cost, mut credit) = (0, 0);
-        self.events.retain(|e| {
-            let theirs = event_stream(e) == Some(id);
-            if theirs {
-                cost += event_cost(e);
-                if let Event::Data { data, .. } = e {
-                    credit += data.len();
-                }
-            }
-            !theirs
-        });
-        self.event_bytes -= cost;
-        self.abuse.reset_before_accept += 1;
-        self.release_connection(u32::try_from(credit).unwrap_or(u32::MAX));
-        true
+    pub(super) fn role(&self) -> Role {
+        self.role
     }
 
     /// Whether `id` is initiated by us: odd for clients, even for servers (§5.1.1).
@@ -94,17 +81,33 @@ impl Connection {
         }
     }
 
-    pub(super) fn count_streams(&self, local: bool) -> usize {
+    pub(super) fn get(&self, id: u32) -> Option<&Stream> {
+        self.streams.get(&id)
+    }
+
+    pub(super) fn get_mut(&mut self, id: u32) -> Option<&mut Stream> {
+        self.streams.get_mut(&id)
+    }
+
+    /// Streams not yet closed or reset.
+    pub(super) fn len(&self) -> usize {
+        self.streams.len()
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.streams.is_empty()
+    }
+
+    /// Our streams (`local`) or the peer's, for MAX_CONCURRENT_STREAMS (§5.1.2).
+    pub(super) fn count(&self, local: bool) -> usize {
         self.streams
             .keys()
             .filter(|&&id| self.is_local(id) == local)
             .count()
     }
 
+    /// A stream the application may still send on.
     pub(super) fn sendable(&mut self, id: u32) -> Result<&mut Stream, SendError> {
-        if self.closed {
-            return Err(SendError::Closed);
-        }
         match self.streams.get_mut(&id) {
             None => Err(SendError::UnknownStream),
             Some(s) if s.local_ended() => Err(SendError::StreamEnded),
@@ -112,33 +115,147 @@ impl Connection {
         }
     }
 
-    pub(super) fn insert_stream(&mut self, id: u32, stream: Stream) {
+    /// Reserves our next stream id (§5.1.1) within the peer's MAX_CONCURRENT_STREAMS
+    /// (§5.1.2) for `stream`.
+    pub(super) fn open_local(
+        &mut self,
+        max_concurrent: u32,
+        stream: Stream,
+    ) -> Result<u32, SendError> {
+        if self.count(true) >= max_concurrent as usize {
+            return Err(SendError::StreamLimit);
+        }
+        let id = self.next_local_id;
+        if id > MAX_STREAM_ID {
+            return Err(SendError::IdsExhausted);
+        }
+        self.next_local_id += 2;
+        self.insert(id, stream);
+        Ok(id)
+    }
+
+    /// Whether HEADERS may go out on our stream `id`: not after those of a later stream (§5.1.1).
+    pub(super) fn in_order(&self, id: u32) -> bool {
+        id >= self.last_local_sent
+    }
+
+    /// HEADERS went out on our stream `id`.
+    pub(super) fn headers_sent(&mut self, id: u32) {
+        self.last_local_sent = id;
+    }
+
+    /// The peer's highest stream id, which our GOAWAY names (§6.8).
+    pub(super) fn last_peer_id(&self) -> u32 {
+        self.last_peer_id
+    }
+
+    /// The peer opened stream `id`; ids only grow (§5.1.1).
+    pub(super) fn peer_opened(&mut self, id: u32) {
+        self.last_peer_id = id;
+    }
+
+    pub(super) fn insert(&mut self, id: u32, stream: Stream) {
         self.streams.insert(id, stream);
         self.idle_since = None;
     }
 
-    pub(super) fn remove_stream(&mut self, id: u32) -> Option<Stream> {
+    /// Forgets a stream; with none left, the connection is idle from `now`.
+    pub(super) fn remove(&mut self, id: u32, now: Timestamp) -> Option<Stream> {
         let stream = self.streams.remove(&id)?;
         if stream.scheduled {
             self.send_queue.retain(|&queued| queued != id);
         }
         if self.streams.is_empty() {
-            self.idle_since = Some(self.now);
+            self.idle_since = Some(now);
         }
-        self.maybe_close();
         Some(stream)
     }
 
-    pub(super) fn finish_if_closed(&mut self, id: u32) {
-        if self.streams.get(&id).is_some_and(Stream::is_closed) {
-            self.remove_stream(id);
-        }
+    /// The connection closed: every stream ends.
+    pub(super) fn clear(&mut self) {
+        self.streams.clear();
+        self.send_queue.clear();
     }
 
-    fn remember_reset(&mut self, id: u32) {
+    /// Our streams above `last_stream_id`, which the peer's GOAWAY says it never processed (§6.8).
+    pub(super) fn unprocessed(&self, last_stream_id: u32) -> Vec<u32> {
+        (self.streams.keys().copied())
+            .filter(|&id| self.is_local(id) && id > last_stream_id)
+            .collect()
+    }
+
+    /// We sent RST_STREAM on `id`: frames in flight on it are ignored (§5.1).
+    pub(super) fn remember_reset(&mut self, id: u32) {
         if self.recent_resets.len() == RECENT_RESETS {
             self.recent_resets.pop_front();
         }
         self.recent_resets.push_back(id);
+    }
+
+    /// When the idle timeout fires, if it is set and no stream is open.
+    pub(super) fn idle_deadline(&self, timeout: Option<Duration>) -> Option<Timestamp> {
+        let (since, timeout) = self.idle_since.zip(timeout)?;
+        Some(since + timeout)
+    }
+
+    /// Queues `id` to send, if it has something to send and is not queued.
+    pub(super) fn schedule(&mut self, id: u32) {
+        if let Some(s) = self.streams.get_mut(&id) {
+            if !s.scheduled && s.has_pending() {
+                s.scheduled = true;
+                self.send_queue.push_back(id);
+            }
+        }
+    }
+
+    /// The next stream to send a frame of.
+    pub(super) fn next_scheduled(&mut self) -> Option<u32> {
+        self.send_queue.pop_front()
+    }
+
+    /// `id` sent a frame and has more: its turn comes again after the others.
+    pub(super) fn requeue(&mut self, id: u32) {
+        self.send_queue.push_back(id);
+    }
+
+    /// `id` is blocked by the connection window: it goes first when credit comes.
+    pub(super) fn requeue_first(&mut self, id: u32) {
+        self.send_queue.push_front(id);
+    }
+
+    /// Whether any stream waits to send.
+    pub(super) fn any_scheduled(&self) -> bool {
+        !self.send_queue.is_empty()
+    }
+
+    /// The largest stream send window, `i64::MIN` with no stream.
+    pub(super) fn largest_send_window(&self) -> i64 {
+        let windows = self.streams.values().map(|s| s.send_window.get());
+        windows.max().unwrap_or(i64::MIN)
+    }
+
+    /// §6.9.2: a new peer INITIAL_WINDOW_SIZE shifts every stream's send window by `delta`
+    /// (checked beforehand not to overflow); streams it unblocks are queued.
+    pub(super) fn shift_send_windows(&mut self, delta: i64) {
+        for (&id, s) in self.streams.iter_mut() {
+            // Cannot fail: the largest window plus the largest delta was checked.
+            let _ = s.send_window.adjust(delta);
+            if !s.scheduled && s.has_pending() {
+                s.scheduled = true;
+                self.send_queue.push_back(id);
+            }
+        }
+    }
+
+    /// §6.9.2: our INITIAL_WINDOW_SIZE took effect; every stream's receive window follows.
+    pub(super) fn resize_recv_windows(&mut self, size: u32) {
+        for s in self.streams.values_mut() {
+            s.recv_window.resize(size);
+        }
+    }
+
+    /// Queued stream data, in octets.
+    pub(super) fn outbox_bytes(&self) -> usize {
+        self.streams.values().map(|s| s.outbox.len()).sum()
     }
 }
