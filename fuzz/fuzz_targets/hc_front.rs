@@ -11,7 +11,7 @@ use backoffd::coap::option::{BlockValue, BLOCK1};
 use backoffd::coap::{Code, Message, MessageBuilder, MessageType};
 use backoffd::hc::{ConnId, HcConfig, HcFront, HttpAnswer};
 use backoffd::http1::{Config, Http1Connection};
-use backoffd::proxy::{Destination, EndpointEvent, Proxy, ProxyConfig, Routing, Seeds};
+use backoffd::proxy::{Destination, EndpointEvent, Peer, Proxy, ProxyConfig, Routing, Seeds};
 use backoffd::time::Timestamp;
 use libfuzzer_sys::fuzz_target;
 
@@ -83,7 +83,7 @@ fn settle(
     loop {
         let mut moved = false;
         while let Some((from, bytes)) = front.poll_to_engine() {
-            proxy.handle_client_datagram(now, from, &bytes);
+            proxy.handle_client_datagram(now, Peer::Local(from), &bytes);
             moved = true;
         }
         for event in proxy.accept_endpoint_events(now) {
@@ -94,7 +94,8 @@ fn settle(
         while let Some(t) = proxy.poll_transmit() {
             moved = true;
             match t.to {
-                Destination::Client(addr) => front.from_engine(now, addr, &t.payload),
+                Destination::Client(Peer::Local(to)) => front.from_engine(now, to, &t.payload),
+                Destination::Client(Peer::Udp(_)) => {}
                 Destination::Upstream(ep) => {
                     let Ok(request) = Message::parse(&t.payload) else {
                         continue;

@@ -79,7 +79,7 @@ fuzz_target!(|data: &[u8]| {
         // The last request admitted may pass the budget by what its copy gains: up to 8
         // bytes of token, Hop-Limit, longer option headers (the Proxy-Uri's parts as options,
         // deltas across removed options), a few dozen bytes with 8 options at most.
-        assert!(c.in_flight_bytes <= 1024 + 64, "{c:?}");
-        assert!(c.cached_answers <= 2 * 64, "{c:?}");
+        assert!(c.load.in_flight_bytes <= 1024 + 64, "{c:?}");
+        assert!(c.kept.cached_answers <= 2 * 64, "{c:?}");
     }
 });
