@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use backoffd::coap::option::{PROXY_URI, URI_PATH};
 use backoffd::coap::{Code, MessageBuilder, MessageType};
 use backoffd::proxy::{
-    AllowedTarget, Destination, Proxy, ProxyConfig, RetryPolicy, Routing, Seeds,
+    AllowedTarget, Destination, KeptBounds, Limits, Proxy, ProxyConfig, RetryPolicy, Routing, Seeds,
 };
 use backoffd::time::Timestamp;
 use common::exposition::scrape;
@@ -296,10 +296,16 @@ fn engine_heap_per_exchange() -> Heap {
             }],
             forward: true,
         },
-        max_inflight: max,
-        max_inflight_per_upstream: max,
-        max_inflight_per_client: max,
-        max_cached: max,
+        limits: Limits {
+            max_inflight: max,
+            max_inflight_per_upstream: max,
+            max_inflight_per_client: max,
+            ..Limits::default()
+        },
+        kept: KeptBounds {
+            max_cached: max,
+            ..KeptBounds::default()
+        },
         upstream_exchange_lifetime: Duration::from_secs(2000),
         ..ProxyConfig::default()
     };
@@ -351,7 +357,10 @@ fn engine_heap_per_cache_entry() -> Heap {
                 allow: Vec::new(),
                 forward: false,
             },
-            max_cached_per_client: CACHED as usize,
+            kept: KeptBounds {
+                max_cached_per_client: CACHED as usize,
+                ..KeptBounds::default()
+            },
             cache_size,
             ..ProxyConfig::default()
         };

@@ -404,8 +404,8 @@ fn cost_of_the_worst_datagrams() {
         (
             "limits raised to the maximum: the audit's 60,000-segment Proxy-Uri (forwarded)",
             both_ways(|c| {
-                (c.max_request_size, c.max_options) = (65_527, 65_535);
-                c.max_inflight_bytes = 64 << 20;
+                (c.limits.max_request_size, c.limits.max_options) = (65_527, 65_535);
+                c.limits.max_inflight_bytes = 64 << 20;
             }),
             Box::new(move |i| {
                 let u = uri(60_000);

@@ -146,8 +146,8 @@ fn post_follows_the_non_idempotent_policy() {
 fn overload_is_answered_5_03_and_still_once_per_request() {
     let reports = run_seeds(41..=41, |seed| {
         let mut s = Scenario::new("overload", seed, 50_000);
-        s.config.max_inflight = 64;
-        s.config.max_inflight_per_upstream = 24;
+        s.config.limits.max_inflight = 64;
+        s.config.limits.max_inflight_per_upstream = 24;
         s
     });
     assert!(reports[0].outcomes.answered_5_03 > 0, "{}", reports[0]);
@@ -160,7 +160,7 @@ fn an_answer_cache_sized_for_100_s_of_answers_evicts_none_still_needed() {
     // one a client may still ask for. A smaller cache trades at-most-once for memory.
     let reports = run_seeds(61..=61, |seed| {
         let mut s = Scenario::new("answer-cache", seed, 100_000);
-        s.config.max_cached = 30_000;
+        s.config.kept.max_cached = 30_000;
         s.client_leg.loss = 0.15;
         s
     });
@@ -185,7 +185,7 @@ fn timers_never_act_on_finished_exchanges_and_no_state_is_left() {
         };
         s.config.non_idempotent = s.config.policy.non_idempotent();
         s.config.ack_delay = Duration::from_millis(20);
-        s.config.max_cached = 5_000;
+        s.config.kept.max_cached = 5_000;
         s.mix = Mix {
             slow: 30,
             late: 20,

@@ -5,7 +5,9 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use backoffd::proxy::{AllowedTarget, EndpointEvent, Proxy, ProxyConfig, Routing, Seeds};
+use backoffd::proxy::{
+    AllowedTarget, EndpointEvent, KeptBounds, Limits, Proxy, ProxyConfig, Routing, Seeds,
+};
 use backoffd::time::Timestamp;
 use libfuzzer_sys::fuzz_target;
 
@@ -26,16 +28,22 @@ fuzz_target!(|data: &[u8]| {
                 }],
                 forward: true,
             },
-            max_inflight: 64,
-            max_cached: 64,
             // The response cache on, small: hits, revalidations, invalidations and evictions.
             cache_size: 16 << 10,
             // Small limits, so that the fuzzer reaches every refusal (4.13, 4.02, 5.03 for bytes)
             // and the shares' evictions out of order and compactions.
-            max_request_size: 128,
-            max_options: 8,
-            max_inflight_bytes: 1024,
-            max_cached_per_client: 8,
+            limits: Limits {
+                max_inflight: 64,
+                max_request_size: 128,
+                max_options: 8,
+                max_inflight_bytes: 1024,
+                ..Limits::default()
+            },
+            kept: KeptBounds {
+                max_cached: 64,
+                max_cached_per_client: 8,
+                ..KeptBounds::default()
+            },
             ..ProxyConfig::default()
         },
         seeds,

@@ -97,7 +97,7 @@ pub fn from_flags(flags: &Flags, proxy: &ProxyConfig) -> Result<Option<HttpPart>
         forward: proxy.routing.forward,
         reverse: proxy.routing.upstream.is_some(),
         max_body,
-        max_request: proxy.max_request_size,
+        max_request: proxy.limits.max_request_size,
         timeout,
         cors: cors_flag(flags)?,
         max_streams: flags.get_or("http-max-streams", 64)?,

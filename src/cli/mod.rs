@@ -192,8 +192,8 @@ fn make_room_for_endpoints<'a>(proxies: impl IntoIterator<Item = &'a ProxyConfig
     let (mut wanted, mut bound, mut upstreams) = (FD_RESERVE, 0, 0);
     for p in proxies {
         upstreams += p.upstream_count();
-        bound = bound.max(p.max_upstream_endpoints);
-        wanted += (p.upstream_count() * p.max_upstream_endpoints) as u64;
+        bound = bound.max(p.limits.max_upstream_endpoints);
+        wanted += (p.upstream_count() * p.limits.max_upstream_endpoints) as u64;
     }
     match raise_fd_limit(wanted) {
         Ok(FdLimit::Enough) => {}

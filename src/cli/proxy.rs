@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use super::flags::{switch, value, DurationArg, Flags, Parsed, SizeArg, Spec, UsageError};
 use super::resolve;
-use backoffd::proxy::{AllowedTarget, ClientBudget, ProxyConfig, RetryPolicy, Routing};
+use backoffd::proxy::{
+    AllowedTarget, ClientBudget, KeptBounds, Limits, ProxyConfig, RetryPolicy, Routing,
+};
 use backoffd::reactor::{self, Reactor, WakeMode};
 
 pub const HELP: &str = "\
@@ -281,34 +283,9 @@ pub fn config_from_flags(flags: &Flags) -> Result<ProxyConfig, UsageError> {
             allow,
             forward,
         },
-        max_inflight: flags.get_or("max-inflight", defaults.max_inflight)?,
-        max_inflight_per_upstream: flags.get_or(
-            "max-inflight-per-upstream",
-            defaults.max_inflight_per_upstream,
-        )?,
-        max_inflight_per_client: flags
-            .get_or("max-inflight-per-client", defaults.max_inflight_per_client)?,
-        max_upstream_endpoints: flags
-            .get_or("max-upstream-endpoints", defaults.max_upstream_endpoints)?,
-        max_inflight_bytes: flags
-            .get_or("max-inflight-bytes", SizeArg(defaults.max_inflight_bytes))?
-            .0,
-        max_request_size: flags.get_or("max-request-size", defaults.max_request_size)?,
-        max_options: flags.get_or("max-options", defaults.max_options)?,
-        max_cached: flags.get_or("max-cached", defaults.max_cached)?,
-        max_cached_per_client: flags
-            .get_or("max-cached-per-client", defaults.max_cached_per_client)?,
-        max_cached_bytes: flags
-            .get_or("max-cached-bytes", SizeArg(defaults.max_cached_bytes))?
-            .0,
-        max_cached_bytes_per_client: flags
-            .get_or(
-                "max-cached-bytes-per-client",
-                SizeArg(defaults.max_cached_bytes_per_client),
-            )?
-            .0,
+        limits: limits_from_flags(flags, &defaults.limits)?,
+        kept: kept_from_flags(flags, &defaults.kept)?,
         cache_size: flags.get_or("cache-size", SizeArg(defaults.cache_size))?.0,
-        max_observations: flags.get_or("max-observations", defaults.max_observations)?,
         observe_con_every: flags.get_or("observe-con-every", defaults.observe_con_every)?,
         client_budget: budget_from_flags(flags, defaults.client_budget)?,
         validate_sources: flags.has("validate-sources"),
@@ -327,6 +304,42 @@ pub fn config_from_flags(flags: &Flags) -> Result<ProxyConfig, UsageError> {
         default_hop_limit: flags.get_or("hop-limit", defaults.default_hop_limit)?,
         seed: flags.get("seed")?,
         local_addr: None,
+    })
+}
+
+/// `--max-inflight` and the other limits of what the proxy takes in flight.
+fn limits_from_flags(flags: &Flags, defaults: &Limits) -> Result<Limits, UsageError> {
+    Ok(Limits {
+        max_inflight: flags.get_or("max-inflight", defaults.max_inflight)?,
+        max_inflight_per_upstream: flags.get_or(
+            "max-inflight-per-upstream",
+            defaults.max_inflight_per_upstream,
+        )?,
+        max_inflight_per_client: flags
+            .get_or("max-inflight-per-client", defaults.max_inflight_per_client)?,
+        max_upstream_endpoints: flags
+            .get_or("max-upstream-endpoints", defaults.max_upstream_endpoints)?,
+        max_inflight_bytes: flags
+            .get_or("max-inflight-bytes", SizeArg(defaults.max_inflight_bytes))?
+            .0,
+        max_request_size: flags.get_or("max-request-size", defaults.max_request_size)?,
+        max_options: flags.get_or("max-options", defaults.max_options)?,
+        max_observations: flags.get_or("max-observations", defaults.max_observations)?,
+    })
+}
+
+/// `--max-cached` and the other bounds of the answers kept for retransmissions.
+fn kept_from_flags(flags: &Flags, defaults: &KeptBounds) -> Result<KeptBounds, UsageError> {
+    let size = |name: &str, default: usize| flags.get_or(name, SizeArg(default)).map(|s| s.0);
+    Ok(KeptBounds {
+        max_cached: flags.get_or("max-cached", defaults.max_cached)?,
+        max_cached_per_client: flags
+            .get_or("max-cached-per-client", defaults.max_cached_per_client)?,
+        max_cached_bytes: size("max-cached-bytes", defaults.max_cached_bytes)?,
+        max_cached_bytes_per_client: size(
+            "max-cached-bytes-per-client",
+            defaults.max_cached_bytes_per_client,
+        )?,
     })
 }
 

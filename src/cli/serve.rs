@@ -255,7 +255,7 @@ pub fn describe(plan: &Plan) -> String {
             p.backoff_factor,
             p.jitter * 100.0,
             p.total_timeout,
-            c.max_upstream_endpoints,
+            c.limits.max_upstream_endpoints,
             c.sustained_rate_per_upstream(),
             describe_cache(c.cache_size)
         );

@@ -355,18 +355,18 @@ impl Proxy {
         let why = if self.draining {
             c.refusals.refused_draining += 1;
             "shutting down"
-        } else if self.inflight >= self.config.max_inflight {
+        } else if self.inflight >= self.config.limits.max_inflight {
             c.refusals.refused_inflight += 1;
             "too many requests in flight"
         } else if over_bytes {
             c.refusals.refused_inflight_bytes += 1;
             "too many request bytes in flight"
         } else if self.upstreams[usize::from(upstream)].inflight
-            >= self.config.max_inflight_per_upstream
+            >= self.config.limits.max_inflight_per_upstream
         {
             c.refusals.refused_upstream_inflight += 1;
             "too many requests in flight to this upstream"
-        } else if client_inflight >= self.config.max_inflight_per_client {
+        } else if client_inflight >= self.config.limits.max_inflight_per_client {
             c.refusals.refused_client += 1;
             "too many requests in flight from this client"
         } else {

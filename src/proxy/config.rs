@@ -138,52 +138,14 @@ pub struct ProxyConfig {
     pub non_idempotent: RetryPolicy,
     /// Where requests go: reverse upstream and forward-proxy allow list.
     pub routing: Routing,
-    /// Exchanges in flight upstream at once (all upstreams); more get 5.03.
-    pub max_inflight: usize,
-    /// Exchanges in flight to one upstream (RFC 7252 §4.7 asks proxies to limit this).
-    pub max_inflight_per_upstream: usize,
-    /// Exchanges in flight from one client (source address and port), so that one source
-    /// cannot take what the others need.
-    pub max_inflight_per_client: usize,
-    /// Sockets of the proxy's own towards one upstream at most. Each carries 65,536 Message
-    /// IDs per `upstream_exchange_lifetime`, so N of them sustain about
-    /// `(N - 1) * 65536 / lifetime` requests/s (one is the spare).
-    pub max_upstream_endpoints: usize,
-    /// Exchanges' request copies (kept for retransmission while the upstream has not
-    /// answered) may take this many bytes in all; a request that would exceed it gets 5.03.
-    /// (It is checked with the request's size as it came, so the last one admitted may pass it
-    /// by the few bytes its copy gains: the proxy's 8-byte token, Hop-Limit, the Proxy-Uri's
-    /// parts as options.) With `max_request_size` this bounds what requests in flight take.
-    pub max_inflight_bytes: usize,
-    /// The largest request datagram the proxy takes, in bytes; a longer one gets 4.13 Request
-    /// Entity Too Large with Size1 (RFC 7252 §5.9.2.9, §5.10.9). 1152 is RFC 7252 §4.6's
-    /// upper bound for a message when nothing is known of the path (and libcoap's default
-    /// MTU); a request that follows §4.6 always fits, block-wise bodies included (RFC 7959).
-    pub max_request_size: usize,
-    /// Options a request may carry, a Proxy-Uri counting as the Uri-Path and Uri-Query
-    /// options it decomposes into (RFC 7252 §6.4); more get 4.02 Bad Option.
-    pub max_options: usize,
-    /// Completed answers kept for client retransmissions (bounded; oldest evicted first).
-    pub max_cached: usize,
-    /// Of those, answers kept for one client (source address and port) at most: past it the
-    /// client's own oldest answer goes, so that one source cannot push the others' out. The
-    /// proxy's own answers have a share of the same size in their store.
-    pub max_cached_per_client: usize,
-    /// `--max-cached-bytes`: the bytes those answers may take, each store apart (the proxy's
-    /// own answers have a bound of the same size in theirs); past it the oldest go, as past
-    /// `max_cached`. Counted on what the store really holds, so this bounds its memory:
-    /// 100,000 answers of 8 KB would be 800 MB.
-    pub max_cached_bytes: usize,
-    /// `--max-cached-bytes-per-client`: of those, one client's at most; past it its own
-    /// oldest go, as past `max_cached_per_client`. An answer longer than this is kept without
-    /// its bytes: its retransmissions get nothing (and are never forwarded again).
-    pub max_cached_bytes_per_client: usize,
+    /// What one request, one client, one upstream and all of them may hold in flight.
+    pub limits: Limits,
+    /// The bounds of the answers kept for clients' retransmissions (`answer_cache.rs`).
+    pub kept: KeptBounds,
     /// `--cache-size`: bytes the response cache may hold in all, its entries' bookkeeping
     /// included (RFC 7252 §5.6; `proxy/cache/`). 0, the default, turns it off: a cache
     /// changes what clients see (answers up to Max-Age old), so it is the operator's choice.
     pub cache_size: usize,
-    /// Live observations (RFC 7641) relayed at once.
-    pub max_observations: usize,
     /// Every this many notifications to a client at least one goes as a CON (RFC 7641 §4.5:
     /// "at least every 24 hours", which the proxy also keeps), so that an observer that has
     /// gone (or never was: a spoofed registration) is noticed when that CON times out, and
@@ -215,6 +177,84 @@ pub struct ProxyConfig {
     pub local_addr: Option<SocketAddr>,
 }
 
+/// What the proxy takes in flight: a request whose admission would pass one of these gets 4.13, 4.02 or 5.03 (see each).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Exchanges in flight upstream at once (all upstreams); more get 5.03.
+    pub max_inflight: usize,
+    /// Exchanges in flight to one upstream (RFC 7252 §4.7 asks proxies to limit this).
+    pub max_inflight_per_upstream: usize,
+    /// Exchanges in flight from one client (source address and port), so that one source
+    /// cannot take what the others need.
+    pub max_inflight_per_client: usize,
+    /// Sockets of the proxy's own towards one upstream at most. Each carries 65,536 Message
+    /// IDs per `upstream_exchange_lifetime`, so N of them sustain about
+    /// `(N - 1) * 65536 / lifetime` requests/s (one is the spare).
+    pub max_upstream_endpoints: usize,
+    /// Exchanges' request copies (kept for retransmission while the upstream has not
+    /// answered) may take this many bytes in all; a request that would exceed it gets 5.03.
+    /// (It is checked with the request's size as it came, so the last one admitted may pass it
+    /// by the few bytes its copy gains: the proxy's 8-byte token, Hop-Limit, the Proxy-Uri's
+    /// parts as options.) With `max_request_size` this bounds what requests in flight take.
+    pub max_inflight_bytes: usize,
+    /// The largest request datagram the proxy takes, in bytes; a longer one gets 4.13 Request
+    /// Entity Too Large with Size1 (RFC 7252 §5.9.2.9, §5.10.9). 1152 is RFC 7252 §4.6's
+    /// upper bound for a message when nothing is known of the path (and libcoap's default
+    /// MTU); a request that follows §4.6 always fits, block-wise bodies included (RFC 7959).
+    pub max_request_size: usize,
+    /// Options a request may carry, a Proxy-Uri counting as the Uri-Path and Uri-Query
+    /// options it decomposes into (RFC 7252 §6.4); more get 4.02 Bad Option.
+    pub max_options: usize,
+    /// Live observations (RFC 7641) relayed at once.
+    pub max_observations: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_inflight: 10_000,
+            max_inflight_per_upstream: 10_000,
+            max_inflight_per_client: 256,
+            max_upstream_endpoints: 1024,
+            max_inflight_bytes: 4 << 20,
+            max_request_size: 1152,
+            max_options: 64,
+            max_observations: 1_000,
+        }
+    }
+}
+
+/// The bounds of the answers kept for clients' retransmissions: in all and per client, in answers and in bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeptBounds {
+    /// Completed answers kept for client retransmissions (bounded; oldest evicted first).
+    pub max_cached: usize,
+    /// Of those, answers kept for one client (source address and port) at most: past it the
+    /// client's own oldest answer goes, so that one source cannot push the others' out. The
+    /// proxy's own answers have a share of the same size in their store.
+    pub max_cached_per_client: usize,
+    /// `--max-cached-bytes`: the bytes those answers may take, each store apart (the proxy's
+    /// own answers have a bound of the same size in theirs); past it the oldest go, as past
+    /// `max_cached`. Counted on what the store really holds, so this bounds its memory:
+    /// 100,000 answers of 8 KB would be 800 MB.
+    pub max_cached_bytes: usize,
+    /// `--max-cached-bytes-per-client`: of those, one client's at most; past it its own
+    /// oldest go, as past `max_cached_per_client`. An answer longer than this is kept without
+    /// its bytes: its retransmissions get nothing (and are never forwarded again).
+    pub max_cached_bytes_per_client: usize,
+}
+
+impl Default for KeptBounds {
+    fn default() -> Self {
+        KeptBounds {
+            max_cached: 100_000,
+            max_cached_per_client: 10_000,
+            max_cached_bytes: 8 << 20,
+            max_cached_bytes_per_client: 1 << 20,
+        }
+    }
+}
+
 impl Default for ProxyConfig {
     fn default() -> Self {
         ProxyConfig {
@@ -225,19 +265,9 @@ impl Default for ProxyConfig {
                 allow: Vec::new(),
                 forward: false,
             },
-            max_inflight: 10_000,
-            max_inflight_per_upstream: 10_000,
-            max_inflight_per_client: 256,
-            max_upstream_endpoints: 1024,
-            max_inflight_bytes: 4 << 20,
-            max_request_size: 1152,
-            max_options: 64,
-            max_cached: 100_000,
-            max_cached_per_client: 10_000,
-            max_cached_bytes: 8 << 20,
-            max_cached_bytes_per_client: 1 << 20,
+            limits: Limits::default(),
+            kept: KeptBounds::default(),
             cache_size: 0,
-            max_observations: 1_000,
             observe_con_every: 20,
             client_budget: ClientBudget::DEFAULT,
             validate_sources: false,
@@ -269,7 +299,7 @@ impl ProxyConfig {
     /// Requests per second one upstream sustains at most before Message IDs run out: the
     /// bound's endpoints but the spare, 65,536 IDs each per lifetime.
     pub fn sustained_rate_per_upstream(&self) -> f64 {
-        let endpoints = self.max_upstream_endpoints.saturating_sub(1).max(1) as f64;
+        let endpoints = self.limits.max_upstream_endpoints.saturating_sub(1).max(1) as f64;
         endpoints * 65_536.0 / self.upstream_exchange_lifetime.as_secs_f64()
     }
 
@@ -295,16 +325,19 @@ impl ProxyConfig {
             ));
         }
         for (name, v) in [
-            ("max-inflight", self.max_inflight),
-            ("max-inflight-per-client", self.max_inflight_per_client),
-            ("max-cached", self.max_cached),
-            ("max-cached-per-client", self.max_cached_per_client),
-            ("max-cached-bytes", self.max_cached_bytes),
+            ("max-inflight", self.limits.max_inflight),
+            (
+                "max-inflight-per-client",
+                self.limits.max_inflight_per_client,
+            ),
+            ("max-cached", self.kept.max_cached),
+            ("max-cached-per-client", self.kept.max_cached_per_client),
+            ("max-cached-bytes", self.kept.max_cached_bytes),
             (
                 "max-cached-bytes-per-client",
-                self.max_cached_bytes_per_client,
+                self.kept.max_cached_bytes_per_client,
             ),
-            ("max-options", self.max_options),
+            ("max-options", self.limits.max_options),
         ] {
             if v == 0 {
                 return Err(ConfigError(format!("--{name}: must be at least 1")));
@@ -317,7 +350,7 @@ impl ProxyConfig {
                 MAX_CACHE_SIZE >> 20
             )));
         }
-        if !(1..=MAX_UPSTREAM_ENDPOINTS).contains(&self.max_upstream_endpoints) {
+        if !(1..=MAX_UPSTREAM_ENDPOINTS).contains(&self.limits.max_upstream_endpoints) {
             return Err(ConfigError(format!(
                 "--max-upstream-endpoints: must be 1..={MAX_UPSTREAM_ENDPOINTS}"
             )));
@@ -372,12 +405,12 @@ impl ProxyConfig {
 
     /// A request the size limit lets in must fit the in-flight budget on its own.
     fn validate_sizes(&self) -> Result<(), ConfigError> {
-        if !(MIN_REQUEST_SIZE..=MAX_DATAGRAM).contains(&self.max_request_size) {
+        if !(MIN_REQUEST_SIZE..=MAX_DATAGRAM).contains(&self.limits.max_request_size) {
             return Err(ConfigError(format!(
                 "--max-request-size: must be {MIN_REQUEST_SIZE}..={MAX_DATAGRAM}"
             )));
         }
-        if self.max_inflight_bytes < self.max_request_size {
+        if self.limits.max_inflight_bytes < self.limits.max_request_size {
             return Err(ConfigError(
                 "--max-inflight-bytes: must be at least --max-request-size".into(),
             ));
@@ -483,19 +516,25 @@ mod tests {
         assert!(c.validate().is_ok());
         for (edit, flag) in [
             (
-                (|c: &mut ProxyConfig| c.max_request_size = 63) as fn(&mut ProxyConfig),
+                (|c: &mut ProxyConfig| c.limits.max_request_size = 63) as fn(&mut ProxyConfig),
                 "--max-request-size",
             ),
             (
-                |c| c.max_request_size = MAX_DATAGRAM + 1,
+                |c| c.limits.max_request_size = MAX_DATAGRAM + 1,
                 "--max-request-size",
             ),
-            (|c| c.max_inflight_bytes = 1000, "--max-inflight-bytes"),
-            (|c| c.max_options = 0, "--max-options"),
-            (|c| c.max_cached_per_client = 0, "--max-cached-per-client"),
-            (|c| c.max_cached_bytes = 0, "--max-cached-bytes"),
             (
-                |c| c.max_cached_bytes_per_client = 0,
+                |c| c.limits.max_inflight_bytes = 1000,
+                "--max-inflight-bytes",
+            ),
+            (|c| c.limits.max_options = 0, "--max-options"),
+            (
+                |c| c.kept.max_cached_per_client = 0,
+                "--max-cached-per-client",
+            ),
+            (|c| c.kept.max_cached_bytes = 0, "--max-cached-bytes"),
+            (
+                |c| c.kept.max_cached_bytes_per_client = 0,
                 "--max-cached-bytes-per-client",
             ),
         ] {

@@ -198,16 +198,16 @@ impl Proxy {
         let endpoints = Endpoints::new(
             &targets,
             config.upstream_exchange_lifetime,
-            config.max_upstream_endpoints,
+            config.limits.max_upstream_endpoints,
             rng.random(),
         );
         let bound = Bound {
-            count: config.max_cached,
-            bytes: config.max_cached_bytes,
+            count: config.kept.max_cached,
+            bytes: config.kept.max_cached_bytes,
         };
         let share = Bound {
-            count: config.max_cached_per_client,
-            bytes: config.max_cached_bytes_per_client,
+            count: config.kept.max_cached_per_client,
+            bytes: config.kept.max_cached_bytes_per_client,
         };
         let cache = ResponseCache::new(config.cache_size, [seeds.hash[1], !seeds.hash[0]]);
         let clients = Clients::new(rng.random(), &hash);
@@ -405,7 +405,7 @@ impl Proxy {
 
     /// The configured endpoint bound per upstream.
     pub fn max_upstream_endpoints(&self) -> usize {
-        self.config.max_upstream_endpoints
+        self.config.limits.max_upstream_endpoints
     }
 
     /// Requests still waiting on an upstream.
@@ -631,7 +631,7 @@ impl Proxy {
     /// At most `max_cached` answers are being delivered at once: past that, the oldest
     /// delivery is given up (it has been retransmitted longest).
     fn bound_deliveries(&mut self, now: Timestamp) {
-        while self.delivering_count > self.config.max_cached {
+        while self.delivering_count > self.config.kept.max_cached {
             let Some(oldest) = self.delivering.pop_front() else {
                 break;
             };

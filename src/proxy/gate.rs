@@ -51,11 +51,13 @@ impl SendGate {
     }
 
     /// The engine's clock moved to `now` (it never goes back).
+    #[inline]
     pub(super) fn clock(&mut self, now: Timestamp) {
         self.now = self.now.max(now);
     }
 
     /// A datagram of `len` bytes came from `from` (its allowance grows).
+    #[inline]
     pub(super) fn received(&mut self, from: Peer, len: usize) {
         if let Some(addr) = from.claimed_address() {
             self.validation.received(self.now, addr, len);
@@ -63,12 +65,14 @@ impl SendGate {
     }
 
     /// Whether `to` has proven that it receives (or needs not).
+    #[inline]
     pub(super) fn proven(&self, to: Peer) -> bool {
         to.claimed_address()
             .is_none_or(|addr| self.validation.proven(self.now, addr))
     }
 
     /// Whether `len` bytes may go to `to` now without a proof of its address.
+    #[inline]
     pub(super) fn fits(&self, to: Peer, len: usize) -> bool {
         to.claimed_address()
             .is_none_or(|addr| self.validation.fits(self.now, addr, len))
@@ -76,6 +80,7 @@ impl SendGate {
 
     /// Queues `payload` for `to` in `out` unless the rules hold it back (it is counted
     /// there). Returns whether it was queued. Datagrams to upstreams always are.
+    #[inline]
     pub(super) fn send(
         &mut self,
         out: &mut Outbox,
@@ -112,6 +117,7 @@ impl SendGate {
 
     /// Whether `len` more bytes may go to `addr`: within its allowance (or as its probe)
     /// and, unless the proxy made the answer itself, within its rate.
+    #[inline]
     fn admits(&mut self, addr: SocketAddr, len: usize, charge: Charge) -> bool {
         let con = match charge {
             Charge::Con(key) => Some(key),

@@ -54,29 +54,36 @@ impl<K: Hash + Eq, V> Index<K, V> {
         self.nodes.len()
     }
 
+    #[inline]
     pub(super) fn get(&self, key: &K) -> Option<&V> {
         self.find(key).map(|i| &self.nodes[i].value)
     }
 
+    #[inline]
     pub(super) fn contains_key(&self, key: &K) -> bool {
         self.find(key).is_some()
     }
 
-    /// Inserts or replaces; the value replaced, if any.
+    /// Inserts or replaces; the value replaced, if any. The key is hashed once (twice when
+    /// the table grows).
+    #[inline]
     pub(super) fn insert(&mut self, key: K, value: V) -> Option<V> {
-        if let Some(i) = self.find(&key) {
+        let mut bucket = (!self.heads.is_empty()).then(|| self.bucket(&key));
+        if let Some(i) = bucket.and_then(|b| self.find_in(b, &key)) {
             return Some(std::mem::replace(&mut self.nodes[i].value, value));
         }
         if self.nodes.len() >= self.heads.len() {
             self.grow();
+            bucket = None;
         }
-        let bucket = self.bucket(&key);
+        let bucket = bucket.unwrap_or_else(|| self.bucket(&key));
         let next = self.heads[bucket];
         let i = self.nodes.insert(Node { key, value, next });
         self.heads[bucket] = u32::try_from(i).expect("fewer than 2^32 entries");
         None
     }
 
+    #[inline]
     pub(super) fn remove(&mut self, key: &K) -> Option<V> {
         if self.heads.is_empty() {
             return None;
@@ -98,15 +105,23 @@ impl<K: Hash + Eq, V> Index<K, V> {
         None
     }
 
+    #[inline]
     fn bucket(&self, key: &K) -> usize {
         self.state.hash_one(key) as usize & (self.heads.len() - 1)
     }
 
+    #[inline]
     fn find(&self, key: &K) -> Option<usize> {
         if self.heads.is_empty() {
             return None;
         }
-        let mut at = self.heads[self.bucket(key)];
+        self.find_in(self.bucket(key), key)
+    }
+
+    /// The node of `key` in `bucket`, which must be the key's.
+    #[inline]
+    fn find_in(&self, bucket: usize, key: &K) -> Option<usize> {
+        let mut at = self.heads[bucket];
         while at != NIL {
             let node = &self.nodes[at as usize];
             if node.key == *key {

@@ -26,7 +26,7 @@ impl Proxy {
     /// option be treated like an unrecognised one, which for a critical option (Proxy-Uri is,
     /// §5.10.2) is 4.02 (§5.4.1). 4.00 would not say which part of the request to change.
     pub(super) fn check_request_limits(&mut self, msg: &Message) -> Result<(), LocalAnswer> {
-        let (len, limit) = (msg.as_bytes().len(), self.config.max_request_size);
+        let (len, limit) = (msg.as_bytes().len(), self.config.limits.max_request_size);
         if len > limit {
             let framing = len - msg.payload().len() + usize::from(msg.payload().is_empty());
             let room = limit.saturating_sub(framing);
@@ -43,7 +43,7 @@ impl Proxy {
             // A Proxy-Uri that does not split is refused later, by route.
             options = options - 1 + route::decomposed_options(uri).unwrap_or(1);
         }
-        if options > self.config.max_options {
+        if options > self.config.limits.max_options {
             self.counters.own_answers.too_many_options += 1;
             return Err(LocalAnswer {
                 code: Code::BAD_OPTION,
@@ -59,7 +59,7 @@ impl Proxy {
     /// Whether a request of `len` bytes would take the copies of the requests in flight past
     /// `max_inflight_bytes` (its copy, made only once it is admitted, may be a little longer).
     pub(super) fn over_inflight_bytes(&self, len: usize) -> bool {
-        self.inflight_bytes + len > self.config.max_inflight_bytes
+        self.inflight_bytes + len > self.config.limits.max_inflight_bytes
     }
 
     /// The exchange keeps its upstream request for retransmission: its bytes count in flight.

@@ -65,7 +65,9 @@ mod validation;
 
 pub use budget::ClientBudget;
 pub use cache::CacheCounters;
-pub use config::{AllowedTarget, ConfigError, ProxyConfig, RetryPolicy, Routing};
+pub use config::{
+    AllowedTarget, ConfigError, KeptBounds, Limits, ProxyConfig, RetryPolicy, Routing,
+};
 pub use counters::{
     Counters, KeptAnswers, Load, ObserveCounters, OwnAnswers, Proof, Refusals, Strays, Traffic,
 };

@@ -265,7 +265,7 @@ impl Proxy {
             }
             _ => msg,
         };
-        if registers && self.observations >= self.config.max_observations {
+        if registers && self.observations >= self.config.limits.max_observations {
             if let Some(client) = self.get(key).map(|x| x.client) {
                 self.events.push(ProxyEvent::ObservationLimit { client });
             }

@@ -99,13 +99,13 @@ fn ten_thousand_hits_of_8_kb_keep_a_share_of_bytes_and_the_others_still_replay()
     }
     // The flooder's share, the dead answers a compaction has not dropped yet (at most half
     // as many bytes, and one datagram), and the other client's three answers.
-    let share = ProxyConfig::default().max_cached_bytes_per_client;
+    let share = ProxyConfig::default().kept.max_cached_bytes_per_client;
     let kept = p.counters().kept.cached_answer_bytes as usize;
     assert!(
         kept <= share + share / 2 + 65_536 + 3 * 8100,
         "{kept} bytes kept"
     );
-    assert!(kept <= ProxyConfig::default().max_cached_bytes);
+    assert!(kept <= ProxyConfig::default().kept.max_cached_bytes);
     assert!(p.counters().kept.share_evictions > 9_800);
     // The other client's retransmissions get their answers again, and nothing goes upstream.
     assert_eq!(ask(&mut p, secs(2.0), other, &hit, 0), (first_hit, 0));
@@ -123,7 +123,7 @@ fn ten_thousand_hits_of_8_kb_keep_a_share_of_bytes_and_the_others_still_replay()
 fn past_the_byte_bound_the_oldest_answer_goes_as_past_the_count_bound() {
     // Its retransmission is then a new request, as after any early eviction: forwarded
     // again, counted, and said once. Room for three answers of 1011 bytes, not four.
-    let mut p = proxy(|c| c.max_cached_bytes = 3100);
+    let mut p = proxy(|c| c.kept.max_cached_bytes = 3100);
     let clients: Vec<_> = (1..=4).map(|n| client(&mut p, n)).collect();
     let reqs: Vec<_> = (1..=4).map(|mid| request(Code::GET, mid, b"r")).collect();
     for (c, req) in clients.iter().zip(&reqs) {
@@ -145,7 +145,7 @@ fn past_the_byte_bound_the_oldest_answer_goes_as_past_the_count_bound() {
 
 #[test]
 fn an_answer_longer_than_a_clients_share_replays_nothing_and_never_runs_twice() {
-    let mut p = proxy(|c| c.max_cached_bytes_per_client = 1000);
+    let mut p = proxy(|c| c.kept.max_cached_bytes_per_client = 1000);
     let c = client(&mut p, 1);
     let post = request(Code::POST, 1, b"p");
     let (got, forwarded) = ask(&mut p, secs(1.0), c, &post, 2000);

@@ -112,7 +112,7 @@ fn proxy_made_answers_are_not_counted_as_relayed() {
 
 #[test]
 fn a_retransmission_after_5_03_gets_the_same_5_03_and_is_not_forwarded() {
-    let mut p = proxy(|c| c.max_inflight = 1);
+    let mut p = proxy(|c| c.limits.max_inflight = 1);
     let (a, b) = (client(1), client(2));
     p.handle_client_datagram(secs(0.0), a, &request(MessageType::Con, Code::GET, 1, b"a"));
     let forwarded = drain(&mut p).remove(0).payload;
@@ -299,7 +299,7 @@ fn a_60k_segment_proxy_uri_gets_4_13_with_size1_and_nothing_goes_upstream() {
 
 #[test]
 fn size1_is_the_largest_entity_the_request_could_have_carried() {
-    let mut p = proxy(|c| c.max_request_size = 100);
+    let mut p = proxy(|c| c.limits.max_request_size = 100);
     let req = con(1, &[(URI_PATH, b"r")], &[7; 200]);
     p.handle_client_datagram(secs(0.0), client(1), &req);
     let out = drain(&mut p);
@@ -317,7 +317,7 @@ fn size1_is_the_largest_entity_the_request_could_have_carried() {
 
 #[test]
 fn more_options_than_max_options_get_4_02_a_proxy_uri_counting_as_its_parts() {
-    let mut p = forward_proxy(|c| c.max_options = 8);
+    let mut p = forward_proxy(|c| c.limits.max_options = 8);
     let uri = |segments: usize| format!("coap://127.0.0.1:5690{}?q", "/s".repeat(segments));
     let codes: Vec<Code> = [7, 8]
         .into_iter()
@@ -340,7 +340,7 @@ fn more_options_than_max_options_get_4_02_a_proxy_uri_counting_as_its_parts() {
     p.handle_client_datagram(secs(0.0), client(1), &req);
     assert_eq!(only_answer(&drain(&mut p)).code(), Code::BAD_OPTION);
     let paths = vec![(URI_PATH, &b"p"[..]); 9];
-    let mut r = proxy(|c| c.max_options = 8);
+    let mut r = proxy(|c| c.limits.max_options = 8);
     r.handle_client_datagram(secs(0.0), client(1), &con(1, &paths, &[]));
     assert_eq!(only_answer(&drain(&mut r)).code(), Code::BAD_OPTION);
     assert_eq!(
@@ -357,7 +357,7 @@ fn more_options_than_max_options_get_4_02_a_proxy_uri_counting_as_its_parts() {
 fn past_the_inflight_byte_budget_requests_get_5_03_until_an_answer_frees_room() {
     // 400 x 60 kB CONs to a silent upstream once held 15.5 MB; now the size limit refuses
     // them (above), and what the limit lets through is bounded in bytes as well.
-    let mut p = proxy(|c| (c.max_request_size, c.max_inflight_bytes) = (1152, 3000));
+    let mut p = proxy(|c| (c.limits.max_request_size, c.limits.max_inflight_bytes) = (1152, 3000));
     let req = |mid| con(mid, &[(URI_PATH, b"r")], &[mid as u8; 1000]);
     let mut forwarded = Vec::new();
     let mut codes = Vec::new();
@@ -408,7 +408,7 @@ fn answered(p: &mut Proxy, from: SocketAddr, first: u16, n: u16) -> Vec<Vec<u8>>
 fn a_flooding_client_evicts_only_its_own_oldest_answers() {
     // 110k spoofed requests once evicted 41,578 legitimate answers, whose retransmissions
     // would have run twice. Now one source keeps its share and no more.
-    let mut p = proxy(|c| (c.max_cached, c.max_cached_per_client) = (200, 50));
+    let mut p = proxy(|c| (c.kept.max_cached, c.kept.max_cached_per_client) = (200, 50));
     let (legit, flooder) = (client(1), client(2));
     let kept = answered(&mut p, legit, 0, 10);
     let flood = answered(&mut p, flooder, 0, 1000);
@@ -449,7 +449,7 @@ fn the_duplicate_index_holds_exactly_the_requests_live_or_kept() {
     // An evicted or expired answer takes its index entry with it. (Stale entries were once
     // swept in bulk: under per-client shares the sweeps came every few thousand requests and
     // paused the loop for milliseconds.)
-    let mut p = proxy(|c| (c.max_cached, c.max_cached_per_client) = (200, 50));
+    let mut p = proxy(|c| (c.kept.max_cached, c.kept.max_cached_per_client) = (200, 50));
     let refused = con(1, &[(PROXY_URI, b"coap://example.org/r")], &[]);
     p.handle_client_datagram(secs(0.0), client(9), &refused);
     drain(&mut p);
@@ -470,7 +470,7 @@ fn a_flood_of_refused_requests_leaves_the_other_clients_refusals_alone() {
     // The proxy's own answers have their shares too: a source flooding with requests the
     // proxy refuses cannot make it forget another client's refusal (which would then be
     // answered afresh, perhaps differently, RFC 7252 §4.5).
-    let mut p = proxy(|c| (c.max_cached, c.max_cached_per_client) = (100, 20));
+    let mut p = proxy(|c| (c.kept.max_cached, c.kept.max_cached_per_client) = (100, 20));
     let refused = con(1, &[(PROXY_URI, b"coap://example.org/r")], &[]);
     p.handle_client_datagram(secs(0.0), client(1), &refused);
     let first = drain(&mut p);
