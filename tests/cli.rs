@@ -9,6 +9,7 @@ fn backoffd(args: &[&str]) -> std::process::Output {
         .expect("run backoffd")
 }
 
+#[cfg(feature = "timer-bench")]
 #[test]
 fn unknown_flag_exits_2_with_one_line_naming_it() {
     let out = backoffd(&["timer-bench", "--frobnicate=3"]);
@@ -18,6 +19,7 @@ fn unknown_flag_exits_2_with_one_line_naming_it() {
     assert!(err.contains("--frobnicate"), "{err}");
 }
 
+#[cfg(feature = "timer-bench")]
 #[test]
 fn bad_values_exit_2_naming_the_flag() {
     for (args, flag) in [
@@ -57,6 +59,26 @@ fn a_build_without_the_cross_proxy_refuses_its_flags() {
     );
 }
 
+/// Commands a minimal build leaves out are known, and refused in one line naming their
+/// feature.
+#[test]
+#[cfg(not(all(feature = "demo", feature = "timer-bench")))]
+fn a_minimal_build_names_the_features_of_the_commands_it_left_out() {
+    for (command, built) in [
+        ("demo", cfg!(feature = "demo")),
+        ("timer-bench", cfg!(feature = "timer-bench")),
+    ] {
+        if built {
+            continue;
+        }
+        let out = backoffd(&[command]);
+        assert_eq!(out.status.code(), Some(2), "{command}");
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains(&format!("cargo feature `{command}`")), "{err}");
+    }
+}
+
 #[test]
 fn unknown_command_exits_2() {
     assert_eq!(backoffd(&["frobnicate"]).status.code(), Some(2));
@@ -65,13 +87,18 @@ fn unknown_command_exits_2() {
 
 #[test]
 fn every_command_has_help() {
-    for args in [&["--help"][..], &["timer-bench", "--help"][..]] {
+    let mut commands = vec![&["--help"][..]];
+    if cfg!(feature = "timer-bench") {
+        commands.push(&["timer-bench", "--help"][..]);
+    }
+    for args in commands {
         let out = backoffd(args);
         assert_eq!(out.status.code(), Some(0));
         assert!(String::from_utf8_lossy(&out.stdout).contains("Usage"));
     }
 }
 
+#[cfg(feature = "timer-bench")]
 #[test]
 fn timer_bench_json_reports_every_source_beside_the_baseline_with_no_early_timers() {
     let plot = std::env::temp_dir().join(format!("timer-bench-{}.svg", std::process::id()));
@@ -127,6 +154,7 @@ fn timer_bench_json_reports_every_source_beside_the_baseline_with_no_early_timer
     );
 }
 
+#[cfg(feature = "timer-bench")]
 /// The `source` of each `--json` line, in order (it is the first member).
 fn json_sources(stdout: &str) -> Vec<&str> {
     stdout
@@ -135,6 +163,7 @@ fn json_sources(stdout: &str) -> Vec<&str> {
         .collect()
 }
 
+#[cfg(feature = "timer-bench")]
 /// Without root, every host knob is a warning and the run goes on; `--json` says what held.
 #[test]
 fn timer_bench_without_privileges_warns_and_reports_what_was_in_effect() {
@@ -182,6 +211,7 @@ fn timer_bench_without_privileges_warns_and_reports_what_was_in_effect() {
     )), "{stdout}");
 }
 
+#[cfg(feature = "demo")]
 #[test]
 fn demo_runs_everything_on_loopback_and_passes() {
     let out = backoffd(&["demo", "--requests", "120"]);
@@ -201,6 +231,7 @@ fn demo_runs_everything_on_loopback_and_passes() {
     );
 }
 
+#[cfg(feature = "timer-bench")]
 /// A kernel without epoll_pwait2 (before 5.11), simulated by a seccomp filter that answers
 /// ENOSYS for it: the reactor falls back to timerfd and timer-bench leaves pwait2 out with a
 /// warning, measuring the rest.
@@ -224,6 +255,7 @@ fn timer_bench_without_epoll_pwait2_leaves_it_out_with_a_warning() {
     assert_eq!(sources, ["timerfd", "nanosleep"], "{stdout}");
 }
 
+#[cfg(feature = "timer-bench")]
 /// Installs a seccomp filter on this (child) process: epoll_pwait2 fails with ENOSYS, every
 /// other system call is allowed.
 fn deny_epoll_pwait2() -> std::io::Result<()> {

@@ -1,6 +1,7 @@
 //! The `backoffd` command line: subcommand dispatch. Each subcommand has its own file.
 
 pub mod config_file;
+#[cfg(feature = "demo")]
 mod demo;
 pub mod flags;
 mod http;
@@ -9,6 +10,7 @@ pub mod reconnect_client;
 pub mod reconnect_server;
 mod relay;
 mod serve;
+#[cfg(feature = "timer-bench")]
 mod timer_bench;
 
 use std::cell::RefCell;
@@ -46,16 +48,30 @@ Run `backoffd <command> --help` for a command's options.
 /// A subcommand: its arguments (after its name) in, the process exit code out.
 type Command = fn(&[String]) -> Result<i32, UsageError>;
 
+/// The error of a command this build left out (its cargo feature was off).
+#[cfg(any(not(feature = "demo"), not(feature = "timer-bench")))]
+fn left_out(feature: &str) -> UsageError {
+    UsageError(format!(
+        "this backoffd was built without it (cargo feature `{feature}`)"
+    ))
+}
+
 /// The subcommand called `name`, if there is one.
 fn command(name: &str) -> Option<Command> {
     Some(match name {
+        #[cfg(feature = "demo")]
         "demo" => demo::main,
+        #[cfg(not(feature = "demo"))]
+        "demo" => |_| Err(left_out("demo")),
         "proxy" => proxy::main,
         "reconnect-client" => reconnect_client::main,
         "reconnect-server" => reconnect_server::main,
         "relay" => relay::main,
         "serve" => serve::main,
+        #[cfg(feature = "timer-bench")]
         "timer-bench" => timer_bench::main,
+        #[cfg(not(feature = "timer-bench"))]
+        "timer-bench" => |_| Err(left_out("timer-bench")),
         _ => return None,
     })
 }
@@ -110,12 +126,14 @@ pub fn parse_only(args: &[String]) -> Result<(), UsageError> {
         ))
     };
     match command.as_str() {
+        #[cfg(feature = "demo")]
         "demo" => demo::parse(rest).map(drop),
         "proxy" => proxy::parse(rest).map(drop),
         "reconnect-client" | "reconnect_interop_client" => reconnect_client::parse(rest).map(drop),
         "reconnect-server" | "reconnect_interop_server" => reconnect_server::parse(rest).map(drop),
         "relay" => relay::parse(rest).map(drop),
         "serve" => serve::parse(rest, &no_files).map(drop),
+        #[cfg(feature = "timer-bench")]
         "timer-bench" => timer_bench::parse(rest).map(drop),
         "-h" | "--help" | "help" | "-V" | "--version" => Ok(()),
         other => Err(UsageError(format!(
@@ -280,6 +298,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(all(feature = "demo", feature = "timer-bench"))]
     fn parse_only_validates_without_running() {
         for ok in [
             "proxy --upstream 127.0.0.1:5684 --preset wan --timeout 1.5s",
