@@ -230,10 +230,7 @@ impl Proxy {
         upstream: UpstreamId,
     ) {
         let at = (upstream, EndpointId::NONE);
-        let key = self.insert_exchange(client, token, msg, at, false);
-        if let Some(x) = self.get_mut(key) {
-            x.state = State::Answered;
-        }
+        let key = self.insert_exchange((client, State::Answered), token, msg, at, false);
         self.track_answer_code(Code(answer[1]));
         match Message::parse(answer) {
             Ok(hit) => self.answer_client(now, key, &hit, false),

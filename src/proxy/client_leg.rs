@@ -203,7 +203,7 @@ impl Proxy {
         let Some(x) = self.get(key) else { return };
         match (x.reply, x.answer.is_some()) {
             // Its answer is held until the client proves its address: it goes then.
-            _ if x.state == State::AwaitingProof => {}
+            _ if matches!(x.state, State::AwaitingProof) => {}
             // An observation's registration, answered on the ACK.
             (Reply::Piggyback, true) => self.push_from(key, |x| {
                 Some((Destination::Client(x.client), x.answer.as_deref()?))
@@ -486,7 +486,8 @@ impl Proxy {
         let non_idempotent = matches!(msg.code(), Code::POST | Code::PATCH | Code::IPATCH);
         let policy = self.policy(non_idempotent);
         let at = (route.upstream, endpoint);
-        let key = self.insert_exchange(from, token, msg, at, non_idempotent);
+        let waiting = State::waiting(mid);
+        let key = self.insert_exchange((from, waiting), token, msg, at, non_idempotent);
         // Our token: the slot index (for O(1) lookup) and 32 random bits (RFC 7252 §5.3.1).
         let mut token_bytes = [0u8; 8];
         token_bytes[..4].copy_from_slice(&key.index.to_be_bytes());
@@ -500,7 +501,6 @@ impl Proxy {
         let _ = upstream_request(&mut request, msg, ids, &route, etag).finish();
         let x = self.get_mut(key).expect("just inserted");
         x.cache = cache;
-        x.upstream_mid = Some(mid);
         x.upstream_token = upstream_token;
         x.wants_observe = msg.option(OBSERVE).and_then(|v| decode_uint(v).ok()) == Some(0);
         self.keep_request(key, &request);

@@ -132,7 +132,7 @@ impl Proxy {
     pub(super) fn release_held(&mut self, now: Timestamp, key: ExchangeKey) {
         let Some(x) = self
             .get_mut(key)
-            .filter(|x| x.state == State::AwaitingProof)
+            .filter(|x| matches!(x.state, State::AwaitingProof))
         else {
             return;
         };
@@ -337,9 +337,12 @@ impl Proxy {
     /// What was withheld from a client that has now proven its address (`validation.rs`)
     /// goes: a held answer, or the CON being delivered.
     pub(super) fn resend_withheld(&mut self, now: Timestamp, key: ExchangeKey) {
-        match self.get(key).map(|x| x.state) {
-            Some(State::AwaitingProof) => self.release_held(now, key),
-            Some(_) => self.send_delivery(key),
+        match self
+            .get(key)
+            .map(|x| matches!(x.state, State::AwaitingProof))
+        {
+            Some(true) => self.release_held(now, key),
+            Some(false) => self.send_delivery(key),
             None => {}
         }
     }

@@ -489,12 +489,12 @@ impl Proxy {
         // Each kind acts only in the states it belongs to: a finished exchange is never
         // forwarded again, whatever timer fires.
         let acts = match kind {
-            TimerKind::UpstreamRetransmit => x.state == State::Waiting,
+            TimerKind::UpstreamRetransmit => matches!(x.state, State::Waiting(_)),
             TimerKind::TotalTimeout => x.upstream_pending(),
             TimerKind::AckDelay => x.reply == Reply::Piggyback,
             TimerKind::ClientRetransmit => x.delivery.is_some(),
-            TimerKind::ObserveStale => x.state == State::Observing,
-            TimerKind::ProofWait => x.state == State::AwaitingProof,
+            TimerKind::ObserveStale => matches!(x.state, State::Observing(_)),
+            TimerKind::ProofWait => matches!(x.state, State::AwaitingProof),
         };
         if !acts {
             self.counters.traffic.stale_timer_events += 1;
@@ -504,7 +504,7 @@ impl Proxy {
             TimerKind::UpstreamRetransmit => self.retransmit_upstream(now, key),
             TimerKind::TotalTimeout => {
                 let reason = match x.state {
-                    State::Waiting => "no answer after all retransmissions",
+                    State::Waiting(_) => "no answer after all retransmissions",
                     _ => "separate response never came",
                 };
                 self.give_up(now, key, Code::GATEWAY_TIMEOUT, reason);
@@ -529,9 +529,11 @@ impl Proxy {
         why: &'static str,
     ) {
         let Some(x) = self.get(key) else { return };
-        let (client, attempts, token) = (x.client, x.attempts, x.client_token);
+        let (client, token) = (x.client, x.client_token);
+        let attempts = x.state.leg().map_or(0, |leg| leg.attempts);
         // The client's request was about as long as the copy that went upstream.
-        let request_len = x.request.as_deref().map_or(0, <[u8]>::len);
+        let request = x.state.leg().and_then(|leg| leg.request.as_deref());
+        let request_len = request.map_or(0, <[u8]>::len);
         let upstream = self.upstreams[usize::from(x.upstream)].addr;
         self.events.push(ProxyEvent::GaveUp {
             upstream,
@@ -572,20 +574,20 @@ impl Proxy {
     /// Leaves `Waiting`/`AwaitingSeparate`: no more retransmissions; MID, slot and endpoint
     /// released. The caller answers the client next, which settles the state.
     pub(super) fn close_upstream_leg(&mut self, now: Timestamp, key: ExchangeKey) {
-        let Some(x) = self.get_mut(key) else { return };
-        if !x.upstream_pending() {
+        let Some(x) = self.get_mut(key).filter(|x| x.upstream_pending()) else {
             return;
-        }
+        };
         x.deadlines.set(TimerKind::UpstreamRetransmit, None);
         x.deadlines.set(TimerKind::TotalTimeout, None);
-        let (up, endpoint, mapped) = (x.upstream, x.endpoint, x.upstream_mid.take());
-        let client = x.client_slot;
-        x.state = State::Answered;
-        self.drop_request(key);
+        let (up, endpoint, client) = (x.upstream, x.endpoint, x.client_slot);
+        let (State::Waiting(leg) | State::AwaitingSeparate(leg)) =
+            std::mem::replace(&mut x.state, State::Answered)
+        else {
+            unreachable!("the leg is open: checked above");
+        };
+        self.inflight_bytes -= leg.request.as_deref().map_or(0, <[u8]>::len);
         self.rearm(key);
-        if let Some(mid) = mapped {
-            self.by_upstream_mid.remove(&(endpoint, mid));
-        }
+        self.by_upstream_mid.remove(&(endpoint, leg.mid));
         self.upstreams[usize::from(up)].inflight -= 1;
         self.inflight -= 1;
         self.clients.count_inflight(client, false);
@@ -616,11 +618,17 @@ impl Proxy {
 
     /// A CON answer's delivery ended (acknowledged, rejected, or given up): the exchange retires.
     pub(super) fn delivered(&mut self, now: Timestamp, key: ExchangeKey) {
-        if self.get(key).is_some_and(|x| x.state == State::Answered) {
+        if self
+            .get(key)
+            .is_some_and(|x| matches!(x.state, State::Answered))
+        {
             self.delivering_count -= 1;
             self.retire(now, key, LastAnswer::Held);
             while let Some(&front) = self.delivering.front() {
-                if self.get(front).is_some_and(|x| x.state == State::Answered) {
+                if self
+                    .get(front)
+                    .is_some_and(|x| matches!(x.state, State::Answered))
+                {
                     break;
                 }
                 self.delivering.pop_front();
@@ -635,7 +643,10 @@ impl Proxy {
             let Some(oldest) = self.delivering.pop_front() else {
                 break;
             };
-            if self.get(oldest).is_some_and(|x| x.state == State::Answered) {
+            if self
+                .get(oldest)
+                .is_some_and(|x| matches!(x.state, State::Answered))
+            {
                 self.cancel_delivery(oldest);
                 self.counters.traffic.client_delivery_failures += 1;
                 self.delivered(now, oldest);
@@ -646,9 +657,9 @@ impl Proxy {
         if self.delivering.len() > 2 * self.delivering_count + 64 {
             let exchanges = &self.exchanges;
             self.delivering.retain(|k| {
-                exchanges
-                    .get(k.index as usize)
-                    .is_some_and(|x| x.generation == k.generation && x.state == State::Answered)
+                exchanges.get(k.index as usize).is_some_and(|x| {
+                    x.generation == k.generation && matches!(x.state, State::Answered)
+                })
             });
         }
     }
@@ -783,10 +794,10 @@ impl Proxy {
     }
 
     /// Creates the exchange of a new client request (from a client and its slot) going out of
-    /// `route`'s endpoint, and indexes it for duplicates.
+    /// `route`'s endpoint, in `state`, and indexes it for duplicates.
     pub(super) fn insert_exchange(
         &mut self,
-        from: (Peer, ClientSlot),
+        (from, state): ((Peer, ClientSlot), State),
         token: CoapToken,
         msg: &Message,
         route: (UpstreamId, EndpointId),
@@ -794,14 +805,7 @@ impl Proxy {
     ) -> ExchangeKey {
         let generation = self.next_generation();
         let client_id = (msg.message_id(), token, msg.msg_type());
-        let x = Exchange::new(
-            generation,
-            State::Waiting,
-            from,
-            client_id,
-            route,
-            non_idempotent,
-        );
+        let x = Exchange::new(generation, state, from, client_id, route, non_idempotent);
         let index = u32::try_from(self.exchanges.insert(x)).expect("fewer than 2^32 exchanges");
         let key = ExchangeKey { index, generation };
         self.by_client

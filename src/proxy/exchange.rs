@@ -42,15 +42,17 @@ impl CoapToken {
     }
 }
 
-/// Where an exchange is in its life. Every timer checks this first.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Where an exchange is in its life, with what only that part of its life has. Every timer
+/// checks this first, and what a timer acts on exists only in the state it acts in: a
+/// retransmission finds its request and attempt count in `Waiting`, or nothing.
+#[derive(Debug)]
 pub enum State {
     /// Sent upstream, not acknowledged yet: retransmitted per the retry policy.
-    Waiting,
+    Waiting(UpstreamLeg),
     /// The upstream sent an empty ACK: its separate response is awaited until the total timeout.
-    AwaitingSeparate,
+    AwaitingSeparate(UpstreamLeg),
     /// A registration succeeded: upstream notifications are relayed (RFC 7641).
-    Observing,
+    Observing(Relay),
     /// Answered or given up, and the answer went as a CON the client has not acknowledged
     /// yet: it is retransmitted until it does (RFC 7252 §4.2). Nothing goes upstream again.
     /// Once delivered the exchange leaves, and its answer waits in the answer cache.
@@ -61,6 +63,72 @@ pub enum State {
     /// when the client's RST proves the address, or as a CON asking for the proof at the
     /// `ProofWait` deadline.
     AwaitingProof,
+}
+
+/// The upstream leg while it is open (`Waiting`, `AwaitingSeparate`): from the first send
+/// until an answer or a give-up closes it.
+#[derive(Debug)]
+pub struct UpstreamLeg {
+    /// The request's Message ID on the exchange's endpoint, mapped in the upstream MID index
+    /// while the leg is open.
+    pub mid: u16,
+    /// Transmissions upstream so far (1 = only the first send).
+    pub attempts: u32,
+    /// The request as sent upstream, kept while it may be retransmitted (`None` before the
+    /// first send, and from the upstream's empty ACK on). A boxed slice: exactly its length,
+    /// no spare capacity, no capacity word (and `None` costs nothing: the pointer's niche).
+    pub request: Option<Box<[u8]>>,
+}
+
+/// An observation being relayed (RFC 7641).
+#[derive(Debug)]
+pub struct Relay {
+    /// The last relayed notification's Observe sequence number and arrival (§3.4).
+    pub last_notification: (u32, Timestamp),
+    /// Notifications sent as NON since the last CON one, and when that CON went (the
+    /// registration's answer counts as one): see `observe.rs`, §4.5.
+    pub since_con: (u32, Timestamp),
+}
+
+impl State {
+    /// A new upstream leg, its request going out with Message ID `mid`.
+    pub(super) fn waiting(mid: u16) -> State {
+        State::Waiting(UpstreamLeg {
+            mid,
+            attempts: 0,
+            request: None,
+        })
+    }
+
+    /// The upstream leg, while it is open.
+    pub(super) fn leg(&self) -> Option<&UpstreamLeg> {
+        match self {
+            State::Waiting(leg) | State::AwaitingSeparate(leg) => Some(leg),
+            _ => None,
+        }
+    }
+
+    pub(super) fn leg_mut(&mut self) -> Option<&mut UpstreamLeg> {
+        match self {
+            State::Waiting(leg) | State::AwaitingSeparate(leg) => Some(leg),
+            _ => None,
+        }
+    }
+
+    /// The relay, while observing.
+    pub(super) fn relay(&self) -> Option<&Relay> {
+        match self {
+            State::Observing(relay) => Some(relay),
+            _ => None,
+        }
+    }
+
+    pub(super) fn relay_mut(&mut self) -> Option<&mut Relay> {
+        match self {
+            State::Observing(relay) => Some(relay),
+            _ => None,
+        }
+    }
 }
 
 /// What a deadline is for. When several fall due at once they act in this order (a give-up
@@ -183,20 +251,11 @@ pub struct Exchange {
     pub upstream: UpstreamId,
     /// The endpoint the request left from: its answers, ACKs and notifications come back there.
     pub endpoint: EndpointId,
-    /// The request's MID on `endpoint` while it is in the upstream MID map: from the first
-    /// send until the upstream leg closes. `None` before and after.
-    pub upstream_mid: Option<u16>,
     pub upstream_token: CoapToken,
     /// Which of the configured retry policies applies: POST/PATCH/iPATCH use the
     /// non-idempotent one (see [`super::engine::Proxy::policy_of`]). A flag rather than a copy
     /// of the policy keeps the exchange small.
     pub non_idempotent: bool,
-    /// Transmissions upstream so far (1 = only the first send).
-    pub attempts: u32,
-    /// The request as sent upstream, kept while it may be retransmitted; `None` before the
-    /// first send and once no copy will go upstream again. A boxed slice: exactly its length,
-    /// no spare capacity, no capacity word (and `None` costs nothing: the pointer's niche).
-    pub request: Option<Box<[u8]>>,
     /// The latest answer sent to the client, kept when it may be sent again (a CON being
     /// retransmitted, an observation's latest notification) and given to the answer cache
     /// when the exchange leaves; `None` while there is none to repeat.
@@ -214,11 +273,6 @@ pub struct Exchange {
     pub group: Option<GroupId>,
     /// Observe: the request registered (Observe: 0).
     pub wants_observe: bool,
-    /// Last relayed notification's Observe sequence number and arrival (RFC 7641 §3.4).
-    pub last_notification: Option<(u32, Timestamp)>,
-    /// Notifications sent as NON since the last CON one, and when that CON went (the
-    /// registration's answer counts as one): see `observe.rs`, RFC 7641 §4.5.
-    pub since_con: (u32, Timestamp),
 }
 
 impl Exchange {
@@ -244,11 +298,8 @@ impl Exchange {
             },
             upstream,
             endpoint,
-            upstream_mid: None,
             upstream_token: CoapToken::default(),
             non_idempotent,
-            attempts: 0,
-            request: None,
             answer: None,
             delivery: None,
             non_mid: None,
@@ -256,13 +307,11 @@ impl Exchange {
             cache: None,
             group: None,
             wants_observe: false,
-            last_notification: None,
-            since_con: (0, Timestamp::ZERO),
         }
     }
 
     /// Whether the upstream leg is still open (a retransmission or the total timeout matters).
     pub fn upstream_pending(&self) -> bool {
-        matches!(self.state, State::Waiting | State::AwaitingSeparate)
+        self.state.leg().is_some()
     }
 }

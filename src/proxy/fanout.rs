@@ -96,7 +96,10 @@ impl Proxy {
     /// A registration answered upstream started observing: it founds the group of its
     /// resource, unless one exists (it registered on its own, see the module docs).
     pub(super) fn found_group(&mut self, key: ExchangeKey, cache_key: CacheKey) {
-        let Some(x) = self.get(key).filter(|x| x.state == State::Observing) else {
+        let Some(x) = self
+            .get(key)
+            .filter(|x| matches!(x.state, State::Observing(_)))
+        else {
             return;
         };
         if self.fanout.by_key.contains_key(cache_key.as_bytes()) {
@@ -168,11 +171,12 @@ impl Proxy {
         representation: &[u8],
     ) {
         let token = CoapToken::new(msg.token()).expect("parse checked the token length");
-        let key = self.insert_exchange(client, token, msg, (upstream, endpoint), false);
+        let answered = (client, State::Answered);
+        let key = self.insert_exchange(answered, token, msg, (upstream, endpoint), false);
         let seq = self.latest_seq(group);
         let Some(x) = self.get_mut(key) else { return };
         // No upstream leg: it is answered here and now.
-        (x.state, x.wants_observe, x.group) = (State::Answered, true, Some(group));
+        (x.wants_observe, x.group) = (true, Some(group));
         if let Some(g) = self.fanout.groups.get_mut(group.0 as usize) {
             g.members.push(key);
         }
@@ -197,7 +201,7 @@ impl Proxy {
     fn latest_seq(&self, GroupId(g): GroupId) -> u32 {
         let members = self.fanout.groups.get(g as usize).map(|g| &g.members[..]);
         (members.unwrap_or_default().iter())
-            .filter_map(|&m| self.get(m)?.last_notification)
+            .filter_map(|&m| Some(self.get(m)?.state.relay()?.last_notification))
             .max_by_key(|&(_, at)| at)
             .map_or(0, |(seq, _)| seq)
     }

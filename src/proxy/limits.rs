@@ -64,16 +64,17 @@ impl Proxy {
 
     /// The exchange keeps its upstream request for retransmission: its bytes count in flight.
     pub(super) fn keep_request(&mut self, key: ExchangeKey, request: &[u8]) {
-        if let Some(x) = self.get_mut(key) {
-            debug_assert!(x.request.is_none(), "one copy per exchange");
-            x.request = Some(Box::from(request));
+        if let Some(leg) = self.get_mut(key).and_then(|x| x.state.leg_mut()) {
+            debug_assert!(leg.request.is_none(), "one copy per exchange");
+            leg.request = Some(Box::from(request));
             self.inflight_bytes += request.len();
         }
     }
 
     /// No copy of the request goes upstream again: its bytes leave the in-flight budget.
     pub(super) fn drop_request(&mut self, key: ExchangeKey) {
-        if let Some(request) = self.get_mut(key).and_then(|x| x.request.take()) {
+        let leg = self.get_mut(key).and_then(|x| x.state.leg_mut());
+        if let Some(request) = leg.and_then(|leg| leg.request.take()) {
             self.inflight_bytes -= request.len();
         }
     }

@@ -75,5 +75,5 @@ pub use driver::{ProxyComponent, FIRST_FOREIGN_KEY};
 pub use endpoints::{EndpointEvent, EndpointId, UpstreamId};
 pub use engine::{Destination, Proxy, Seeds, Transmit, UpstreamStats};
 pub use events::{ObserverLoss, ProxyEvent, Source};
-pub use exchange::State;
+pub use exchange::{Relay, State, UpstreamLeg};
 pub use peer::{LocalClient, Peer};

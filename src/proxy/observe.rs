@@ -11,7 +11,7 @@ use crate::time::Timestamp;
 
 use super::engine::Proxy;
 use super::events::{ObserverLoss, ProxyEvent};
-use super::exchange::{ExchangeKey, State, TimerKind};
+use super::exchange::{ExchangeKey, Relay, State, TimerKind};
 use super::peer::Peer;
 
 /// RFC 7641 §3.4: notifications older than this are never compared by sequence number.
@@ -26,11 +26,12 @@ impl Proxy {
     /// The registration succeeded: keep the exchange alive for notifications.
     pub(super) fn start_observation(&mut self, now: Timestamp, key: ExchangeKey, msg: &Message) {
         let Some(x) = self.get_mut(key) else { return };
-        x.state = State::Observing;
-        x.last_notification = Some((observe_seq(msg), now));
-        // The registration's answer came on the client's CON, or was the first NON: the count
-        // towards the next CON starts here.
-        x.since_con = (0, now);
+        x.state = State::Observing(Relay {
+            last_notification: (observe_seq(msg), now),
+            // The registration's answer came on the client's CON, or was the first NON: the
+            // count towards the next CON starts here.
+            since_con: (0, now),
+        });
         let (id, endpoint) = ((x.client, x.client_token), x.endpoint);
         self.observations += 1;
         self.observers.insert(id, key);
@@ -42,11 +43,16 @@ impl Proxy {
     /// Relays one notification, unless it is older than the last one (RFC 7641 §3.4).
     pub(super) fn relay_notification(&mut self, now: Timestamp, key: ExchangeKey, msg: &Message) {
         let Some(x) = self.get(key) else { return };
+        let Some(&Relay {
+            last_notification: (last, at),
+            ..
+        }) = x.state.relay()
+        else {
+            return;
+        };
         let seq = observe_seq(msg);
-        if let Some((last, at)) = x.last_notification {
-            if !is_newer(seq, last, now.saturating_since(at)) && msg.option(OBSERVE).is_some() {
-                return;
-            }
+        if !is_newer(seq, last, now.saturating_since(at)) && msg.option(OBSERVE).is_some() {
+            return;
         }
         // A response without Observe, or an error, ends the observation (RFC 7641 §3.2).
         let last = msg.option(OBSERVE).is_none() || msg.code().class() != 2;
@@ -72,8 +78,8 @@ impl Proxy {
             return;
         }
         self.counters.observe.notifications_relayed += 1;
-        if let Some(x) = self.get_mut(key) {
-            x.last_notification = Some((seq, now));
+        if let Some(relay) = self.get_mut(key).and_then(|x| x.state.relay_mut()) {
+            relay.last_notification = (seq, now);
         }
         if self.get(key).is_some_and(|x| x.delivery.is_some()) {
             self.supersede_in_flight(key, mid, bytes);
@@ -105,16 +111,20 @@ impl Proxy {
         let Some(x) = self.get_mut(key) else {
             return MessageType::Non;
         };
-        let (nons, since) = x.since_con;
+        let delivering = x.delivery.is_some();
+        let Some(relay) = x.state.relay_mut() else {
+            return MessageType::Non;
+        };
+        let (nons, since) = relay.since_con;
         let con = upstream == MessageType::Con
-            || x.delivery.is_some()
+            || delivering
             || nons.saturating_add(1) >= every
             || now.saturating_since(since) >= CON_AT_LEAST_EVERY;
         if con {
-            x.since_con = (0, now);
+            relay.since_con = (0, now);
             MessageType::Con
         } else {
-            x.since_con.0 = nons + 1;
+            relay.since_con.0 = nons + 1;
             MessageType::Non
         }
     }
@@ -141,7 +151,10 @@ impl Proxy {
     /// retransmitted to it stops. The upstream learns at its next notification, which finds
     /// no observation and gets an RST (§3.6).
     pub(super) fn observer_gone(&mut self, now: Timestamp, key: ExchangeKey, why: ObserverLoss) {
-        let Some(x) = self.get(key).filter(|x| x.state == State::Observing) else {
+        let Some(x) = self
+            .get(key)
+            .filter(|x| matches!(x.state, State::Observing(_)))
+        else {
             return;
         };
         let client = x.client;
@@ -168,7 +181,10 @@ impl Proxy {
 
     /// Ends an observation (deregistration, client RST, final response, or staleness).
     pub(super) fn end_observation(&mut self, now: Timestamp, key: ExchangeKey) {
-        if self.get(key).is_some_and(|x| x.state == State::Observing) {
+        if self
+            .get(key)
+            .is_some_and(|x| matches!(x.state, State::Observing(_)))
+        {
             self.leave_observing(now, key);
             self.finish(now, key);
         }

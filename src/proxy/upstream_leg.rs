@@ -68,13 +68,12 @@ impl Proxy {
     /// Sends (or resends) the request upstream and arms the next step of the retry policy.
     pub(super) fn transmit_upstream(&mut self, now: Timestamp, key: ExchangeKey) {
         let Some(x) = self.get_mut(key) else { return };
-        debug_assert_eq!(
-            x.state,
-            State::Waiting,
-            "only a waiting exchange goes upstream"
-        );
-        x.attempts += 1;
-        let attempts = x.attempts;
+        let State::Waiting(leg) = &mut x.state else {
+            debug_assert!(false, "only a waiting exchange goes upstream");
+            return;
+        };
+        leg.attempts += 1;
+        let attempts = leg.attempts;
         let policy = self.policy_of(self.get(key).expect("checked above"));
         // delay_k = timeout * factor^(k-1) * U[1-jitter, 1+jitter]; after the last retry the
         // same timer means "retries exhausted".
@@ -85,14 +84,16 @@ impl Proxy {
         let delay = Duration::from_nanos((nominal * spread).min(u64::MAX as f64) as u64);
         self.set_deadline(key, TimerKind::UpstreamRetransmit, Some(now + delay));
         self.push_from(key, |x| {
-            Some((Destination::Upstream(x.endpoint), x.request.as_deref()?))
+            let request = x.state.leg()?.request.as_deref()?;
+            Some((Destination::Upstream(x.endpoint), request))
         });
     }
 
     /// The retransmission timer fired while still `Waiting`.
     pub(super) fn retransmit_upstream(&mut self, now: Timestamp, key: ExchangeKey) {
         let Some(x) = self.get(key) else { return };
-        if x.attempts > self.policy_of(x).max_retries {
+        let attempts = x.state.leg().map_or(0, |leg| leg.attempts);
+        if attempts > self.policy_of(x).max_retries {
             return self.give_up(now, key, Code::GATEWAY_TIMEOUT, "retries exhausted");
         }
         self.counters.traffic.upstream_retransmissions += 1;
@@ -135,7 +136,7 @@ impl Proxy {
         if !msg.code().is_empty() {
             let waiting = self.key_for_token(up, msg.token()).filter(|&k| {
                 self.get(k)
-                    .is_some_and(|x| x.state == State::Waiting && x.upstream_mid == Some(mid))
+                    .is_some_and(|x| matches!(&x.state, State::Waiting(leg) if leg.mid == mid))
             });
             return match waiting {
                 Some(key) => self.on_upstream_answer(now, key, msg),
@@ -149,9 +150,12 @@ impl Proxy {
         };
         let x = self.get_mut(key).expect("maps hold live keys");
         // §5.2.2: the upstream will answer separately; stop retransmitting.
-        if x.state == State::Waiting {
-            x.state = State::AwaitingSeparate;
+        if matches!(x.state, State::Waiting(_)) {
             self.drop_request(key);
+            let x = self.get_mut(key).expect("checked above");
+            if let State::Waiting(leg) = std::mem::replace(&mut x.state, State::Answered) {
+                x.state = State::AwaitingSeparate(leg);
+            }
             self.set_deadline(key, TimerKind::UpstreamRetransmit, None);
         }
     }
@@ -173,12 +177,13 @@ impl Proxy {
             return;
         }
         let key = self.key_for_token(up, msg.token());
-        let state = key.and_then(|k| self.get(k)).map(|x| x.state);
-        let (
-            Some(key),
-            Some(state @ (State::Waiting | State::AwaitingSeparate | State::Observing)),
-        ) = (key, state)
-        else {
+        // Whether it is a notification (observing), or the answer (the leg is open).
+        let observing = key.and_then(|k| self.get(k)).and_then(|x| match x.state {
+            State::Observing(_) => Some(true),
+            State::Waiting(_) | State::AwaitingSeparate(_) => Some(false),
+            State::Answered | State::AwaitingProof => None,
+        });
+        let (Some(key), Some(observing)) = (key, observing) else {
             // Unknown token or a finished exchange: RST, which also cancels an
             // observation the upstream still holds (RFC 7641 §3.6).
             self.counters.strays.unmatched_upstream += 1;
@@ -188,9 +193,9 @@ impl Proxy {
             self.ack_upstream(up, mid);
             self.keep_upstream_con(now, up, mid);
         }
-        match state {
-            State::Observing => self.relay_notification(now, key, msg),
-            _ => self.on_upstream_answer(now, key, msg),
+        match observing {
+            true => self.relay_notification(now, key, msg),
+            false => self.on_upstream_answer(now, key, msg),
         }
     }
 
@@ -223,7 +228,7 @@ impl Proxy {
         let Some(etag) = named.next() else {
             return false;
         };
-        let sent = self.get(key).and_then(|x| x.request.as_deref());
+        let sent = (self.get(key)).and_then(|x| x.state.leg()?.request.as_deref());
         match sent.map(Message::parse) {
             Some(Ok(request)) => request.options().any(|(n, v)| n == ETAG && v == etag),
             // The copy is gone only once nothing can go upstream again; the ETag is there.
