@@ -8,10 +8,11 @@ use crate::coap::{empty_ack, params, ping, rewrite, Code, Message, MessageType};
 use crate::time::Timestamp;
 
 use super::clients::ClientSlot;
-use super::engine::{encode_local, Destination, LastAnswer, LocalAnswer, Proxy};
+use super::engine::{Destination, LastAnswer, Proxy};
 use super::events::{ObserverLoss, ProxyEvent};
 use super::exchange::{ClientDelivery, ExchangeKey, Reply, State, TimerKind};
 use super::gate::Charge;
+use super::local_answer::{encode_local, LocalAnswer};
 use super::peer::Peer;
 use super::validation::{ProvedBy, MAX_HELD_BYTES, MAX_HELD_BYTES_TOTAL, PROOF_WAIT};
 

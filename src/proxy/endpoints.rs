@@ -415,6 +415,26 @@ impl Endpoints {
     }
 }
 
+/// One upstream: its address, and what is in flight to it.
+#[derive(Debug)]
+pub(super) struct Upstream {
+    pub(super) addr: SocketAddr,
+    pub(super) inflight: usize,
+}
+
+/// One upstream's endpoints as the metrics see them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UpstreamStats {
+    /// The upstream's address.
+    pub addr: SocketAddr,
+    /// Endpoints (sockets of the proxy's own) open or being opened towards it.
+    pub endpoints: usize,
+    /// Message IDs handed out towards it less than a lifetime ago, over all its endpoints.
+    pub mids_reserved: u64,
+    /// Exchanges waiting on it.
+    pub in_flight: usize,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

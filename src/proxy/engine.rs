@@ -16,8 +16,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use slab::Slab;
 
-use crate::coap::option::{encode_uint, MAX_AGE, SIZE1};
-use crate::coap::{params, Code, Message, MessageBuilder, MessageType};
+use crate::coap::{params, Code, Message, MessageType};
 use crate::stats::LatencyHistogram;
 use crate::time::Timestamp;
 use crate::timer::TimerWheel;
@@ -27,6 +26,8 @@ use super::budget::SendBudget;
 use super::cache::{CacheCounters, ResponseCache};
 use super::clients::{ClientSlot, Clients};
 use super::counters::Load;
+use super::endpoints::Upstream;
+pub use super::endpoints::UpstreamStats;
 use super::endpoints::{EndpointEvent, EndpointId, Endpoints, UpstreamId};
 use super::events::{Events, ProxyEvent};
 use super::exchange::{CoapToken, Exchange, ExchangeKey, Reply, State, TimerKind};
@@ -34,20 +35,12 @@ use super::fanout::Fanout;
 use super::gate::SendGate;
 use super::index::Index;
 use super::keyed_hash::{KeyedMap, KeyedState};
-pub use super::outbox::Destination;
+use super::local_answer::{encode_local, LocalAnswer, LOCAL_ANSWER_LIFETIME};
 use super::outbox::Outbox;
+pub use super::outbox::{Destination, Transmit};
 use super::peer::Peer;
 use super::validation::SourceValidation;
 use super::{Counters, ProxyConfig};
-
-/// A datagram to send.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Transmit {
-    /// Which socket sends it, and to whom.
-    pub to: Destination,
-    /// The encoded CoAP datagram.
-    pub payload: Vec<u8>,
-}
 
 /// What the duplicate index knows of a client request (source, token, MID).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,41 +53,9 @@ pub(super) enum Seen {
     AnsweredLocally(u64),
 }
 
-/// One upstream: its address, and what is in flight to it.
-#[derive(Debug)]
-pub(super) struct Upstream {
-    pub(super) addr: SocketAddr,
-    pub(super) inflight: usize,
-}
-
 /// Kept answers expire in batches: at most this late, and one wake-up per batch rather than
 /// one per answer at high request rates.
 const EXPIRY_BATCH: Duration = Duration::from_millis(100);
-
-/// How long the proxy keeps an answer it made itself (4.xx, 5.03, ...), for the request's
-/// retransmissions: MAX_TRANSMIT_WAIT, not EXCHANGE_LIFETIME. RFC 7252 §4.5 asks that a
-/// duplicate CON be acknowledged with the same answer and its request processed once, and
-/// relaxes the second half for a request "handled in an idempotent fashion". A request the
-/// proxy answered itself went nowhere: handling a late copy again runs nothing twice (it
-/// is refused again, or forwarded for the first time). So the answer need only outlast the
-/// client's interest in it, MAX_TRANSMIT_WAIT after its first transmission, when the client
-/// gives up (§4.8.2), and not the network's longest delay on top (2 x MAX_LATENCY in
-/// EXCHANGE_LIFETIME), which is there so that a forwarded request never runs twice. Every
-/// retransmission the client makes still gets the same answer.
-pub(super) const LOCAL_ANSWER_LIFETIME: Duration = params::MAX_TRANSMIT_WAIT;
-
-/// One upstream's endpoints as the metrics see them.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct UpstreamStats {
-    /// The upstream's address.
-    pub addr: SocketAddr,
-    /// Endpoints (sockets of the proxy's own) open or being opened towards it.
-    pub endpoints: usize,
-    /// Message IDs handed out towards it less than a lifetime ago, over all its endpoints.
-    pub mids_reserved: u64,
-    /// Exchanges waiting on it.
-    pub in_flight: usize,
-}
 
 /// The engine's randomness, given rather than drawn: the driver draws it from the OS (or takes
 /// `--seed`), tests fix it. The core never touches OS randomness, and a seeded run replays.
@@ -105,19 +66,6 @@ pub struct Seeds {
     /// The secrets of the engine's maps' hash: keep them random (not from a seed a user
     /// may publish), or clients could choose keys that collide.
     pub hash: [u64; 2],
-}
-
-/// What the proxy answers with when it answers itself.
-#[derive(Clone, Copy)]
-pub(super) struct LocalAnswer {
-    pub(super) code: Code,
-    pub(super) max_age: Option<u32>,
-    /// Size1 of a 4.13: the largest request entity the proxy would take (RFC 7252 §5.10.9).
-    pub(super) size1: Option<u32>,
-    /// An Echo value to repeat (RFC 9175 §2.4), with a 4.01 from `--validate-sources`.
-    pub(super) echo: Option<[u8; crate::coap::echo::ISSUED_LEN]>,
-    /// Diagnostic payload (RFC 7252 §5.5.2): a short human-readable reason.
-    pub(super) diagnostic: &'static str,
 }
 
 /// The sans-IO CoAP forwarding proxy. See the module docs of [`crate::proxy`].
@@ -844,28 +792,4 @@ fn kept_for<'a>(client: &Peer, replay: Replay<&'a [u8]>) -> Replay<&'a [u8]> {
         Replay::Answer(_) if client.is_reliable() => Replay::Nothing,
         replay => replay,
     }
-}
-
-/// Encodes a response the proxy makes itself (type, MID and token are placeholders until
-/// [`Proxy::answer_client`] rewrites them, or final for a direct answer).
-pub(super) fn encode_local(
-    out: &mut Vec<u8>,
-    ty: MessageType,
-    mid: u16,
-    token: &[u8],
-    a: &LocalAnswer,
-) {
-    let mut b = MessageBuilder::new(out, ty, a.code, mid, token);
-    if let Some(age) = a.max_age {
-        b.option(MAX_AGE, &encode_uint(age));
-    }
-    if let Some(size) = a.size1 {
-        b.option(SIZE1, &encode_uint(size));
-    }
-    if let Some(echo) = &a.echo {
-        b.option(crate::coap::option::ECHO, echo);
-    }
-    b.payload(a.diagnostic.as_bytes());
-    // Tokens come from parsed messages (<= 8 bytes), so encoding cannot fail.
-    let _ = b.finish();
 }

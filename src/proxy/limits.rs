@@ -7,8 +7,9 @@ use crate::coap::option::PROXY_URI;
 use crate::coap::{Code, Message};
 
 use super::clients::ClientSlot;
-use super::engine::{LocalAnswer, Proxy};
+use super::engine::Proxy;
 use super::exchange::ExchangeKey;
+use super::local_answer::LocalAnswer;
 use super::route;
 
 impl Proxy {

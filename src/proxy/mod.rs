@@ -52,6 +52,7 @@ mod gate;
 mod index;
 mod keyed_hash;
 mod limits;
+mod local_answer;
 mod metrics;
 mod observe;
 mod outbox;

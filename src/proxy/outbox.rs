@@ -16,6 +16,15 @@ pub enum Destination {
     Upstream(EndpointId),
 }
 
+/// A datagram to send.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Transmit {
+    /// Which socket sends it, and to whom.
+    pub to: Destination,
+    /// The encoded CoAP datagram.
+    pub payload: Vec<u8>,
+}
+
 /// The engine's queue of datagrams to send.
 #[derive(Debug, Default)]
 pub(super) struct Outbox {

@@ -34,9 +34,10 @@ use crate::coap::option::ECHO;
 use crate::coap::{Code, Message};
 use crate::time::Timestamp;
 
-use super::engine::{LocalAnswer, Proxy};
+use super::engine::Proxy;
 use super::exchange::ExchangeKey;
 use super::keyed_hash::{KeyedMap, KeyedState};
+use super::local_answer::LocalAnswer;
 use super::peer::Peer;
 
 /// RFC 9175 §2.4, RFC 9000 §8.1: an unproven source is sent at most this many times what it
