@@ -12,7 +12,7 @@ use super::clients::ClientSlot;
 use super::endpoints::{EndpointId, NoEndpoint, UpstreamId};
 use super::engine::{Destination, Proxy, Seen};
 use super::events::{ProxyEvent, Source};
-use super::exchange::{CoapToken, ExchangeKey, Reply, State, TimerKind};
+use super::exchange::{CoapToken, ExchangeKey, Observer, Reply, State, TimerKind};
 use super::gate::Charge;
 use super::local_answer::{encode_local, LocalAnswer};
 use super::peer::Peer;
@@ -503,7 +503,8 @@ impl Proxy {
         let x = self.get_mut(key).expect("just inserted");
         x.cache = cache;
         x.upstream_token = upstream_token;
-        x.wants_observe = msg.option(OBSERVE).and_then(|v| decode_uint(v).ok()) == Some(0);
+        let registers = msg.option(OBSERVE).and_then(|v| decode_uint(v).ok()) == Some(0);
+        x.observe = registers.then(Observer::default);
         self.keep_request(key, &request);
         self.scratch = request;
         self.by_upstream_mid.insert((endpoint, mid), key);

@@ -257,11 +257,11 @@ impl Proxy {
         let Some(x) = self.get(key) else {
             return false;
         };
-        let (client, observe) = (x.client, x.wants_observe);
+        let (client, observe) = (x.client, x.observe.is_some());
         if ty == MessageType::Non && observe {
             self.forget_non_mid(key);
-            if let Some(x) = self.get_mut(key) {
-                x.non_mid = Some(mid);
+            if let Some(observer) = self.get_mut(key).and_then(|x| x.observe.as_mut()) {
+                observer.non_mid = Some(mid);
             }
         }
         if ty == MessageType::Con || (ty == MessageType::Non && observe) {
@@ -419,7 +419,7 @@ impl Proxy {
     /// Unmaps the latest NON to the client: superseded, or the exchange is going away.
     pub(super) fn forget_non_mid(&mut self, key: ExchangeKey) {
         let Some(x) = self.get_mut(key) else { return };
-        if let Some(mid) = x.non_mid.take() {
+        if let Some(mid) = x.observe.as_mut().and_then(|o| o.non_mid.take()) {
             let id = (x.client, mid);
             if self.by_client_mid.get(&id) == Some(&key) {
                 self.by_client_mid.remove(&id);

@@ -236,6 +236,18 @@ pub struct ClientDelivery {
     pub since: crate::time::Timestamp,
 }
 
+/// What an exchange whose request asked to observe (RFC 7641) has, in any state: from the
+/// registration's answer on, the client's RST to a NON notification ends it (§3.6), and an
+/// observation may share its upstream registration with other observers (§5, `fanout.rs`).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Observer {
+    /// The group of observers of one resource it belongs to, if any.
+    pub group: Option<GroupId>,
+    /// The Message ID of the latest NON to the client, mapped for the client's RST until the
+    /// next one replaces it or the exchange goes.
+    pub non_mid: Option<u16>,
+}
+
 /// Per-exchange state. See the module docs of [`super`] for its life cycle.
 #[derive(Debug)]
 pub struct Exchange {
@@ -262,17 +274,12 @@ pub struct Exchange {
     pub answer: Option<Box<[u8]>>,
     /// Boxed: only separate CON answers have one, so the common exchange pays one pointer.
     pub delivery: Option<Box<ClientDelivery>>,
-    /// MID of the latest NON to the client, mapped for the client's RST (RFC 7641 §3.6)
-    /// until the next one replaces it or the exchange goes.
-    pub non_mid: Option<u16>,
     /// Its pending deadlines (retransmissions, give-up, ack delay, staleness).
     pub deadlines: Deadlines,
     /// What the response cache does with the answer, if anything (`caching.rs`).
     pub cache: Option<Box<CacheUse>>,
-    /// Observe: the group of observers of one resource it belongs to (`fanout.rs`).
-    pub group: Option<GroupId>,
-    /// Observe: the request registered (Observe: 0).
-    pub wants_observe: bool,
+    /// Observe (RFC 7641): `Some` if the request asked to register (Observe: 0).
+    pub observe: Option<Observer>,
 }
 
 impl Exchange {
@@ -302,11 +309,9 @@ impl Exchange {
             non_idempotent,
             answer: None,
             delivery: None,
-            non_mid: None,
             deadlines: Deadlines::default(),
             cache: None,
-            group: None,
-            wants_observe: false,
+            observe: None,
         }
     }
 

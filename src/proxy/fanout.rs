@@ -24,7 +24,7 @@ use super::cache::CacheKey;
 use super::clients::ClientSlot;
 use super::endpoints::{EndpointId, UpstreamId};
 use super::engine::Proxy;
-use super::exchange::{CoapToken, ExchangeKey, State};
+use super::exchange::{CoapToken, ExchangeKey, Observer, State};
 use super::keyed_hash::{KeyedMap, KeyedState};
 use super::peer::Peer;
 
@@ -117,8 +117,8 @@ impl Proxy {
             .by_key
             .insert(Box::from(cache_key.as_bytes()), g);
         self.fanout.by_registration.insert(registration, g);
-        if let Some(x) = self.get_mut(key) {
-            x.group = Some(GroupId(g as u32));
+        if let Some(observer) = self.get_mut(key).and_then(|x| x.observe.as_mut()) {
+            observer.group = Some(GroupId(g as u32));
         }
     }
 
@@ -145,7 +145,8 @@ impl Proxy {
 
     /// A member stops observing: it leaves its group, and the group goes with its last.
     pub(super) fn leave_group(&mut self, key: ExchangeKey) {
-        let Some(GroupId(g)) = self.get_mut(key).and_then(|x| x.group.take()) else {
+        let observer = self.get_mut(key).and_then(|x| x.observe.as_mut());
+        let Some(GroupId(g)) = observer.and_then(|o| o.group.take()) else {
             return;
         };
         let Some(group) = self.fanout.groups.get_mut(g as usize) else {
@@ -176,7 +177,10 @@ impl Proxy {
         let seq = self.latest_seq(group);
         let Some(x) = self.get_mut(key) else { return };
         // No upstream leg: it is answered here and now.
-        (x.wants_observe, x.group) = (true, Some(group));
+        x.observe = Some(Observer {
+            group: Some(group),
+            non_mid: None,
+        });
         if let Some(g) = self.fanout.groups.get_mut(group.0 as usize) {
             g.members.push(key);
         }

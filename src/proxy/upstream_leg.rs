@@ -252,7 +252,7 @@ impl Proxy {
             return self.give_up(now, key, Code::BAD_GATEWAY, "2.03 for no ETag asked");
         }
         self.track_answer_code(msg.code());
-        let registers = self.get(key).is_some_and(|x| x.wants_observe)
+        let registers = self.get(key).is_some_and(|x| x.observe.is_some())
             && msg.code().class() == 2
             && msg.option(OBSERVE).is_some();
         self.close_upstream_leg(now, key);
