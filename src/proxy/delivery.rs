@@ -350,9 +350,7 @@ impl Proxy {
 
     /// Sends the CON an exchange is delivering (again).
     fn send_delivery(&mut self, key: ExchangeKey) {
-        let exchange = self.exchanges.get(key.index as usize);
-        let Some(x) = exchange.filter(|x| x.generation == key.generation && x.delivery.is_some())
-        else {
+        let Some(x) = self.exchanges.get(key).filter(|x| x.delivery.is_some()) else {
             return;
         };
         let Some(answer) = x.answer.as_deref() else {
@@ -370,8 +368,7 @@ impl Proxy {
         key: ExchangeKey,
         part: impl FnOnce(&super::exchange::Exchange) -> Option<(Destination, &[u8])>,
     ) {
-        let exchange = self.exchanges.get(key.index as usize);
-        if let Some((to, bytes)) = exchange.and_then(part) {
+        if let Some((to, bytes)) = self.exchanges.get(key).and_then(part) {
             self.gate.send(&mut self.out, Charge::Relayed, to, bytes);
         }
     }

@@ -14,12 +14,10 @@ use std::time::Duration;
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use slab::Slab;
 
 use crate::coap::{params, Code, Message, MessageType};
 use crate::stats::LatencyHistogram;
 use crate::time::Timestamp;
-use crate::timer::TimerWheel;
 
 use super::answer_cache::{AnswerRing, Bound, ClientKey, Gone, Replay};
 use super::budget::SendBudget;
@@ -39,6 +37,7 @@ use super::local_answer::{encode_local, LocalAnswer, LOCAL_ANSWER_LIFETIME};
 use super::outbox::Outbox;
 pub use super::outbox::{Destination, Transmit};
 use super::peer::Peer;
+use super::table::Exchanges;
 use super::validation::SourceValidation;
 use super::{Counters, ProxyConfig};
 
@@ -71,8 +70,8 @@ pub struct Seeds {
 /// The sans-IO CoAP forwarding proxy. See the module docs of [`crate::proxy`].
 pub struct Proxy {
     pub(super) config: ProxyConfig,
-    pub(super) exchanges: Slab<Exchange>,
-    pub(super) next_generation: u32,
+    /// The live exchanges and their timers (`table.rs`).
+    pub(super) exchanges: Exchanges,
     /// Client retransmission detection: every request live or answered, and no other. An
     /// answer that leaves its store takes its entry with it (`forget_answer`). (It was once
     /// swept in bulk, to save a lookup per answer; with per-client shares evicting all the
@@ -87,8 +86,6 @@ pub struct Proxy {
     pub(super) observers: KeyedMap<(Peer, CoapToken), ExchangeKey>,
     pub(super) upstreams: Vec<Upstream>,
     pub(super) endpoints: Endpoints,
-    /// One timer per exchange with a deadline, at its earliest (see `Deadlines`).
-    pub(super) timers: TimerWheel<ExchangeKey>,
     pub(super) out: Outbox,
     /// Whether a datagram may go to a client now (`gate.rs`).
     pub(super) gate: SendGate,
@@ -165,8 +162,7 @@ impl Proxy {
         let gate = SendGate::new(SourceValidation::new(echo_key, &hash), budget);
         Proxy {
             config,
-            exchanges: Slab::new(),
-            next_generation: 1,
+            exchanges: Exchanges::new(),
             by_client: Index::new(hash.clone()),
             by_upstream_mid: Index::new(hash.clone()),
             by_client_mid: Index::new(hash.clone()),
@@ -175,7 +171,6 @@ impl Proxy {
                 .map(|addr| Upstream { addr, inflight: 0 })
                 .collect(),
             endpoints,
-            timers: TimerWheel::new(),
             out: Outbox::default(),
             gate,
             rng,
@@ -259,7 +254,7 @@ impl Proxy {
     pub fn poll_timeout(&self) -> Option<Timestamp> {
         let batched = |t: Option<Timestamp>| t.map(|t| t + EXPIRY_BATCH);
         [
-            self.timers.next_deadline(),
+            self.exchanges.next_deadline(),
             batched(self.answers.next_expiry()),
             batched(self.local_answers.next_expiry()),
             batched(self.upstream_cons.next_expiry()),
@@ -273,13 +268,11 @@ impl Proxy {
     /// Runs every timer due at `now`. Calling it early or twice is harmless.
     pub fn handle_timeout(&mut self, now: Timestamp) {
         self.gate.clock(now);
-        while let Some(expired) = self.timers.poll(now) {
-            let key = expired.value;
-            let Some(x) = self.get_mut(key) else {
+        while let Some(due) = self.exchanges.poll_due(now) {
+            let Some(key) = due else {
                 self.counters.traffic.stale_timer_events += 1;
                 continue;
             };
-            x.deadlines.wheel = None;
             while let Some((kind, due)) = self.get_mut(key).and_then(|x| x.deadlines.take_due(now))
             {
                 if matches!(
@@ -292,7 +285,7 @@ impl Proxy {
                 }
                 self.on_timer(now, key, kind);
             }
-            self.rearm(key);
+            self.exchanges.rearm(key);
         }
         self.expire_answers(now);
         self.endpoints.sweep(now);
@@ -368,7 +361,7 @@ impl Proxy {
 
     /// Pending timers in the engine's wheel.
     pub fn pending_timers(&self) -> usize {
-        self.timers.len()
+        self.exchanges.pending_timers()
     }
 
     /// The retry policy an exchange follows (its own flag picks one of the configured two).
@@ -385,15 +378,11 @@ impl Proxy {
     }
 
     pub(super) fn get(&self, key: ExchangeKey) -> Option<&Exchange> {
-        self.exchanges
-            .get(key.index as usize)
-            .filter(|e| e.generation == key.generation)
+        self.exchanges.get(key)
     }
 
     pub(super) fn get_mut(&mut self, key: ExchangeKey) -> Option<&mut Exchange> {
-        self.exchanges
-            .get_mut(key.index as usize)
-            .filter(|e| e.generation == key.generation)
+        self.exchanges.get_mut(key)
     }
 
     /// Sets (`Some`) or clears (`None`) one of an exchange's deadlines.
@@ -403,33 +392,7 @@ impl Proxy {
         kind: TimerKind,
         at: Option<Timestamp>,
     ) {
-        if let Some(x) = self.get_mut(key) {
-            x.deadlines.set(kind, at);
-            self.rearm(key);
-        }
-    }
-
-    /// Keeps the exchange's wheel timer no later than its earliest deadline: one armed earlier
-    /// stays (it fires and finds nothing due); with no deadline left it goes.
-    fn rearm(&mut self, key: ExchangeKey) {
-        let Some(x) = self
-            .exchanges
-            .get_mut(key.index as usize)
-            .filter(|x| x.generation == key.generation)
-        else {
-            return;
-        };
-        let next = x.deadlines.next();
-        match (x.deadlines.wheel, next) {
-            (Some((_, armed)), Some(next)) if armed <= next => {}
-            (None, None) => {}
-            (armed, next) => {
-                if let Some((id, _)) = armed {
-                    self.timers.cancel(id);
-                }
-                x.deadlines.wheel = next.map(|at| (self.timers.insert(at, key), at));
-            }
-        }
+        self.exchanges.set_deadline(key, kind, at);
     }
 
     fn on_timer(&mut self, now: Timestamp, key: ExchangeKey, kind: TimerKind) {
@@ -534,7 +497,7 @@ impl Proxy {
             unreachable!("the leg is open: checked above");
         };
         self.inflight_bytes -= leg.request.as_deref().map_or(0, <[u8]>::len);
-        self.rearm(key);
+        self.exchanges.rearm(key);
         self.by_upstream_mid.remove(&(endpoint, leg.mid));
         self.upstreams[usize::from(up)].inflight -= 1;
         self.inflight -= 1;
@@ -604,10 +567,8 @@ impl Proxy {
         // when they are most of the queue, so it stays proportional to the live deliveries.
         if self.delivering.len() > 2 * self.delivering_count + 64 {
             let exchanges = &self.exchanges;
-            self.delivering.retain(|k| {
-                exchanges.get(k.index as usize).is_some_and(|x| {
-                    x.generation == k.generation && matches!(x.state, State::Answered)
-                })
+            self.delivering.retain(|&k| {
+                (exchanges.get(k)).is_some_and(|x| matches!(x.state, State::Answered))
             });
         }
     }
@@ -617,10 +578,9 @@ impl Proxy {
     /// never forwarded again while it is.
     pub(super) fn retire(&mut self, now: Timestamp, key: ExchangeKey, last: LastAnswer) {
         self.forget_non_mid(key);
-        let x = self.exchanges.remove(key.index as usize);
-        if let Some((id, _)) = x.deadlines.wheel {
-            self.timers.cancel(id);
-        }
+        let Some(x) = self.exchanges.remove(key) else {
+            return;
+        };
         let kept = x.answer.as_deref().map_or(0, <[u8]>::len);
         self.count_answer_bytes(x.client_slot, 0, kept);
         let client_key = (x.client, x.client_token, x.client_mid);
@@ -751,22 +711,14 @@ impl Proxy {
         route: (UpstreamId, EndpointId),
         non_idempotent: bool,
     ) -> ExchangeKey {
-        let generation = self.next_generation();
         let client_id = (msg.message_id(), token, msg.msg_type());
-        let x = Exchange::new(generation, state, from, client_id, route, non_idempotent);
-        let index = u32::try_from(self.exchanges.insert(x)).expect("fewer than 2^32 exchanges");
-        let key = ExchangeKey { index, generation };
+        let key = (self.exchanges).insert(|generation| {
+            Exchange::new(generation, state, from, client_id, route, non_idempotent)
+        });
         self.by_client
             .insert((from.0, token, msg.message_id()), Seen::Live(key));
         self.clients.take_ref(from.1);
         key
-    }
-
-    /// A fresh generation for a new exchange (never 0, wraps after 2^32 exchanges).
-    pub(super) fn next_generation(&mut self) -> u32 {
-        let g = self.next_generation;
-        self.next_generation = g.wrapping_add(1).max(1);
-        g
     }
 }
 

@@ -59,6 +59,7 @@ mod outbox;
 mod peer;
 mod report;
 pub mod route;
+mod table;
 #[cfg(test)]
 mod tests;
 mod upstream_leg;

@@ -51,14 +51,9 @@ impl Proxy {
         let Some(up) = self.endpoints.upstream_of(endpoint) else {
             return;
         };
-        let waiting: Vec<ExchangeKey> = self
-            .exchanges
-            .iter()
+        let waiting: Vec<ExchangeKey> = (self.exchanges.iter())
             .filter(|(_, x)| x.upstream == up && x.upstream_pending())
-            .map(|(i, x)| ExchangeKey {
-                index: i as u32,
-                generation: x.generation,
-            })
+            .map(|(key, _)| key)
             .collect();
         for key in waiting {
             self.give_up(now, key, Code::BAD_GATEWAY, "upstream unreachable (ICMP)");
@@ -212,11 +207,8 @@ impl Proxy {
     /// match.
     fn key_for_token(&self, up: EndpointId, token: &[u8]) -> Option<ExchangeKey> {
         let index = u32::from_be_bytes(token.get(..4)?.try_into().ok()?);
-        let x = self.exchanges.get(index as usize)?;
-        (x.upstream_token.as_bytes() == token && x.endpoint == up).then_some(ExchangeKey {
-            index,
-            generation: x.generation,
-        })
+        let (key, x) = self.exchanges.at_index(index)?;
+        (x.upstream_token.as_bytes() == token && x.endpoint == up).then_some(key)
     }
 
     /// Whether a 2.03 names one of the ETags the request sent upstream carried. A 2.03 says

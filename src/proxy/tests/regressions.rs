@@ -190,7 +190,7 @@ fn a_separate_answer_stays_reserved_for_the_lifetime_after_it_was_sent() {
 fn traces(p: &Proxy) -> Vec<(&'static str, usize)> {
     vec![
         ("exchanges", p.exchanges.len()),
-        ("timers", p.timers.len()),
+        ("timers", p.exchanges.pending_timers()),
         ("by_client", p.by_client.len()),
         ("by_upstream_mid", p.by_upstream_mid.len()),
         ("by_client_mid", p.by_client_mid.len()),
