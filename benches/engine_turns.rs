@@ -82,52 +82,89 @@ struct Turn {
     endpoint_events: usize,
 }
 
-fn main() {
-    let rate: f64 = var("RATE", 200_000.0);
-    let batch: usize = var("BATCH", 32);
-    let seconds: f64 = var("SECONDS", 30.0);
-    let cache: usize = var("CACHE", 0);
-    let slow_us: u64 = var("SLOW_US", 0);
-    let client: SocketAddr = "127.0.0.1:40000".parse().unwrap();
-    let config = ProxyConfig {
-        routing: Routing {
-            upstream: Some("127.0.0.1:5683".parse().unwrap()),
-            allow: Vec::new(),
-            forward: false,
-        },
-        cache_size: cache,
-        ..ProxyConfig::default()
-    };
-    let start = Timestamp::ZERO + Duration::from_secs(1);
-    let mut p = Proxy::new(
-        config,
-        Seeds {
-            rng: 1,
-            hash: [1, 2],
-        },
-    );
-    p.accept_endpoint_events(start);
-    let step = Duration::from_secs_f64(batch as f64 / rate);
-    let turns_total = (seconds * rate / batch as f64) as usize;
-    let (mut req, mut ans) = (Vec::new(), Vec::new());
-    let mut to_upstream: Vec<(EndpointId, Vec<u8>)> = Vec::new();
-    let mut turns = Vec::with_capacity(turns_total);
-    let mut n = 0u64;
-    let mut answered = 0u64;
-    for i in 0..turns_total {
-        let now = start + step * i as u32;
+/// The run's settings, from the environment.
+struct Settings {
+    rate: f64,
+    batch: usize,
+    seconds: f64,
+    cache: usize,
+    slow_us: u64,
+}
+
+impl Settings {
+    fn from_env() -> Settings {
+        Settings {
+            rate: var("RATE", 200_000.0),
+            batch: var("BATCH", 32),
+            seconds: var("SECONDS", 30.0),
+            cache: var("CACHE", 0),
+            slow_us: var("SLOW_US", 0),
+        }
+    }
+}
+
+/// The engine under test and what is in flight between it and its (simulated) peers.
+struct Bench {
+    p: Proxy,
+    start: Timestamp,
+    client: SocketAddr,
+    req: Vec<u8>,
+    ans: Vec<u8>,
+    to_upstream: Vec<(EndpointId, Vec<u8>)>,
+    /// Requests sent so far.
+    n: u64,
+    /// Datagrams the engine sent to the client.
+    answered: u64,
+}
+
+impl Bench {
+    fn new(cache: usize) -> Bench {
+        let config = ProxyConfig {
+            routing: Routing {
+                upstream: Some("127.0.0.1:5683".parse().unwrap()),
+                allow: Vec::new(),
+                forward: false,
+            },
+            cache_size: cache,
+            ..ProxyConfig::default()
+        };
+        let start = Timestamp::ZERO + Duration::from_secs(1);
+        let mut p = Proxy::new(
+            config,
+            Seeds {
+                rng: 1,
+                hash: [1, 2],
+            },
+        );
+        p.accept_endpoint_events(start);
+        Bench {
+            p,
+            start,
+            client: "127.0.0.1:40000".parse().unwrap(),
+            req: Vec::new(),
+            ans: Vec::new(),
+            to_upstream: Vec::new(),
+            n: 0,
+            answered: 0,
+        }
+    }
+
+    /// One turn at virtual time `now`: the upstream's answers to the previous batch, `batch`
+    /// new requests, the timers due, and the transmits.
+    fn turn(&mut self, now: Timestamp, batch: usize, slow_us: u64) -> Turn {
+        let p = &mut self.p;
         let began = cpu_now();
         let wall = mono_now();
-        let answers = to_upstream.len();
-        for (ep, r) in to_upstream.drain(..) {
-            answer(&mut ans, &r);
-            p.handle_upstream_datagram(now, ep, &ans);
+        let answers = self.to_upstream.len();
+        for (ep, r) in self.to_upstream.drain(..) {
+            answer(&mut self.ans, &r);
+            p.handle_upstream_datagram(now, ep, &self.ans);
         }
         let after_answers = cpu_now() - began;
         for _ in 0..batch {
-            request(&mut req, n);
-            n += 1;
-            p.handle_client_datagram(now, client, &req);
+            request(&mut self.req, self.n);
+            self.n += 1;
+            p.handle_client_datagram(now, self.client, &self.req);
         }
         let after_requests = cpu_now() - began;
         let mut timers = 0;
@@ -137,8 +174,8 @@ fn main() {
         }
         while let Some(t) = p.poll_transmit() {
             match t.to {
-                Destination::Upstream(ep) => to_upstream.push((ep, t.payload)),
-                Destination::Client(_) => answered += 1,
+                Destination::Upstream(ep) => self.to_upstream.push((ep, t.payload)),
+                Destination::Client(_) => self.answered += 1,
             }
         }
         let endpoint_events = p.accept_endpoint_events(now).len();
@@ -150,8 +187,8 @@ fn main() {
                 mono_now().as_secs_f64()
             );
         }
-        turns.push(Turn {
-            at: now.saturating_since(start),
+        Turn {
+            at: now.saturating_since(self.start),
             took,
             requests: batch,
             answers,
@@ -162,8 +199,33 @@ fn main() {
                 took - after_requests,
             ],
             endpoint_events,
-        });
+        }
     }
+}
+
+fn main() {
+    let s = Settings::from_env();
+    let mut bench = Bench::new(s.cache);
+    let step = Duration::from_secs_f64(s.batch as f64 / s.rate);
+    let turns_total = (s.seconds * s.rate / s.batch as f64) as usize;
+    let mut turns = Vec::with_capacity(turns_total);
+    for i in 0..turns_total {
+        let now = bench.start + step * i as u32;
+        turns.push(bench.turn(now, s.batch, s.slow_us));
+    }
+    print_summary(&s, &bench, &mut turns);
+}
+
+/// Prints the turn-time percentiles and the slowest turns.
+fn print_summary(s: &Settings, bench: &Bench, turns: &mut [Turn]) {
+    let Settings {
+        rate,
+        batch,
+        seconds,
+        cache,
+        ..
+    } = s;
+    let (n, answered) = (bench.n, bench.answered);
     let mut sorted: Vec<Duration> = turns.iter().map(|t| t.took).collect();
     sorted.sort();
     let q = |f: f64| sorted[((sorted.len() - 1) as f64 * f) as usize];

@@ -170,22 +170,56 @@ fn loaded_proxy_rss() -> Loaded {
         reverse.local_addr().expect("addr").to_string(),
         forward.local_addr().expect("addr").to_string(),
     );
-    let max = (2 * EXCHANGES).to_string();
     let daemon::Proxy {
         proc: d,
         coap: proxy,
         metrics,
         ..
-    } = daemon::proxy(
+    } = proxy_to_silent_peers(&up, &fwd);
+    let metrics = metrics.expect("a metrics listener");
+    scrape(metrics);
+    settle();
+    let idle_kib = d.status_kib("VmRSS:");
+
+    let send_time = send_all_requests(proxy, metrics, &fwd);
+    settle();
+    let doc = scrape(metrics);
+    let in_flight = doc.get("backoffd_coap_in_flight");
+    assert_eq!(
+        doc.get("backoffd_coap_forwarded_total"),
+        f64::from(EXCHANGES)
+    );
+    assert_eq!(in_flight, f64::from(EXCHANGES), "exchanges in flight");
+    assert_eq!(
+        doc.get("backoffd_coap_live_exchanges"),
+        f64::from(EXCHANGES)
+    );
+    let loaded_kib = d.status_kib("VmRSS:");
+    let hwm_kib = d.status_kib("VmHWM:");
+    drop((reverse, forward));
+    Loaded {
+        idle_kib,
+        loaded_kib,
+        hwm_kib,
+        in_flight,
+        send_time,
+    }
+}
+
+/// A proxy to the silent upstream `up` and the silent forward target `fwd`, with room for
+/// twice [`EXCHANGES`] and timeouts far longer than the run.
+fn proxy_to_silent_peers(up: &str, fwd: &str) -> daemon::Proxy {
+    let max = (2 * EXCHANGES).to_string();
+    daemon::proxy(
         "info",
         &[
             "--listen",
             "127.0.0.1:0",
             "--upstream",
-            &up,
+            up,
             "--forward",
             "--allow",
-            &fwd,
+            fwd,
             "--seed",
             "1",
             "--max-inflight",
@@ -207,12 +241,12 @@ fn loaded_proxy_rss() -> Loaded {
             "--metrics",
             "127.0.0.1:0",
         ],
-    );
-    let metrics = metrics.expect("a metrics listener");
-    scrape(metrics);
-    settle();
-    let idle_kib = d.status_kib("VmRSS:");
+    )
+}
 
+/// Sends [`EXCHANGES`] requests in batches of [`BATCH`], each batch resent until the proxy
+/// counted it; returns how long that took.
+fn send_all_requests(proxy: SocketAddr, metrics: SocketAddr, fwd: &str) -> Duration {
     let client = UdpSocket::bind("127.0.0.1:0").expect("bind");
     let uri = format!("coap://{fwd}/");
     let start = Instant::now();
@@ -241,29 +275,7 @@ fn loaded_proxy_rss() -> Loaded {
         }
         sent = end;
     }
-    let send_time = start.elapsed();
-    settle();
-    let doc = scrape(metrics);
-    let in_flight = doc.get("backoffd_coap_in_flight");
-    assert_eq!(
-        doc.get("backoffd_coap_forwarded_total"),
-        f64::from(EXCHANGES)
-    );
-    assert_eq!(in_flight, f64::from(EXCHANGES), "exchanges in flight");
-    assert_eq!(
-        doc.get("backoffd_coap_live_exchanges"),
-        f64::from(EXCHANGES)
-    );
-    let loaded_kib = d.status_kib("VmRSS:");
-    let hwm_kib = d.status_kib("VmHWM:");
-    drop((reverse, forward));
-    Loaded {
-        idle_kib,
-        loaded_kib,
-        hwm_kib,
-        in_flight,
-        send_time,
-    }
+    start.elapsed()
 }
 
 struct Heap {

@@ -107,8 +107,11 @@ struct Target {
     name: &'static str,
     /// argv, with `{port}` for the port it must listen on; `None` for `direct`.
     command: Option<Vec<String>>,
-    options: Vec<(u16, Vec<u8>)>,
+    options: Options,
 }
+
+/// CoAP options (number, value) every request to a target carries.
+type Options = Vec<(u16, Vec<u8>)>;
 
 /// Results for one target: the peak runs of every round, the latency pair, and what the
 /// upstream saw of its Message IDs.
@@ -242,7 +245,6 @@ fn targets(up: SocketAddr, peers: bool) -> Vec<Target> {
     let up_s = up.to_string();
     let path = vec![(URI_PATH, b"bench".to_vec())];
     let proxy_uri = vec![(PROXY_URI, format!("coap://{up}/bench").into_bytes())];
-    let words = |s: &str| s.split_whitespace().map(str::to_owned).collect::<Vec<_>>();
     let mut list = vec![
         Target {
             name: "direct",
@@ -279,9 +281,23 @@ fn targets(up: SocketAddr, peers: bool) -> Vec<Target> {
             options: path.clone(),
         },
     ];
-    // BASELINE_BIN: another build of backoffd (say, the commit before a redesign), measured
-    // in the same run, interleaved with this one, so that a before/after ratio shares its
-    // noise.
+    list.extend(baseline_targets(&up_s, &path, &proxy_uri));
+    if peers {
+        list.extend(peer_targets(&up_s, path, proxy_uri));
+    }
+    list
+}
+
+/// A command line split at whitespace.
+fn words(s: &str) -> Vec<String> {
+    s.split_whitespace().map(str::to_owned).collect()
+}
+
+/// BASELINE_BIN: another build of backoffd (say, the commit before a redesign), measured
+/// in the same run, interleaved with this one, so that a before/after ratio shares its
+/// noise.
+fn baseline_targets(up_s: &str, path: &Options, proxy_uri: &Options) -> Vec<Target> {
+    let mut list = Vec::new();
     if let Some(old) = std::env::var("BASELINE_BIN").ok().filter(|v| !v.is_empty()) {
         let extra = std::env::var("BASELINE_FLAGS").unwrap_or_default();
         list.push(Target {
@@ -299,25 +315,29 @@ fn targets(up: SocketAddr, peers: bool) -> Vec<Target> {
             options: proxy_uri.clone(),
         });
     }
-    if peers {
-        list.push(Target {
+    list
+}
+
+/// The other implementations: libcoap's server as a forward proxy, aiocoap's reverse proxy.
+fn peer_targets(up_s: &str, path: Options, proxy_uri: Options) -> Vec<Target> {
+    let venv = repo().join("target/interop-venv/bin/aiocoap-proxy");
+    vec![
+        Target {
             name: "libcoap",
             command: Some(words(
                 "coap-server-notls -A 127.0.0.1 -p {port} -P ,backoffd-bench",
             )),
             options: proxy_uri,
-        });
-        let venv = repo().join("target/interop-venv/bin/aiocoap-proxy");
-        list.push(Target {
+        },
+        Target {
             name: "aiocoap",
             command: Some(words(&format!(
                 "{} --reverse --bind 127.0.0.1:{{port}} --unconditional {up_s}",
                 venv.display()
             ))),
             options: path,
-        });
-    }
-    list
+        },
+    ]
 }
 
 /// Starts `target` (pinned to the target CPU) and waits until it answers through to the
@@ -637,6 +657,14 @@ fn install_peers() -> bool {
 }
 
 fn print_tables(rows: &[Row], settings: &Settings, took: Duration) {
+    print_throughput(rows, settings);
+    print_added_latency(rows, settings);
+    print_mids(rows, took);
+    print_json(rows);
+}
+
+/// The peak throughput table.
+fn print_throughput(rows: &[Row], settings: &Settings) {
     let relay = rows.iter().find(|r| r.name == "relay");
     let vs = |rate: f64, of: Option<f64>| {
         of.map_or("-".into(), |o| format!("{:.0} %", 100.0 * rate / o))
@@ -669,6 +697,10 @@ fn print_tables(rows: &[Row], settings: &Settings, took: Duration) {
             failed,
         );
     }
+}
+
+/// The added-latency table, at a fraction of each target's peak.
+fn print_added_latency(rows: &[Row], settings: &Settings) {
     println!(
         "\n### Added latency at {:.0} % of each target's median CON peak (open loop, CON GET, {} per system call; the round with the median added p99 of {} interleaved rounds)\n",
         settings.load * 100.0,
@@ -700,6 +732,10 @@ fn print_tables(rows: &[Row], settings: &Settings, took: Duration) {
             h.added_p99(),
         );
     }
+}
+
+/// The Message ID table: what a deduplicating upstream saw.
+fn print_mids(rows: &[Row], took: Duration) {
     println!(
         "\n### Message IDs as a deduplicating upstream sees them (every run of each target, {:.0} s in all)\n",
         took.as_secs_f64()
@@ -717,6 +753,10 @@ fn print_tables(rows: &[Row], settings: &Settings, took: Duration) {
             m.repeated
         );
     }
+}
+
+/// One JSON object of every target's headline figures.
+fn print_json(rows: &[Row]) {
     let json: Vec<String> = rows
         .iter()
         .map(|r| {

@@ -196,26 +196,89 @@ fn field<'a>(line: &'a str, name: &str) -> &'a str {
 /// proxy's counters.
 fn check(mode: &str, client: &Proc, server: &Proc, big: &Big, m: &Exposition) {
     let out = client.stdout();
-    let hello = line(&out, client, "GET /hello ");
-    let echo = line(&out, client, "POST /echo ");
-    let got_big = line(&out, client, "GET /big ");
-    let observe = line(&out, client, "OBSERVE ");
-    let done = line(&out, client, "DONE ");
-    let notify: Vec<u64> = out
-        .iter()
-        .filter_map(|l| l.strip_prefix("NOTIFY "))
-        .map(|v| v.trim().parse().expect("a number"))
-        .collect();
-    let counter = |name: &str| m.get(&format!("backoffd_coap_{name}"));
-    let (requests, forwarded) = (counter("requests_total"), counter("forwarded_total"));
-    let relayed = counter("answers_total{code=\"2.xx\"}");
-    let notifications = counter("notifications_relayed_total");
-    let own: Vec<(&str, f64)> = OWN_CODES
-        .iter()
-        .map(|c| (*c, counter(&format!("answers_total{{code=\"{c}\"}}"))))
-        .filter(|(_, n)| *n > 0.0)
-        .collect();
+    let lines = ClientLines::of(&out, client);
+    let proxy = ProxyCounters::of(m);
+    report_figures(mode, &lines, big, &proxy);
+    check_client(client, &lines, big);
+    check_server(server);
+    check_proxy(&proxy);
+}
 
+/// The client's result lines, each without its prefix, and the values it was notified of.
+struct ClientLines<'a> {
+    hello: &'a str,
+    echo: &'a str,
+    got_big: &'a str,
+    observe: &'a str,
+    done: &'a str,
+    notify: Vec<u64>,
+}
+
+impl<'a> ClientLines<'a> {
+    fn of(out: &'a [String], client: &Proc) -> ClientLines<'a> {
+        ClientLines {
+            hello: line(out, client, "GET /hello "),
+            echo: line(out, client, "POST /echo "),
+            got_big: line(out, client, "GET /big "),
+            observe: line(out, client, "OBSERVE "),
+            done: line(out, client, "DONE "),
+            notify: out
+                .iter()
+                .filter_map(|l| l.strip_prefix("NOTIFY "))
+                .map(|v| v.trim().parse().expect("a number"))
+                .collect(),
+        }
+    }
+}
+
+/// The proxy's counters the checks look at.
+struct ProxyCounters {
+    requests: f64,
+    forwarded: f64,
+    relayed: f64,
+    notifications: f64,
+    /// The proxy's own answers, by code, if any.
+    own: Vec<(&'static str, f64)>,
+}
+
+impl ProxyCounters {
+    fn of(m: &Exposition) -> ProxyCounters {
+        let counter = |name: &str| m.get(&format!("backoffd_coap_{name}"));
+        let (requests, forwarded) = (counter("requests_total"), counter("forwarded_total"));
+        let relayed = counter("answers_total{code=\"2.xx\"}");
+        let notifications = counter("notifications_relayed_total");
+        let own: Vec<(&str, f64)> = OWN_CODES
+            .iter()
+            .map(|c| (*c, counter(&format!("answers_total{{code=\"{c}\"}}"))))
+            .filter(|(_, n)| *n > 0.0)
+            .collect();
+        ProxyCounters {
+            requests,
+            forwarded,
+            relayed,
+            notifications,
+            own,
+        }
+    }
+}
+
+/// Prints what the client got and the proxy counted.
+fn report_figures(mode: &str, lines: &ClientLines, big: &Big, proxy: &ProxyCounters) {
+    let ClientLines {
+        hello,
+        echo,
+        got_big,
+        observe,
+        done,
+        notify,
+    } = lines;
+    let ProxyCounters {
+        requests,
+        forwarded,
+        relayed,
+        notifications,
+        own,
+    } = proxy;
     report!("OSCORE {mode}: requests ok {}", field(done, "ok"));
     report!("OSCORE {mode}: GET /hello {hello}");
     report!("OSCORE {mode}: POST /echo {echo}");
@@ -229,7 +292,18 @@ fn check(mode: &str, client: &Proc, server: &Proc, big: &Big, m: &Exposition) {
         "OSCORE {mode}: proxy metrics: requests {requests}, forwarded {forwarded}, 2.xx relayed \
          {relayed}, notifications relayed {notifications}, own answers {own:?}"
     );
+}
 
+/// The client's four checks passed, each answer protected and as expected.
+fn check_client(client: &Proc, lines: &ClientLines, big: &Big) {
+    let ClientLines {
+        hello,
+        echo,
+        got_big,
+        observe,
+        done,
+        notify,
+    } = lines;
     let dump = client.dump();
     assert_eq!(field(done, "ok"), "4", "all four checks passed\n{dump}");
     assert!(client.status.is_some_and(|s| s.success()), "{dump}");
@@ -261,8 +335,10 @@ fn check(mode: &str, client: &Proc, server: &Proc, big: &Big, m: &Exposition) {
     assert_eq!(field(observe, "protected"), "yes", "{dump}");
     assert_eq!(notify.len(), NOTIFICATIONS + 1, "{dump}");
     assert!(notify.windows(2).all(|w| w[0] < w[1]), "{notify:?}");
+}
 
-    // The server unprotected each request (its resources refuse anything else).
+/// The server unprotected each request (its resources refuse anything else).
+fn check_server(server: &Proc) {
     let served = server.stdout();
     let saw = |l: &str| served.iter().any(|s| s == l);
     assert!(saw("SERVED GET /hello 0"), "{}", server.dump());
@@ -273,9 +349,18 @@ fn check(mode: &str, client: &Proc, server: &Proc, big: &Big, m: &Exposition) {
     );
     assert!(saw("SERVED GET /big 0"), "{}", server.dump());
     assert!(saw("SERVED GET /clock 0"), "{}", server.dump());
+}
 
-    // The proxy forwarded every request (block by block) and made no answer of its own.
-    assert!(requests >= MIN_REQUESTS, "requests {requests}");
+/// The proxy forwarded every request (block by block) and made no answer of its own.
+fn check_proxy(proxy: &ProxyCounters) {
+    let ProxyCounters {
+        requests,
+        forwarded,
+        relayed,
+        notifications,
+        own,
+    } = proxy;
+    assert!(*requests >= MIN_REQUESTS, "requests {requests}");
     assert_eq!(forwarded, requests, "every request went upstream");
     assert!(own.is_empty(), "answers the proxy made itself: {own:?}");
     assert!(
@@ -283,7 +368,7 @@ fn check(mode: &str, client: &Proc, server: &Proc, big: &Big, m: &Exposition) {
         "2.xx relayed {relayed} < requests {requests}"
     );
     assert!(
-        notifications >= NOTIFICATIONS as f64,
+        *notifications >= NOTIFICATIONS as f64,
         "notifications relayed {notifications}"
     );
 }

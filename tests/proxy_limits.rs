@@ -324,9 +324,40 @@ type Case = (&'static str, ProxyConfig, Box<dyn Fn(u16) -> Vec<u8>>, Code);
 #[test]
 #[ignore = "a measurement: cargo test --release --test proxy_limits -- --ignored --nocapture"]
 fn cost_of_the_worst_datagrams() {
-    let token = |i: u16| [i.to_be_bytes(), [0xaa; 2]].concat();
-    let uri = |segments: usize| format!("coap://127.0.0.1:5690{}", "/".repeat(segments));
-    let cases: Vec<Case> = vec![
+    let cases: Vec<Case> = refused_cases()
+        .into_iter()
+        .chain(forwarded_cases())
+        .collect();
+    time_parse_and_build();
+    for (name, config, make, want) in cases {
+        eprintln!("{name}: {}", time_datagrams(config, &make, want));
+    }
+}
+
+/// The token of the `i`-th costly datagram.
+fn case_token(i: u16) -> Vec<u8> {
+    [i.to_be_bytes(), [0xaa; 2]].concat()
+}
+
+/// A Proxy-Uri to the allowed forward target with `segments` empty path segments.
+fn case_uri(segments: usize) -> String {
+    format!("coap://127.0.0.1:5690{}", "/".repeat(segments))
+}
+
+/// A CON with one Proxy-Uri option `u` and a payload.
+fn with_proxy_uri(i: u16, u: &str, body: &[u8]) -> Vec<u8> {
+    message(
+        MessageType::Con,
+        i,
+        &case_token(i),
+        &[(PROXY_URI, u.as_bytes())],
+        body,
+    )
+}
+
+/// The costliest datagrams the default limits refuse.
+fn refused_cases() -> Vec<Case> {
+    vec![
         (
             "65,507 bytes, 65,495 empty options (refused, 4.13)",
             both_ways(|_| {}),
@@ -336,23 +367,14 @@ fn cost_of_the_worst_datagrams() {
         (
             "65,507 bytes, a Proxy-Uri of 65,4xx segments (refused, 4.13)",
             both_ways(|_| {}),
-            Box::new(move |i| {
-                let u = uri(65_470);
-                message(
-                    MessageType::Con,
-                    i,
-                    &token(i),
-                    &[(PROXY_URI, u.as_bytes())],
-                    &[],
-                )
-            }),
+            Box::new(move |i| with_proxy_uri(i, &case_uri(65_470), &[])),
             Code::REQUEST_ENTITY_TOO_LARGE,
         ),
         (
             "1,152 bytes, 1,144 empty options (refused, 4.02)",
             both_ways(|_| {}),
             Box::new(move |i| {
-                let mut m = message(MessageType::Con, i, &token(i), &[(URI_PATH, b"")], &[]);
+                let mut m = message(MessageType::Con, i, &case_token(i), &[(URI_PATH, b"")], &[]);
                 m.resize(1152, 0);
                 m
             }),
@@ -361,24 +383,21 @@ fn cost_of_the_worst_datagrams() {
         (
             "1,152 bytes, a Proxy-Uri of 1,119 segments (refused, 4.02)",
             both_ways(|_| {}),
-            Box::new(move |i| {
-                let u = uri(1119);
-                message(
-                    MessageType::Con,
-                    i,
-                    &token(i),
-                    &[(PROXY_URI, u.as_bytes())],
-                    &[],
-                )
-            }),
+            Box::new(move |i| with_proxy_uri(i, &case_uri(1119), &[])),
             Code::BAD_OPTION,
         ),
+    ]
+}
+
+/// The costliest datagrams the proxy forwards, with the default limits and the maximum ones.
+fn forwarded_cases() -> Vec<Case> {
+    vec![
         (
             "1,152 bytes, 64 Uri-Path options and a payload (reverse, forwarded)",
             both_ways(|_| {}),
             Box::new(move |i| {
                 let paths = vec![(URI_PATH, &b"seg"[..]); 64];
-                let mut m = message(MessageType::Con, i, &token(i), &paths, &[1]);
+                let mut m = message(MessageType::Con, i, &case_token(i), &paths, &[1]);
                 m.resize(1152, 1);
                 m
             }),
@@ -389,13 +408,7 @@ fn cost_of_the_worst_datagrams() {
             both_ways(|_| {}),
             Box::new(move |i| {
                 let u = format!("coap://127.0.0.1:5690{}", "/seg".repeat(64));
-                let mut m = message(
-                    MessageType::Con,
-                    i,
-                    &token(i),
-                    &[(PROXY_URI, u.as_bytes())],
-                    &[1],
-                );
+                let mut m = with_proxy_uri(i, &u, &[1]);
                 m.resize(1152, 1);
                 m
             }),
@@ -407,19 +420,15 @@ fn cost_of_the_worst_datagrams() {
                 (c.limits.max_request_size, c.limits.max_options) = (65_527, 65_535);
                 c.limits.max_inflight_bytes = 64 << 20;
             }),
-            Box::new(move |i| {
-                let u = uri(60_000);
-                message(
-                    MessageType::Con,
-                    i,
-                    &token(i),
-                    &[(PROXY_URI, u.as_bytes())],
-                    &[],
-                )
-            }),
+            Box::new(move |i| with_proxy_uri(i, &case_uri(60_000), &[])),
             Code::GET,
         ),
-    ];
+    ]
+}
+
+/// Times `Message::parse` of the worst datagram, and the builder's own out-of-order path (the
+/// proxy never takes it): 60,000 options added highest first are sorted once by `finish`.
+fn time_parse_and_build() {
     let worst = worst_datagram(1);
     let mut parse: Vec<Duration> = (0..1000)
         .map(|_| {
@@ -430,8 +439,6 @@ fn cost_of_the_worst_datagrams() {
         .collect();
     parse.sort();
     eprintln!("Message::parse alone of the first: median {:?}", parse[500]);
-    // The builder's own out-of-order path (the proxy never takes it): 60,000 options added
-    // highest first are sorted once by `finish`.
     let mut out = Vec::new();
     let start = Instant::now();
     let mut b = MessageBuilder::new(&mut out, MessageType::Con, Code::GET, 1, b"t");
@@ -441,9 +448,6 @@ fn cost_of_the_worst_datagrams() {
         "MessageBuilder, 60,000 options in reverse: {:?}",
         start.elapsed()
     );
-    for (name, config, make, want) in cases {
-        eprintln!("{name}: {}", time_datagrams(config, &make, want));
-    }
 }
 
 #[test]
