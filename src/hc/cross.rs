@@ -13,7 +13,6 @@
 )]
 
 use std::io;
-use std::net::SocketAddr;
 
 use crate::metrics::{MetricsSource, MetricsWriter};
 use crate::proxy::{ProxyComponent, FIRST_FOREIGN_KEY};
@@ -33,16 +32,6 @@ impl CrossProxy {
     pub fn bind(proxy: ProxyComponent, config: HttpFrontConfig) -> io::Result<Self> {
         let http = HttpFront::bind(config, FIRST_FOREIGN_KEY)?;
         Ok(CrossProxy { proxy, http })
-    }
-
-    /// The CoAP proxy.
-    pub fn proxy(&self) -> &ProxyComponent {
-        &self.proxy
-    }
-
-    /// The HTTP listener's address.
-    pub fn http_addr(&self) -> io::Result<SocketAddr> {
-        self.http.local_addr()
     }
 
     /// Moves CoAP datagrams between the cross-proxy and the engine, and writes the HTTP
