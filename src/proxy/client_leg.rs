@@ -10,10 +10,11 @@ use super::answer_cache::Replay;
 use super::caching::{CacheUse, Consulted};
 use super::clients::ClientSlot;
 use super::endpoints::{EndpointId, NoEndpoint, UpstreamId};
-use super::engine::{Destination, Proxy, Seen};
+use super::engine::{Destination, Proxy};
 use super::events::{ProxyEvent, Source};
 use super::exchange::{CoapToken, ExchangeKey, Observer, Reply, State, TimerKind};
 use super::gate::Charge;
+use super::kept::Seen;
 use super::local_answer::{encode_local, LocalAnswer};
 use super::peer::Peer;
 use super::route::{self, RouteError, Target};
@@ -77,7 +78,7 @@ impl Proxy {
 
     fn on_client_request(&mut self, now: Timestamp, from: Peer, msg: &Message) {
         let token = CoapToken::new(msg.token()).expect("parse checked the token length");
-        if let Some(seen) = self.seen(&(from, token, msg.message_id())) {
+        if let Some(seen) = self.kept.seen(&(from, token, msg.message_id())) {
             return self.on_duplicate(from, seen, msg);
         }
         self.counters.traffic.requests += 1;
@@ -172,12 +173,10 @@ impl Proxy {
         if msg.msg_type() != MessageType::Con {
             return;
         }
-        let replay = match seen {
-            Seen::Live(key) => return self.on_live_duplicate(key),
-            Seen::Answered(seq) => self.answers.replay(seq),
-            Seen::AnsweredLocally(seq) => self.local_answers.replay(seq),
-        };
-        match replay {
+        if let Seen::Live(key) = seen {
+            return self.on_live_duplicate(key);
+        }
+        match self.kept.replay(seen) {
             Some(Replay::Answer(bytes)) => {
                 self.gate.send(
                     &mut self.out,

@@ -10,16 +10,15 @@
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::time::Duration;
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use crate::coap::{params, Code, Message, MessageType};
+use crate::coap::{Code, Message, MessageType};
 use crate::stats::LatencyHistogram;
 use crate::time::Timestamp;
 
-use super::answer_cache::{AnswerRing, Bound, ClientKey, Gone, Replay};
+use super::answer_cache::{ClientKey, Replay};
 use super::budget::SendBudget;
 use super::cache::{CacheCounters, ResponseCache};
 use super::clients::{ClientSlot, Clients};
@@ -32,29 +31,15 @@ use super::exchange::{CoapToken, Exchange, ExchangeKey, Reply, State, TimerKind}
 use super::fanout::Fanout;
 use super::gate::SendGate;
 use super::index::Index;
+use super::kept::Kept;
 use super::keyed_hash::{KeyedMap, KeyedState};
-use super::local_answer::{encode_local, LocalAnswer, LOCAL_ANSWER_LIFETIME};
+use super::local_answer::{encode_local, LocalAnswer};
 use super::outbox::Outbox;
 pub use super::outbox::{Destination, Transmit};
 use super::peer::Peer;
 use super::table::Exchanges;
 use super::validation::SourceValidation;
 use super::{Counters, ProxyConfig};
-
-/// What the duplicate index knows of a client request (source, token, MID).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Seen {
-    /// Still being worked on.
-    Live(ExchangeKey),
-    /// Answered; the answer is this entry of the answer cache.
-    Answered(u64),
-    /// Answered by the proxy itself without going upstream; this entry of the local answers.
-    AnsweredLocally(u64),
-}
-
-/// Kept answers expire in batches: at most this late, and one wake-up per batch rather than
-/// one per answer at high request rates.
-const EXPIRY_BATCH: Duration = Duration::from_millis(100);
 
 /// The engine's randomness, given rather than drawn: the driver draws it from the OS (or takes
 /// `--seed`), tests fix it. The core never touches OS randomness, and a seeded run replays.
@@ -72,12 +57,8 @@ pub struct Proxy {
     pub(super) config: ProxyConfig,
     /// The live exchanges and their timers (`table.rs`).
     pub(super) exchanges: Exchanges,
-    /// Client retransmission detection: every request live or answered, and no other. An
-    /// answer that leaves its store takes its entry with it (`forget_answer`). (It was once
-    /// swept in bulk, to save a lookup per answer; with per-client shares evicting all the
-    /// time, the sweeps came every few thousand requests and paused the loop long enough to
-    /// overflow the client socket's receive buffer.)
-    pub(super) by_client: Index<ClientKey, Seen>,
+    /// The duplicate index and the answers kept for clients' retransmissions (`kept.rs`).
+    pub(super) kept: Kept,
     /// Piggybacked answers, empty ACKs and RSTs from upstream: (endpoint, our MID).
     pub(super) by_upstream_mid: Index<(EndpointId, u16), ExchangeKey>,
     /// ACK/RST from clients to our CON/NON answers: (client, our MID).
@@ -91,18 +72,6 @@ pub struct Proxy {
     pub(super) gate: SendGate,
     pub(super) rng: SmallRng,
     pub(super) counters: Counters,
-    /// Answers to requests that went upstream, for the clients' retransmissions: kept
-    /// EXCHANGE_LIFETIME (NON answers too, so all expire in the order they came), bounded in
-    /// all and per client, in answers and in bytes.
-    pub(super) answers: AnswerRing<ClientKey>,
-    /// Answers the proxy made without asking an upstream (4.xx, 5.03, 5.05, 5.08): cheap to
-    /// make again, so kept only [`LOCAL_ANSWER_LIFETIME`], and apart, so that a flood of them
-    /// never pushes a real answer out of `answers`.
-    pub(super) local_answers: AnswerRing<ClientKey>,
-    /// Separate responses and notifications the upstreams sent as CON and we acknowledged: a
-    /// retransmission (our ACK was lost) is acknowledged again and not taken twice (§4.5).
-    pub(super) upstream_cons: AnswerRing<(EndpointId, u16)>,
-    pub(super) by_upstream_con: Index<(EndpointId, u16), u64>,
     /// Upstream responses kept to answer other requests for the same thing (`--cache-size`;
     /// RFC 7252 §5.6). Not `answers`, which replays one answer to one request's copies.
     pub(super) cache: ResponseCache,
@@ -146,14 +115,7 @@ impl Proxy {
             config.limits.max_upstream_endpoints,
             rng.random(),
         );
-        let bound = Bound {
-            count: config.kept.max_cached,
-            bytes: config.kept.max_cached_bytes,
-        };
-        let share = Bound {
-            count: config.kept.max_cached_per_client,
-            bytes: config.kept.max_cached_bytes_per_client,
-        };
+        let kept = Kept::new(&config.kept, &hash);
         let cache = ResponseCache::new(config.cache_size, [seeds.hash[1], !seeds.hash[0]]);
         let clients = Clients::new(rng.random(), &hash);
         let echo_key = crate::coap::echo::EchoKey::new([seeds.hash[1], seeds.hash[0] ^ 0xec40]);
@@ -163,7 +125,7 @@ impl Proxy {
         Proxy {
             config,
             exchanges: Exchanges::new(),
-            by_client: Index::new(hash.clone()),
+            kept,
             by_upstream_mid: Index::new(hash.clone()),
             by_client_mid: Index::new(hash.clone()),
             observers: hash.map(),
@@ -176,10 +138,6 @@ impl Proxy {
             rng,
             counters: Counters::default(),
             retransmit_lateness: LatencyHistogram::default(),
-            answers: AnswerRing::with_shares(params::EXCHANGE_LIFETIME, bound, share),
-            local_answers: AnswerRing::with_shares(LOCAL_ANSWER_LIFETIME, bound, share),
-            upstream_cons: AnswerRing::new(params::MAX_TRANSMIT_WAIT, bound),
-            by_upstream_con: Index::new(hash.clone()),
             cache,
             fanout: Fanout::new(&hash),
             delivering: VecDeque::new(),
@@ -252,12 +210,9 @@ impl Proxy {
 
     /// When [`handle_timeout`](Self::handle_timeout) must next be called.
     pub fn poll_timeout(&self) -> Option<Timestamp> {
-        let batched = |t: Option<Timestamp>| t.map(|t| t + EXPIRY_BATCH);
         [
             self.exchanges.next_deadline(),
-            batched(self.answers.next_expiry()),
-            batched(self.local_answers.next_expiry()),
-            batched(self.upstream_cons.next_expiry()),
+            self.kept.next_expiry(),
             self.endpoints.next_deadline(),
         ]
         .into_iter()
@@ -287,7 +242,7 @@ impl Proxy {
             }
             self.exchanges.rearm(key);
         }
-        self.expire_answers(now);
+        self.kept.expire(now, &mut self.clients);
         self.endpoints.sweep(now);
     }
 
@@ -300,10 +255,7 @@ impl Proxy {
             in_flight_bytes: self.inflight_bytes as u64,
             exchange_answer_bytes: self.answer_bytes as u64,
         };
-        c.kept.cached_answers = (self.answers.len() + self.local_answers.len()) as u64;
-        c.kept.cached_answer_bytes = (self.answers.bytes() + self.local_answers.bytes()) as u64;
-        c.kept.answers_too_large_to_keep =
-            self.answers.too_large() + self.local_answers.too_large();
+        self.kept.count(&mut c.kept);
         c.observe.observations = self.observations as u64;
         c.traffic.events_dropped = self.events.dropped();
         self.gate.count(&mut c.proof);
@@ -598,34 +550,16 @@ impl Proxy {
         };
         // The kept answer takes over the exchange's reference on its client: it counts in the
         // client's share, and an answer with a MID of ours keeps its numbering (`clients.rs`).
-        let replay = kept_for(&x.client, replay);
-        let seq = self
-            .answers
-            .push(now, client_key, replay, Some(x.client_slot));
-        self.by_client.insert(client_key, Seen::Answered(seq));
-        while let Some(gone) = self.answers.pop_over_share(now, x.client_slot) {
-            self.counters.kept.share_evictions += 1;
-            self.forget_answer(gone, Seen::Answered);
-        }
-        while let Some(gone) = self.answers.pop_over_bound(now) {
-            self.counters.kept.cache_evictions += 1;
-            if gone.early {
-                // The client may still retransmit this request; it would be forwarded again.
-                // Said once: the counter tells how often.
-                if self.counters.kept.early_evictions == 0 {
-                    self.events.push(ProxyEvent::EarlyEviction);
-                }
-                self.counters.kept.early_evictions += 1;
-            }
-            self.forget_answer(gone, Seen::Answered);
+        let first_early = self.counters.kept.early_evictions == 0;
+        let (clients, counters) = (&mut self.clients, &mut self.counters.kept);
+        (self.kept).keep(now, (client_key, replay), x.client_slot, clients, counters);
+        if first_early && self.counters.kept.early_evictions > 0 {
+            // Said once: the counter tells how often.
+            self.events.push(ProxyEvent::EarlyEviction);
         }
     }
 
-    /// Keeps the proxy's own answer to a request that never went upstream, with a reference
-    /// on its client taken for it. Only an answer that was queued: one the outbox did not
-    /// queue is not kept at all, and the request's retransmission is handled afresh, which
-    /// is allowed for these: it runs nothing twice (see [`LOCAL_ANSWER_LIFETIME`]; a cache
-    /// hit answers a GET or FETCH, which are safe, RFC 7252 §5.1).
+    /// Keeps the proxy's own answer (see [`Kept::keep_local`]).
     pub(super) fn keep_local_answer(
         &mut self,
         now: Timestamp,
@@ -633,72 +567,8 @@ impl Proxy {
         replay: Replay<&[u8]>,
         client: ClientSlot,
     ) {
-        let replay = kept_for(&client_key.0, replay);
-        let seq = self
-            .local_answers
-            .push(now, client_key, replay, Some(client));
-        self.by_client
-            .insert(client_key, Seen::AnsweredLocally(seq));
-        while let Some(gone) = self.local_answers.pop_over_share(now, client) {
-            self.counters.kept.share_evictions += 1;
-            self.forget_answer(gone, Seen::AnsweredLocally);
-        }
-        while let Some(gone) = self.local_answers.pop_over_bound(now) {
-            self.counters.kept.local_answer_evictions += 1;
-            self.forget_answer(gone, Seen::AnsweredLocally);
-        }
-    }
-
-    /// What the duplicate index knows of a request, if it is still current.
-    pub(super) fn seen(&self, key: &ClientKey) -> Option<Seen> {
-        let seen = *self.by_client.get(key)?;
-        let current = match seen {
-            Seen::Live(_) => true,
-            Seen::Answered(seq) => self.answers.holds(seq),
-            Seen::AnsweredLocally(seq) => self.local_answers.holds(seq),
-        };
-        current.then_some(seen)
-    }
-
-    /// Remembers that the upstream CON `mid` on `endpoint` was acknowledged.
-    pub(super) fn keep_upstream_con(&mut self, now: Timestamp, endpoint: EndpointId, mid: u16) {
-        let seq = self
-            .upstream_cons
-            .push(now, (endpoint, mid), Replay::Nothing, None);
-        self.by_upstream_con.insert((endpoint, mid), seq);
-        while let Some(gone) = self.upstream_cons.pop_over_bound(now) {
-            self.forget_upstream_con(gone);
-        }
-    }
-
-    fn forget_upstream_con(&mut self, gone: Gone<(EndpointId, u16)>) {
-        if self.by_upstream_con.get(&gone.key) == Some(&gone.seq) {
-            self.by_upstream_con.remove(&gone.key);
-        }
-    }
-
-    /// Drops every kept answer whose time is up.
-    fn expire_answers(&mut self, now: Timestamp) {
-        while let Some(gone) = self.answers.pop_expired(now) {
-            self.forget_answer(gone, Seen::Answered);
-        }
-        while let Some(gone) = self.local_answers.pop_expired(now) {
-            self.forget_answer(gone, Seen::AnsweredLocally);
-        }
-        while let Some(gone) = self.upstream_cons.pop_expired(now) {
-            self.forget_upstream_con(gone);
-        }
-    }
-
-    /// An answer left its store (`indexed_as` names which): its index entry goes, unless a
-    /// newer request with the same key took it, and so does the client reference it held.
-    fn forget_answer(&mut self, gone: Gone<ClientKey>, indexed_as: fn(u64) -> Seen) {
-        if self.by_client.get(&gone.key) == Some(&indexed_as(gone.seq)) {
-            self.by_client.remove(&gone.key);
-        }
-        if let Some(slot) = gone.client {
-            self.clients.release(slot);
-        }
+        let (clients, counters) = (&mut self.clients, &mut self.counters.kept);
+        (self.kept).keep_local(now, (client_key, replay), client, clients, counters);
     }
 
     /// Creates the exchange of a new client request (from a client and its slot) going out of
@@ -715,8 +585,7 @@ impl Proxy {
         let key = (self.exchanges).insert(|generation| {
             Exchange::new(generation, state, from, client_id, route, non_idempotent)
         });
-        self.by_client
-            .insert((from.0, token, msg.message_id()), Seen::Live(key));
+        self.kept.live((from.0, token, msg.message_id()), key);
         self.clients.take_ref(from.1);
         key
     }
@@ -732,16 +601,4 @@ pub(super) enum LastAnswer<'a> {
     Queued(&'a [u8]),
     /// One the outbox did not queue: the client never got it.
     NotQueued,
-}
-
-/// What a kept answer to `client` replays. A client on a reliable transport (the HTTP
-/// cross-proxy's in-process clients) is handed every answer and never loses one: when its
-/// request is retransmitted all the same (its timer ran out as the answer came), it has the
-/// answer already, so only the key is kept (it still stops a second forward), not a second
-/// copy of the answer, which for HTTP is often a large cached one.
-fn kept_for<'a>(client: &Peer, replay: Replay<&'a [u8]>) -> Replay<&'a [u8]> {
-    match replay {
-        Replay::Answer(_) if client.is_reliable() => Replay::Nothing,
-        replay => replay,
-    }
 }

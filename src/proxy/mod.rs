@@ -50,6 +50,7 @@ mod exchange;
 mod fanout;
 mod gate;
 mod index;
+mod kept;
 mod keyed_hash;
 mod limits;
 mod local_answer;

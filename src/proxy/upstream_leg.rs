@@ -160,13 +160,13 @@ impl Proxy {
     /// lost) are acknowledged again but not taken twice (RFC 7252 §4.5).
     fn on_upstream_response_message(&mut self, now: Timestamp, up: EndpointId, msg: &Message) {
         let (mid, con) = (msg.message_id(), msg.msg_type() == MessageType::Con);
-        if con && self.by_upstream_con.contains_key(&(up, mid)) {
+        if con && self.kept.acked_upstream_con(up, mid) {
             return self.ack_upstream(up, mid);
         }
         if self.fanout.has_registration(up, msg.token()) {
             if con {
                 self.ack_upstream(up, mid);
-                self.keep_upstream_con(now, up, mid);
+                self.kept.keep_upstream_con(now, up, mid);
             }
             self.notify_group(now, up, msg);
             return;
@@ -186,7 +186,7 @@ impl Proxy {
         };
         if con {
             self.ack_upstream(up, mid);
-            self.keep_upstream_con(now, up, mid);
+            self.kept.keep_upstream_con(now, up, mid);
         }
         match observing {
             true => self.relay_notification(now, key, msg),

@@ -201,11 +201,15 @@ fn a_hit_the_send_rate_dropped_is_not_kept_and_its_retransmission_is_answered_af
     let (first, second) = (request(Code::GET, 1, b"r"), request(Code::GET, 2, b"r"));
     assert_eq!(ask(&mut p, secs(0.0), c, &first, 0).0.len(), 1);
     assert_eq!(ask(&mut p, secs(0.0), c, &second, 0), (Vec::new(), 0));
-    assert_eq!(p.local_answers.len(), 1, "only the hit that went is kept");
+    assert_eq!(
+        p.kept.sizes().local_answers,
+        1,
+        "only the hit that went is kept"
+    );
     // A GET: its retransmission is a new request, answered from the cache, not forwarded.
     let (again, forwarded) = ask(&mut p, secs(20.0), c, &second, 0);
     assert_eq!((again.len(), forwarded), (1, 0));
-    assert_eq!(p.local_answers.len(), 2);
+    assert_eq!(p.kept.sizes().local_answers, 2);
 }
 
 #[test]
@@ -217,7 +221,10 @@ fn answers_to_an_in_process_client_are_kept_without_their_bytes() {
     let (fill, hit) = (request(Code::GET, 1, b"r"), request(Code::GET, 2, b"r"));
     assert_eq!(ask(&mut p, secs(0.0), http, &fill, 60_000).0.len(), 1);
     assert_eq!(ask(&mut p, secs(0.0), http, &hit, 0).0.len(), 1);
-    assert_eq!((p.answers.len(), p.local_answers.len()), (1, 1));
+    assert_eq!(
+        (p.kept.sizes().answers, p.kept.sizes().local_answers),
+        (1, 1)
+    );
     assert_eq!(p.counters().kept.cached_answer_bytes, 0);
     assert_eq!(ask(&mut p, secs(1.0), http, &fill, 0), (Vec::new(), 0));
     assert_eq!(ask(&mut p, secs(1.0), http, &hit, 0), (Vec::new(), 0));

@@ -173,7 +173,7 @@ fn a_separate_answer_stays_reserved_for_the_lifetime_after_it_was_sent() {
     // The 5.04 went as a CON with the proxy's MID at 10 s, retransmitted unacknowledged until
     // MAX_TRANSMIT_WAIT at most; its answer (and the client's numbering) is kept a lifetime
     // after that.
-    let kept = |p: &Proxy| (p.live_exchanges(), p.answers.len(), p.clients.len());
+    let kept = |p: &Proxy| (p.live_exchanges(), p.kept.sizes().answers, p.clients.len());
     run_until(&mut p, secs(10.0 + 93.0));
     assert_eq!(kept(&p), (0, 1, 1), "delivery given up, answer kept");
     run_until(&mut p, secs(10.0 + 247.0));
@@ -191,15 +191,15 @@ fn traces(p: &Proxy) -> Vec<(&'static str, usize)> {
     vec![
         ("exchanges", p.exchanges.len()),
         ("timers", p.exchanges.pending_timers()),
-        ("by_client", p.by_client.len()),
+        ("by_client", p.kept.sizes().by_client),
         ("by_upstream_mid", p.by_upstream_mid.len()),
         ("by_client_mid", p.by_client_mid.len()),
         ("clients", p.clients.len()),
         ("observers", p.observers.len()),
-        ("answers", p.answers.len()),
-        ("local_answers", p.local_answers.len()),
-        ("upstream_cons", p.upstream_cons.len()),
-        ("by_upstream_con", p.by_upstream_con.len()),
+        ("answers", p.kept.sizes().answers),
+        ("local_answers", p.kept.sizes().local_answers),
+        ("upstream_cons", p.kept.sizes().upstream_cons),
+        ("by_upstream_con", p.kept.sizes().by_upstream_con),
         ("delivering", p.delivering.len()),
         ("delivering_count", p.delivering_count),
         ("inflight", p.inflight),
@@ -441,7 +441,7 @@ fn a_flooding_client_evicts_only_its_own_oldest_answers() {
         ),
         (0, 0, 950)
     );
-    assert_eq!(p.answers.len(), 10 + 50);
+    assert_eq!(p.kept.sizes().answers, 10 + 50);
 }
 
 #[test]
@@ -455,12 +455,19 @@ fn the_duplicate_index_holds_exactly_the_requests_live_or_kept() {
     drain(&mut p);
     answered(&mut p, client(1), 0, 10);
     answered(&mut p, client(2), 0, 1000);
-    let kept = p.exchanges.len() + p.answers.len() + p.local_answers.len();
-    assert_eq!((p.answers.len(), p.local_answers.len()), (60, 1));
-    assert_eq!(p.by_client.len(), kept);
+    let kept = p.exchanges.len() + p.kept.sizes().answers + p.kept.sizes().local_answers;
+    assert_eq!(
+        (p.kept.sizes().answers, p.kept.sizes().local_answers),
+        (60, 1)
+    );
+    assert_eq!(p.kept.sizes().by_client, kept);
     p.handle_timeout(secs(300.0));
     assert_eq!(
-        (p.answers.len(), p.local_answers.len(), p.by_client.len()),
+        (
+            p.kept.sizes().answers,
+            p.kept.sizes().local_answers,
+            p.kept.sizes().by_client
+        ),
         (0, 0, 0)
     );
 }
@@ -497,7 +504,7 @@ fn the_proxys_own_answers_are_kept_max_transmit_wait_real_ones_exchange_lifetime
     answered(&mut p, client(1), 0, 1);
     p.handle_client_datagram(secs(1.0), client(2), &forward_request(1));
     drain(&mut p);
-    let kept = |p: &Proxy| (p.answers.len(), p.local_answers.len());
+    let kept = |p: &Proxy| (p.kept.sizes().answers, p.kept.sizes().local_answers);
     assert_eq!(kept(&p), (1, 1));
     run_until(&mut p, secs(1.0 + 93.2));
     assert_eq!(kept(&p), (1, 0));
