@@ -161,7 +161,7 @@ impl Proxy {
     ) -> Consulted {
         let registers = msg.option(OBSERVE).and_then(|v| decode_uint(v).ok()) == Some(0);
         let group = self.fanout.for_key(keyed.key.as_bytes());
-        let room = self.observations < self.config.limits.max_observations;
+        let room = self.usage.room_to_observe(&self.config.limits);
         let plain = msg.option(ETAG).is_none() && keyed.block2.is_none();
         if let (true, true, true, Some(group)) = (registers, room, plain, group) {
             let mut buf = Vec::new();

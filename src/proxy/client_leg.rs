@@ -15,6 +15,7 @@ use super::events::{ProxyEvent, Source};
 use super::exchange::{CoapToken, ExchangeKey, Observer, Reply, State, TimerKind};
 use super::gate::Charge;
 use super::kept::Seen;
+use super::limits::{self, Refusal};
 use super::local_answer::{encode_local, LocalAnswer};
 use super::peer::Peer;
 use super::route::{self, RouteError, Target};
@@ -86,12 +87,13 @@ impl Proxy {
         let client = (from, self.clients.slot(from));
         // A request over the limits costs no more than its parse: it is refused before any
         // other look at its options, and a (de)registration the proxy refuses changes nothing.
-        let routed = (self.check_request_limits(msg))
-            .and_then(|()| self.check_source(now, from, msg))
-            .and_then(|()| {
-                self.observation_request(now, from, token, msg);
-                self.route(msg)
-            });
+        let routed =
+            (limits::check_request(&self.config.limits, &mut self.counters.own_answers, msg))
+                .and_then(|()| self.check_source(now, from, msg))
+                .and_then(|()| {
+                    self.observation_request(now, from, token, msg);
+                    self.route(msg)
+                });
         let admitted = routed.and_then(|route| match self.consult(now, client, msg, &route) {
             Consulted::Answered => Ok(None),
             Consulted::Forward(cache) => {
@@ -350,17 +352,21 @@ impl Proxy {
         len: usize,
     ) -> Option<LocalAnswer> {
         let client_inflight = self.clients.inflight(client);
-        let over_bytes = self.over_inflight_bytes(len);
         let c = &mut self.counters;
-        let why = if self.draining {
-            c.refusals.refused_draining += 1;
-            "shutting down"
-        } else if self.inflight >= self.config.limits.max_inflight {
-            c.refusals.refused_inflight += 1;
-            "too many requests in flight"
-        } else if over_bytes {
-            c.refusals.refused_inflight_bytes += 1;
-            "too many request bytes in flight"
+        let why = if let Some(refusal) = self.usage.refusal(&self.config.limits, len) {
+            let (counter, why) = match refusal {
+                Refusal::Draining => (&mut c.refusals.refused_draining, "shutting down"),
+                Refusal::Inflight => (
+                    &mut c.refusals.refused_inflight,
+                    "too many requests in flight",
+                ),
+                Refusal::InflightBytes => (
+                    &mut c.refusals.refused_inflight_bytes,
+                    "too many request bytes in flight",
+                ),
+            };
+            *counter += 1;
+            why
         } else if self.upstreams[usize::from(upstream)].inflight
             >= self.config.limits.max_inflight_per_upstream
         {
@@ -504,11 +510,10 @@ impl Proxy {
         x.upstream_token = upstream_token;
         let registers = msg.option(OBSERVE).and_then(|v| decode_uint(v).ok()) == Some(0);
         x.observe = registers.then(Observer::default);
-        self.keep_request(key, &request);
+        (self.usage).leg_opened(&mut self.exchanges, key, &request);
         self.scratch = request;
         self.by_upstream_mid.insert((endpoint, mid), key);
         self.upstreams[usize::from(route.upstream)].inflight += 1;
-        self.inflight += 1;
         self.clients.count_inflight(from.1, true);
         self.endpoints.acquire(endpoint);
         self.counters.traffic.forwarded += 1;

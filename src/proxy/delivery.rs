@@ -66,7 +66,7 @@ impl Proxy {
     /// wait, not only its first second.
     fn room_to_hold(&self, slot: ClientSlot, len: usize) -> bool {
         self.clients.answer_bytes(slot) + len <= MAX_HELD_BYTES
-            && self.answer_bytes + len <= MAX_HELD_BYTES_TOTAL
+            && self.usage.answer_bytes() + len <= MAX_HELD_BYTES_TOTAL
     }
 
     /// No room to keep the answer until the client proves its address: a 5.03 with Max-Age
@@ -110,7 +110,11 @@ impl Proxy {
         if let Some(x) = self.get_mut(key) {
             x.state = State::AwaitingProof;
         }
-        self.keep_answer(key, Some(bytes.into_boxed_slice()));
+        self.usage.keep_answer(
+            (&mut self.exchanges, &mut self.clients),
+            key,
+            Some(bytes.into_boxed_slice()),
+        );
         self.counters.proof.answers_held_for_proof += 1;
         self.set_deadline(key, TimerKind::AckDelay, None);
         self.set_deadline(key, TimerKind::ProofWait, Some(now + PROOF_WAIT));
@@ -138,7 +142,9 @@ impl Proxy {
             return;
         };
         x.state = State::Answered;
-        let held = self.keep_answer(key, None);
+        let held = self
+            .usage
+            .keep_answer((&mut self.exchanges, &mut self.clients), key, None);
         self.set_deadline(key, TimerKind::ProofWait, None);
         let Some(Ok(msg)) = held.as_deref().map(Message::parse) else {
             return self.finish(now, key);
@@ -223,7 +229,11 @@ impl Proxy {
         let delivering = self.get(key).is_some_and(|x| x.delivery.is_some());
         if observing || delivering {
             // Retransmitted or replayed later: the exchange keeps it.
-            self.keep_answer(key, Some(Box::from(&bytes[..])));
+            self.usage.keep_answer(
+                (&mut self.exchanges, &mut self.clients),
+                key,
+                Some(Box::from(&bytes[..])),
+            );
         }
         match (observing, delivering) {
             (true, _) => self.start_observation(now, key, msg),

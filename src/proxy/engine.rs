@@ -22,7 +22,6 @@ use super::answer_cache::{ClientKey, Replay};
 use super::budget::SendBudget;
 use super::cache::{CacheCounters, ResponseCache};
 use super::clients::{ClientSlot, Clients};
-use super::counters::Load;
 use super::endpoints::Upstream;
 pub use super::endpoints::UpstreamStats;
 use super::endpoints::{EndpointEvent, EndpointId, Endpoints, UpstreamId};
@@ -33,6 +32,7 @@ use super::gate::SendGate;
 use super::index::Index;
 use super::kept::Kept;
 use super::keyed_hash::{KeyedMap, KeyedState};
+use super::limits::Usage;
 use super::local_answer::{encode_local, LocalAnswer};
 use super::outbox::Outbox;
 pub use super::outbox::{Destination, Transmit};
@@ -81,21 +81,13 @@ pub struct Proxy {
     /// those already delivered), and how many are live: bounded like the answer cache.
     pub(super) delivering: VecDeque<ExchangeKey>,
     pub(super) delivering_count: usize,
-    pub(super) inflight: usize,
-    /// Bytes of the request copies exchanges keep (`Exchange::request`), within
-    /// `max_inflight_bytes`.
-    pub(super) inflight_bytes: usize,
-    /// Bytes of the answers live exchanges keep (`Exchange::answer`): held for a client's
-    /// proof, being delivered as CONs, an observation's latest notification.
-    pub(super) answer_bytes: usize,
-    pub(super) observations: usize,
+    /// What the proxy holds against its limits, and whether it admits (`limits.rs`).
+    pub(super) usage: Usage,
     pub(super) clients: Clients,
     /// Diagnostics for the driver to log.
     pub(super) events: Events,
     /// Reused encode buffer.
     pub(super) scratch: Vec<u8>,
-    /// Shutting down: new requests are refused with 5.03.
-    pub(super) draining: bool,
     /// How late retransmission deadlines were handled (`now` minus the deadline): the whole
     /// way from the deadline through the driver's timer and this wheel to the send decision.
     pub(super) retransmit_lateness: LatencyHistogram,
@@ -142,14 +134,10 @@ impl Proxy {
             fanout: Fanout::new(&hash),
             delivering: VecDeque::new(),
             delivering_count: 0,
-            inflight: 0,
-            inflight_bytes: 0,
-            answer_bytes: 0,
-            observations: 0,
+            usage: Usage::default(),
             clients,
             events: Events::default(),
             scratch: Vec::with_capacity(1500),
-            draining: false,
         }
     }
 
@@ -249,14 +237,8 @@ impl Proxy {
     /// Counters, with the gauges filled in.
     pub fn counters(&self) -> Counters {
         let mut c = self.counters.clone();
-        c.load = Load {
-            live_exchanges: self.exchanges.len() as u64,
-            in_flight: self.inflight as u64,
-            in_flight_bytes: self.inflight_bytes as u64,
-            exchange_answer_bytes: self.answer_bytes as u64,
-        };
+        (c.load, c.observe.observations) = self.usage.gauges(self.exchanges.len());
         self.kept.count(&mut c.kept);
-        c.observe.observations = self.observations as u64;
         c.traffic.events_dropped = self.events.dropped();
         self.gate.count(&mut c.proof);
         c
@@ -303,12 +285,12 @@ impl Proxy {
 
     /// Requests still waiting on an upstream.
     pub fn in_flight(&self) -> usize {
-        self.inflight
+        self.usage.inflight()
     }
 
     /// Stop taking new requests (they get 5.03); what is in flight still completes.
     pub fn begin_drain(&mut self) {
-        self.draining = true;
+        self.usage.drain();
     }
 
     /// Pending timers in the engine's wheel.
@@ -448,11 +430,10 @@ impl Proxy {
         else {
             unreachable!("the leg is open: checked above");
         };
-        self.inflight_bytes -= leg.request.as_deref().map_or(0, <[u8]>::len);
+        (self.usage).leg_closed(leg.request.as_deref().map_or(0, <[u8]>::len));
         self.exchanges.rearm(key);
         self.by_upstream_mid.remove(&(endpoint, leg.mid));
         self.upstreams[usize::from(up)].inflight -= 1;
-        self.inflight -= 1;
         self.clients.count_inflight(client, false);
         self.endpoints.release(now, endpoint);
     }
@@ -534,7 +515,7 @@ impl Proxy {
             return;
         };
         let kept = x.answer.as_deref().map_or(0, <[u8]>::len);
-        self.count_answer_bytes(x.client_slot, 0, kept);
+        (self.usage).count_answer_bytes(&mut self.clients, x.client_slot, 0, kept);
         let client_key = (x.client, x.client_token, x.client_mid);
         let replay = match (x.reply, last) {
             // Never sent (over the client's send rate): a retransmission gets nothing, not an

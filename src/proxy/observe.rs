@@ -33,7 +33,7 @@ impl Proxy {
             since_con: (0, now),
         });
         let (id, endpoint) = ((x.client, x.client_token), x.endpoint);
-        self.observations += 1;
+        self.usage.count_observation(true);
         self.observers.insert(id, key);
         // Notifications come to the endpoint the registration left from: it stays open.
         self.endpoints.acquire(endpoint);
@@ -87,7 +87,11 @@ impl Proxy {
             if ty == MessageType::Con {
                 self.counters.observe.notifications_con += 1;
             }
-            self.keep_answer(key, Some(Box::from(&bytes[..])));
+            self.usage.keep_answer(
+                (&mut self.exchanges, &mut self.clients),
+                key,
+                Some(Box::from(&bytes[..])),
+            );
             self.send_to_client(now, key, ty, mid, &bytes);
         }
         if last {
@@ -139,7 +143,11 @@ impl Proxy {
         let Some(d) = x.delivery.as_mut() else { return };
         let old = std::mem::replace(&mut d.mid, mid);
         let client = x.client;
-        self.keep_answer(key, Some(bytes.into_boxed_slice()));
+        self.usage.keep_answer(
+            (&mut self.exchanges, &mut self.clients),
+            key,
+            Some(bytes.into_boxed_slice()),
+        );
         self.counters.observe.notifications_superseded += 1;
         if self.by_client_mid.get(&(client, old)) == Some(&key) {
             self.by_client_mid.remove(&(client, old));
@@ -195,7 +203,7 @@ impl Proxy {
         x.state = State::Answered;
         let (id, endpoint) = ((x.client, x.client_token), x.endpoint);
         self.set_deadline(key, TimerKind::ObserveStale, None);
-        self.observations -= 1;
+        self.usage.count_observation(false);
         if self.observers.get(&id) == Some(&key) {
             self.observers.remove(&id);
         }

@@ -146,7 +146,7 @@ impl Proxy {
         let x = self.get_mut(key).expect("maps hold live keys");
         // §5.2.2: the upstream will answer separately; stop retransmitting.
         if matches!(x.state, State::Waiting(_)) {
-            self.drop_request(key);
+            self.usage.drop_request(&mut self.exchanges, key);
             let x = self.get_mut(key).expect("checked above");
             if let State::Waiting(leg) = std::mem::replace(&mut x.state, State::Answered) {
                 x.state = State::AwaitingSeparate(leg);
@@ -262,7 +262,7 @@ impl Proxy {
             }
             _ => msg,
         };
-        if registers && self.observations >= self.config.limits.max_observations {
+        if registers && !self.usage.room_to_observe(&self.config.limits) {
             if let Some(client) = self.get(key).map(|x| x.client) {
                 self.events.push(ProxyEvent::ObservationLimit { client });
             }

@@ -202,7 +202,7 @@ fn traces(p: &Proxy) -> Vec<(&'static str, usize)> {
         ("by_upstream_con", p.kept.sizes().by_upstream_con),
         ("delivering", p.delivering.len()),
         ("delivering_count", p.delivering_count),
-        ("inflight", p.inflight),
+        ("inflight", p.usage.inflight()),
         ("out", p.out.len()),
     ]
 }
