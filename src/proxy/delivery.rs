@@ -275,7 +275,7 @@ impl Proxy {
             }
         }
         if ty == MessageType::Con || (ty == MessageType::Non && observe) {
-            self.by_client_mid.insert((client, mid), key);
+            self.deliveries.track(client, mid, key);
         }
         if ty == MessageType::Con {
             self.cancel_delivery(key);
@@ -320,7 +320,7 @@ impl Proxy {
             let mid = d.mid;
             x.delivery = None;
             let client = x.client;
-            self.by_client_mid.remove(&(client, mid));
+            self.deliveries.untrack(client, mid);
             self.gate.delivery_ended(client, key);
             self.counters.traffic.client_delivery_failures += 1;
             self.events
@@ -388,7 +388,7 @@ impl Proxy {
         let Some(x) = self.get_mut(key) else { return };
         if let Some(d) = x.delivery.take() {
             let client = x.client;
-            self.by_client_mid.remove(&(client, d.mid));
+            self.deliveries.untrack(client, d.mid);
             self.gate.delivery_ended(client, key);
             self.set_deadline(key, TimerKind::ClientRetransmit, None);
         }
@@ -400,12 +400,11 @@ impl Proxy {
             // The RST to our ping (`hold_for_proof`): the client receives at its address.
             return self.source_proved(now, from, ProvedBy::Ack);
         }
-        let Some(&key) = self.by_client_mid.get(&(from, msg.message_id())) else {
+        let Some(key) = self.deliveries.answered_by(from, msg.message_id()) else {
             self.counters.strays.unmatched_client += 1;
             self.gate.wrong_proof(from);
             return;
         };
-        self.by_client_mid.remove(&(from, msg.message_id()));
         let delivering = self
             .get(key)
             .and_then(|x| x.delivery.as_ref())
@@ -425,12 +424,11 @@ impl Proxy {
 
     /// Unmaps the latest NON to the client: superseded, or the exchange is going away.
     pub(super) fn forget_non_mid(&mut self, key: ExchangeKey) {
-        let Some(x) = self.get_mut(key) else { return };
+        let Some(x) = self.exchanges.get_mut(key) else {
+            return;
+        };
         if let Some(mid) = x.observe.as_mut().and_then(|o| o.non_mid.take()) {
-            let id = (x.client, mid);
-            if self.by_client_mid.get(&id) == Some(&key) {
-                self.by_client_mid.remove(&id);
-            }
+            self.deliveries.untrack_for(x.client, mid, key);
         }
     }
 }

@@ -8,7 +8,6 @@
 //! `endpoints.rs`, the kept answers in `answer_cache.rs`; this file holds the state they share
 //! and the life cycle of an exchange (start, give up, finish, retire).
 
-use std::collections::VecDeque;
 use std::net::SocketAddr;
 
 use rand::rngs::SmallRng;
@@ -22,6 +21,7 @@ use super::answer_cache::{ClientKey, Replay};
 use super::budget::SendBudget;
 use super::cache::{CacheCounters, ResponseCache};
 use super::clients::{ClientSlot, Clients};
+use super::deliveries::Deliveries;
 use super::endpoints::Upstream;
 pub use super::endpoints::UpstreamStats;
 use super::endpoints::{EndpointEvent, EndpointId, Endpoints, UpstreamId};
@@ -61,8 +61,6 @@ pub struct Proxy {
     pub(super) kept: Kept,
     /// Piggybacked answers, empty ACKs and RSTs from upstream: (endpoint, our MID).
     pub(super) by_upstream_mid: Index<(EndpointId, u16), ExchangeKey>,
-    /// ACK/RST from clients to our CON/NON answers: (client, our MID).
-    pub(super) by_client_mid: Index<(Peer, u16), ExchangeKey>,
     /// Live observations by (client, client token), for deregistration (RFC 7641 §3.6).
     pub(super) observers: KeyedMap<(Peer, CoapToken), ExchangeKey>,
     pub(super) upstreams: Vec<Upstream>,
@@ -77,10 +75,8 @@ pub struct Proxy {
     pub(super) cache: ResponseCache,
     /// Observers of one resource sharing one upstream registration (with the cache on).
     pub(super) fanout: Fanout,
-    /// Answered exchanges still delivering a CON answer, oldest first (with stale keys of
-    /// those already delivered), and how many are live: bounded like the answer cache.
-    pub(super) delivering: VecDeque<ExchangeKey>,
-    pub(super) delivering_count: usize,
+    /// What a client's ACK or RST answers, and the deliveries under way (`deliveries.rs`).
+    pub(super) deliveries: Deliveries,
     /// What the proxy holds against its limits, and whether it admits (`limits.rs`).
     pub(super) usage: Usage,
     pub(super) clients: Clients,
@@ -119,7 +115,6 @@ impl Proxy {
             exchanges: Exchanges::new(),
             kept,
             by_upstream_mid: Index::new(hash.clone()),
-            by_client_mid: Index::new(hash.clone()),
             observers: hash.map(),
             upstreams: (targets.into_iter())
                 .map(|addr| Upstream { addr, inflight: 0 })
@@ -132,8 +127,7 @@ impl Proxy {
             retransmit_lateness: LatencyHistogram::default(),
             cache,
             fanout: Fanout::new(&hash),
-            delivering: VecDeque::new(),
-            delivering_count: 0,
+            deliveries: Deliveries::new(&hash),
             usage: Usage::default(),
             clients,
             events: Events::default(),
@@ -455,8 +449,7 @@ impl Proxy {
             return self.retire(now, key, LastAnswer::Held);
         }
         x.state = State::Answered;
-        self.delivering.push_back(key);
-        self.delivering_count += 1;
+        self.deliveries.started(key);
         self.bound_deliveries(now);
     }
 
@@ -466,44 +459,22 @@ impl Proxy {
             .get(key)
             .is_some_and(|x| matches!(x.state, State::Answered))
         {
-            self.delivering_count -= 1;
+            self.deliveries.ended();
             self.retire(now, key, LastAnswer::Held);
-            while let Some(&front) = self.delivering.front() {
-                if self
-                    .get(front)
-                    .is_some_and(|x| matches!(x.state, State::Answered))
-                {
-                    break;
-                }
-                self.delivering.pop_front();
-            }
+            self.deliveries.drop_ended_front(&self.exchanges);
         }
     }
 
     /// At most `max_cached` answers are being delivered at once: past that, the oldest
     /// delivery is given up (it has been retransmitted longest).
     fn bound_deliveries(&mut self, now: Timestamp) {
-        while self.delivering_count > self.config.kept.max_cached {
-            let Some(oldest) = self.delivering.pop_front() else {
-                break;
-            };
-            if self
-                .get(oldest)
-                .is_some_and(|x| matches!(x.state, State::Answered))
-            {
-                self.cancel_delivery(oldest);
-                self.counters.traffic.client_delivery_failures += 1;
-                self.delivered(now, oldest);
-            }
+        let max = self.config.kept.max_cached;
+        while let Some(oldest) = self.deliveries.over_bound(max, &self.exchanges) {
+            self.cancel_delivery(oldest);
+            self.counters.traffic.client_delivery_failures += 1;
+            self.delivered(now, oldest);
         }
-        // Keys of exchanges already delivered stay until they reach the front; drop them
-        // when they are most of the queue, so it stays proportional to the live deliveries.
-        if self.delivering.len() > 2 * self.delivering_count + 64 {
-            let exchanges = &self.exchanges;
-            self.delivering.retain(|&k| {
-                (exchanges.get(k)).is_some_and(|x| matches!(x.state, State::Answered))
-            });
-        }
+        self.deliveries.compact(&self.exchanges);
     }
 
     /// Removes the exchange and keeps its answer for the client's duplicates (see

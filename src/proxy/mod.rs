@@ -41,6 +41,7 @@ mod client_leg;
 mod clients;
 mod config;
 mod counters;
+mod deliveries;
 mod delivery;
 mod driver;
 mod endpoints;

@@ -149,10 +149,8 @@ impl Proxy {
             Some(bytes.into_boxed_slice()),
         );
         self.counters.observe.notifications_superseded += 1;
-        if self.by_client_mid.get(&(client, old)) == Some(&key) {
-            self.by_client_mid.remove(&(client, old));
-        }
-        self.by_client_mid.insert((client, mid), key);
+        self.deliveries.untrack_for(client, old, key);
+        self.deliveries.track(client, mid, key);
     }
 
     /// The client has gone (RFC 7641 §3.6, §4.5): its observation ends, and what is being
