@@ -202,12 +202,10 @@ impl Proxy {
         }
         // The upstream's answer, relayed from the cache: counted like one relayed at once.
         self.track_answer_code(Code(answer[1]));
-        if !self.gate.send(
-            &mut self.out,
-            Charge::Relayed,
-            Destination::Client(from),
-            answer,
-        ) {
+        if !self
+            .gate
+            .send(Charge::Relayed, Destination::Client(from), answer)
+        {
             return;
         }
         self.clients.take_ref(slot);

@@ -73,8 +73,7 @@ impl Proxy {
     }
 
     pub(super) fn send_rst(&mut self, to: Destination, mid: u16) {
-        self.gate
-            .send_encoded(&mut self.out, Charge::Relayed, to, |b| rst(b, mid));
+        self.gate.send_encoded(Charge::Relayed, to, |b| rst(b, mid));
     }
 
     fn on_client_request(&mut self, now: Timestamp, from: Peer, msg: &Message) {
@@ -145,7 +144,7 @@ impl Proxy {
         if let Some(answer) = self.over_rate(now, from) {
             return Err(answer);
         }
-        self.endpoints
+        (self.upstreams.endpoints_mut())
             .allocate(now, route.upstream)
             .map_err(|no| self.no_endpoint(now, route.upstream, no))
     }
@@ -154,7 +153,7 @@ impl Proxy {
     /// or the next socket is not open. 5.03, with a Max-Age saying when to try again.
     fn no_endpoint(&mut self, now: Timestamp, up: UpstreamId, no: NoEndpoint) -> LocalAnswer {
         self.counters.refusals.refused_endpoints += 1;
-        let upstream = self.upstreams[usize::from(up)].addr;
+        let upstream = self.upstreams.addr(up);
         let at_bound = matches!(no, NoEndpoint::Bound { .. });
         self.events
             .push(ProxyEvent::NoMessageId { upstream, at_bound });
@@ -180,21 +179,15 @@ impl Proxy {
         }
         match self.kept.replay(seen) {
             Some(Replay::Answer(bytes)) => {
-                self.gate.send(
-                    &mut self.out,
-                    Charge::Relayed,
-                    Destination::Client(from),
-                    &bytes,
-                );
+                self.gate
+                    .send(Charge::Relayed, Destination::Client(from), &bytes);
             }
             Some(Replay::EmptyAck) => {
                 let mid = msg.message_id();
-                self.gate.send_encoded(
-                    &mut self.out,
-                    Charge::Relayed,
-                    Destination::Client(from),
-                    |b| empty_ack(b, mid),
-                );
+                self.gate
+                    .send_encoded(Charge::Relayed, Destination::Client(from), |b| {
+                        empty_ack(b, mid)
+                    });
             }
             Some(Replay::Nothing) | None => {}
         }
@@ -215,12 +208,10 @@ impl Proxy {
             (Reply::Piggyback, false) => self.send_empty_ack(key),
             (Reply::Separate, _) => {
                 let (client, mid) = (x.client, x.client_mid);
-                self.gate.send_encoded(
-                    &mut self.out,
-                    Charge::Relayed,
-                    Destination::Client(client),
-                    |b| empty_ack(b, mid),
-                );
+                self.gate
+                    .send_encoded(Charge::Relayed, Destination::Client(client), |b| {
+                        empty_ack(b, mid)
+                    });
             }
             // The request was a NON: a CON under its token and MID is not its retransmission.
             (Reply::Non, _) => {}
@@ -367,8 +358,7 @@ impl Proxy {
             };
             *counter += 1;
             why
-        } else if self.upstreams[usize::from(upstream)].inflight
-            >= self.config.limits.max_inflight_per_upstream
+        } else if self.upstreams.inflight(upstream) >= self.config.limits.max_inflight_per_upstream
         {
             c.refusals.refused_upstream_inflight += 1;
             "too many requests in flight to this upstream"
@@ -439,12 +429,10 @@ impl Proxy {
         }
         // Kept only if it went (`Proxy::keep_local_answer`). The kept answer holds the client's
         // entry: its share, and for a NON answer (a MID of ours) its numbering.
-        if self.gate.send(
-            &mut self.out,
-            Charge::Local,
-            Destination::Client(from),
-            &buf,
-        ) {
+        if self
+            .gate
+            .send(Charge::Local, Destination::Client(from), &buf)
+        {
             self.clients.take_ref(slot);
             let replay = match con {
                 true => Replay::Answer(&buf[..]),
@@ -512,10 +500,8 @@ impl Proxy {
         x.observe = registers.then(Observer::default);
         (self.usage).leg_opened(&mut self.exchanges, key, &request);
         self.scratch = request;
-        self.by_upstream_mid.insert((endpoint, mid), key);
-        self.upstreams[usize::from(route.upstream)].inflight += 1;
+        (self.upstreams).leg_opened((route.upstream, endpoint), mid, key);
         self.clients.count_inflight(from.1, true);
-        self.endpoints.acquire(endpoint);
         self.counters.traffic.forwarded += 1;
         // Earliest first, so the exchange's one wheel timer is armed once.
         if msg.msg_type() == MessageType::Con {

@@ -24,12 +24,10 @@ impl Proxy {
         let (client, mid) = (x.client, x.client_mid);
         self.set_deadline(key, TimerKind::AckDelay, None);
         self.counters.traffic.empty_acks_sent += 1;
-        self.gate.send_encoded(
-            &mut self.out,
-            Charge::Relayed,
-            Destination::Client(client),
-            |b| empty_ack(b, mid),
-        );
+        self.gate
+            .send_encoded(Charge::Relayed, Destination::Client(client), |b| {
+                empty_ack(b, mid)
+            });
     }
 
     /// Sends an answer to the client: piggybacked on the ACK while the client's CON is not yet
@@ -126,7 +124,7 @@ impl Proxy {
         if self.gate.validation().ping_due(now, addr) {
             let mid = self.clients.fresh_mid(slot);
             let to = Destination::Client(client);
-            if (self.gate).send_encoded(&mut self.out, Charge::Relayed, to, |b| ping(b, mid)) {
+            if (self.gate).send_encoded(Charge::Relayed, to, |b| ping(b, mid)) {
                 self.gate.validation_mut().pinged(now, addr, mid);
             }
         }
@@ -295,18 +293,15 @@ impl Proxy {
         match ty {
             MessageType::Con => {
                 let to = Destination::Client(client);
-                let queued = (self.gate).send(&mut self.out, Charge::Con(key), to, bytes);
+                let queued = (self.gate).send(Charge::Con(key), to, bytes);
                 if queued {
                     self.count_sent(key);
                 }
                 queued
             }
-            _ => self.gate.send(
-                &mut self.out,
-                Charge::Relayed,
-                Destination::Client(client),
-                bytes,
-            ),
+            _ => self
+                .gate
+                .send(Charge::Relayed, Destination::Client(client), bytes),
         }
     }
 
@@ -367,7 +362,7 @@ impl Proxy {
             return;
         };
         let to = Destination::Client(x.client);
-        if (self.gate).send(&mut self.out, Charge::Con(key), to, answer) {
+        if (self.gate).send(Charge::Con(key), to, answer) {
             self.count_sent(key);
         }
     }
@@ -379,7 +374,7 @@ impl Proxy {
         part: impl FnOnce(&super::exchange::Exchange) -> Option<(Destination, &[u8])>,
     ) {
         if let Some((to, bytes)) = self.exchanges.get(key).and_then(part) {
-            self.gate.send(&mut self.out, Charge::Relayed, to, bytes);
+            self.gate.send(Charge::Relayed, to, bytes);
         }
     }
 

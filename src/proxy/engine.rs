@@ -22,22 +22,20 @@ use super::budget::SendBudget;
 use super::cache::{CacheCounters, ResponseCache};
 use super::clients::{ClientSlot, Clients};
 use super::deliveries::Deliveries;
-use super::endpoints::Upstream;
 pub use super::endpoints::UpstreamStats;
-use super::endpoints::{EndpointEvent, EndpointId, Endpoints, UpstreamId};
+use super::endpoints::{EndpointEvent, EndpointId, UpstreamId};
 use super::events::{Events, ProxyEvent};
 use super::exchange::{CoapToken, Exchange, ExchangeKey, Reply, State, TimerKind};
 use super::fanout::Fanout;
 use super::gate::SendGate;
-use super::index::Index;
 use super::kept::Kept;
 use super::keyed_hash::{KeyedMap, KeyedState};
 use super::limits::Usage;
 use super::local_answer::{encode_local, LocalAnswer};
-use super::outbox::Outbox;
 pub use super::outbox::{Destination, Transmit};
 use super::peer::Peer;
 use super::table::Exchanges;
+use super::upstreams::Upstreams;
 use super::validation::SourceValidation;
 use super::{Counters, ProxyConfig};
 
@@ -59,13 +57,10 @@ pub struct Proxy {
     pub(super) exchanges: Exchanges,
     /// The duplicate index and the answers kept for clients' retransmissions (`kept.rs`).
     pub(super) kept: Kept,
-    /// Piggybacked answers, empty ACKs and RSTs from upstream: (endpoint, our MID).
-    pub(super) by_upstream_mid: Index<(EndpointId, u16), ExchangeKey>,
     /// Live observations by (client, client token), for deregistration (RFC 7641 §3.6).
     pub(super) observers: KeyedMap<(Peer, CoapToken), ExchangeKey>,
-    pub(super) upstreams: Vec<Upstream>,
-    pub(super) endpoints: Endpoints,
-    pub(super) out: Outbox,
+    /// The upstreams, their endpoints and Message IDs (`upstreams.rs`).
+    pub(super) upstreams: Upstreams,
     /// Whether a datagram may go to a client now (`gate.rs`).
     pub(super) gate: SendGate,
     pub(super) rng: SmallRng,
@@ -97,12 +92,11 @@ impl Proxy {
         let hash = KeyedState::new(seeds.hash);
         let mut targets: Vec<SocketAddr> = config.routing.upstream.into_iter().collect();
         targets.extend(config.routing.allow.iter().map(|a| a.addr));
-        let endpoints = Endpoints::new(
-            &targets,
+        let endpoint_bounds = (
             config.upstream_exchange_lifetime,
             config.limits.max_upstream_endpoints,
-            rng.random(),
         );
+        let upstreams = Upstreams::new(targets, endpoint_bounds, rng.random(), &hash);
         let kept = Kept::new(&config.kept, &hash);
         let cache = ResponseCache::new(config.cache_size, [seeds.hash[1], !seeds.hash[0]]);
         let clients = Clients::new(rng.random(), &hash);
@@ -114,13 +108,8 @@ impl Proxy {
             config,
             exchanges: Exchanges::new(),
             kept,
-            by_upstream_mid: Index::new(hash.clone()),
             observers: hash.map(),
-            upstreams: (targets.into_iter())
-                .map(|addr| Upstream { addr, inflight: 0 })
-                .collect(),
-            endpoints,
-            out: Outbox::default(),
+            upstreams,
             gate,
             rng,
             counters: Counters::default(),
@@ -141,7 +130,7 @@ impl Proxy {
         &mut self,
         send: impl FnOnce(Destination, &[u8]) -> R,
     ) -> Option<R> {
-        self.out.pop_with(send)
+        self.gate.pop_with(send)
     }
 
     /// The next datagram as an owned [`Transmit`], for harnesses (tests, simulations) that
@@ -157,7 +146,7 @@ impl Proxy {
     /// [`poll_transmit`](Self::poll_transmit): nothing is sent from an endpoint before its
     /// socket is confirmed, and none is closed while anything may still go out of it.
     pub fn poll_endpoint_event(&mut self) -> Option<EndpointEvent> {
-        self.endpoints.poll_event()
+        self.upstreams.endpoints_mut().poll_event()
     }
 
     /// The next diagnostic for the driver to log, if any (see [`ProxyEvent`]).
@@ -167,13 +156,13 @@ impl Proxy {
 
     /// The socket asked for by [`EndpointEvent::Open`] is open: the endpoint may be used.
     pub fn endpoint_opened(&mut self, now: Timestamp, id: EndpointId) {
-        self.endpoints.opened(now, id);
+        self.upstreams.endpoints_mut().opened(now, id);
     }
 
     /// The socket asked for by [`EndpointEvent::Open`] could not be opened (the reason is the
     /// driver's to log); another is asked for a little later.
     pub fn endpoint_failed(&mut self, now: Timestamp, id: EndpointId) {
-        self.endpoints.failed(now, id);
+        self.upstreams.endpoints_mut().failed(now, id);
     }
 
     /// For in-process harnesses (simulations, tests, fuzzing): takes every pending endpoint
@@ -195,7 +184,7 @@ impl Proxy {
         [
             self.exchanges.next_deadline(),
             self.kept.next_expiry(),
-            self.endpoints.next_deadline(),
+            self.upstreams.endpoints().next_deadline(),
         ]
         .into_iter()
         .flatten()
@@ -225,7 +214,7 @@ impl Proxy {
             self.exchanges.rearm(key);
         }
         self.kept.expire(now, &mut self.clients);
-        self.endpoints.sweep(now);
+        self.upstreams.endpoints_mut().sweep(now);
     }
 
     /// Counters, with the gauges filled in.
@@ -245,14 +234,7 @@ impl Proxy {
 
     /// Each upstream's endpoints and Message IDs at `now` (for metrics).
     pub fn upstream_stats(&self, now: Timestamp) -> Vec<UpstreamStats> {
-        (self.upstreams.iter().enumerate())
-            .map(|(i, u)| UpstreamStats {
-                addr: u.addr,
-                endpoints: self.endpoints.count(i as UpstreamId),
-                mids_reserved: self.endpoints.reserved(now, i as UpstreamId),
-                in_flight: u.inflight,
-            })
-            .collect()
+        self.upstreams.stats(now)
     }
 
     /// What the response cache did so far.
@@ -373,7 +355,7 @@ impl Proxy {
         // The client's request was about as long as the copy that went upstream.
         let request = x.state.leg().and_then(|leg| leg.request.as_deref());
         let request_len = request.map_or(0, <[u8]>::len);
-        let upstream = self.upstreams[usize::from(x.upstream)].addr;
+        let upstream = self.upstreams.addr(x.upstream);
         self.events.push(ProxyEvent::GaveUp {
             upstream,
             client,
@@ -426,10 +408,8 @@ impl Proxy {
         };
         (self.usage).leg_closed(leg.request.as_deref().map_or(0, <[u8]>::len));
         self.exchanges.rearm(key);
-        self.by_upstream_mid.remove(&(endpoint, leg.mid));
-        self.upstreams[usize::from(up)].inflight -= 1;
+        self.upstreams.leg_closed(now, (up, endpoint), leg.mid);
         self.clients.count_inflight(client, false);
-        self.endpoints.release(now, endpoint);
     }
 
     /// Counts an upstream's own answer (the proxy's 5.02/5.03/5.04 are counted where made).

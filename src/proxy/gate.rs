@@ -1,5 +1,5 @@
-//! The send decision: whether a datagram may go to a client now. Every datagram for a client
-//! passes here on its way into the outbox, as quinn-proto checks its anti-amplification limit
+//! The send decision: whether a datagram may go to a client now. Every datagram passes here
+//! on its way into the outbox, which the gate owns, as quinn-proto checks its anti-amplification limit
 //! where it decides to transmit, so the queue itself only queues.
 //!
 //! Two rules apply, both to a peer known only by the address its datagrams claim
@@ -39,6 +39,8 @@ pub(super) struct SendGate {
     budget: Option<SendBudget>,
     /// The engine's latest `now`.
     now: Timestamp,
+    /// What passed, queued for the driver.
+    out: Outbox,
 }
 
 impl SendGate {
@@ -47,6 +49,7 @@ impl SendGate {
             validation,
             budget,
             now: Timestamp::ZERO,
+            out: Outbox::default(),
         }
     }
 
@@ -78,16 +81,10 @@ impl SendGate {
             .is_none_or(|addr| self.validation.fits(self.now, addr, len))
     }
 
-    /// Queues `payload` for `to` in `out` unless the rules hold it back (it is counted
+    /// Queues `payload` for `to` unless the rules hold it back (it is counted
     /// there). Returns whether it was queued. Datagrams to upstreams always are.
     #[inline]
-    pub(super) fn send(
-        &mut self,
-        out: &mut Outbox,
-        charge: Charge,
-        to: Destination,
-        payload: &[u8],
-    ) -> bool {
+    pub(super) fn send(&mut self, charge: Charge, to: Destination, payload: &[u8]) -> bool {
         let addr = match to {
             Destination::Client(peer) => peer.claimed_address(),
             Destination::Upstream(_) => None,
@@ -95,7 +92,7 @@ impl SendGate {
         if addr.is_some_and(|addr| !self.admits(addr, payload.len(), charge)) {
             return false;
         }
-        out.push(to, payload);
+        self.out.push(to, payload);
         true
     }
 
@@ -103,16 +100,27 @@ impl SendGate {
     /// encoders do).
     pub(super) fn send_encoded(
         &mut self,
-        out: &mut Outbox,
         charge: Charge,
         to: Destination,
         encode: impl FnOnce(&mut Vec<u8>),
     ) -> bool {
-        let mut scratch = out.take_scratch();
+        let mut scratch = self.out.take_scratch();
         encode(&mut scratch);
-        let queued = self.send(out, charge, to, &scratch);
-        out.put_scratch(scratch);
+        let queued = self.send(charge, to, &scratch);
+        self.out.put_scratch(scratch);
         queued
+    }
+
+    /// The next queued datagram, handed to `send` with where it goes.
+    #[inline]
+    pub(super) fn pop_with<R>(&mut self, send: impl FnOnce(Destination, &[u8]) -> R) -> Option<R> {
+        self.out.pop_with(send)
+    }
+
+    /// Datagrams queued, for tests.
+    #[cfg(test)]
+    pub(super) fn queued(&self) -> usize {
+        self.out.len()
     }
 
     /// Whether `len` more bytes may go to `addr`: within its allowance (or as its probe)
@@ -195,18 +203,18 @@ mod tests {
     #[test]
     fn only_a_claimed_address_is_held_to_its_allowance() {
         let validation = SourceValidation::new(EchoKey::new([3, 4]), &KeyedState::new([1, 2]));
-        let (mut gate, mut out) = (SendGate::new(validation, None), Outbox::default());
+        let mut gate = SendGate::new(validation, None);
         let udp = Peer::Udp("127.0.0.1:5683".parse().unwrap());
         let local = Peer::Local(LocalClient::new(1));
         gate.received(udp, 10);
         gate.received(local, 10);
         let big = [0u8; 100];
-        let mut send = |to, len| gate.send(&mut out, Charge::Relayed, to, &big[..len]);
+        let mut send = |to, len| gate.send(Charge::Relayed, to, &big[..len]);
         assert!(!send(Destination::Client(udp), 31), "over 3x of 10 bytes");
         assert!(send(Destination::Client(udp), 30));
         assert!(send(Destination::Client(local), 100));
         assert!(send(Destination::Upstream(EndpointId(0)), 100));
-        assert_eq!(out.len(), 3);
+        assert_eq!(gate.queued(), 3);
         assert!(!gate.proven(udp) && gate.proven(local));
     }
 }

@@ -65,6 +65,7 @@ mod table;
 #[cfg(test)]
 mod tests;
 mod upstream_leg;
+mod upstreams;
 mod validation;
 
 pub use budget::ClientBudget;

@@ -36,7 +36,7 @@ impl Proxy {
         self.usage.count_observation(true);
         self.observers.insert(id, key);
         // Notifications come to the endpoint the registration left from: it stays open.
-        self.endpoints.acquire(endpoint);
+        self.upstreams.endpoints_mut().acquire(endpoint);
         self.arm_stale_timer(now, key, msg);
     }
 
@@ -205,7 +205,7 @@ impl Proxy {
         if self.observers.get(&id) == Some(&key) {
             self.observers.remove(&id);
         }
-        self.endpoints.release(now, endpoint);
+        self.upstreams.endpoints_mut().release(now, endpoint);
         self.leave_group(key);
     }
 

@@ -25,8 +25,8 @@ impl Proxy {
         };
         match msg.msg_type() {
             MessageType::Ack => self.on_upstream_ack(now, up, &msg),
-            MessageType::Rst => match self.by_upstream_mid.get(&(up, msg.message_id())) {
-                Some(&key) => {
+            MessageType::Rst => match self.upstreams.exchange_for(up, msg.message_id()) {
+                Some(key) => {
                     self.give_up(now, key, Code::BAD_GATEWAY, "upstream reset the request")
                 }
                 None => self.counters.strays.unmatched_upstream += 1,
@@ -48,7 +48,7 @@ impl Proxy {
     /// gets 5.02 (RFC 7252 §5.7.1).
     pub fn handle_upstream_unreachable(&mut self, now: Timestamp, endpoint: EndpointId) {
         self.gate.clock(now);
-        let Some(up) = self.endpoints.upstream_of(endpoint) else {
+        let Some(up) = self.upstreams.endpoints().upstream_of(endpoint) else {
             return;
         };
         let waiting: Vec<ExchangeKey> = (self.exchanges.iter())
@@ -110,7 +110,7 @@ impl Proxy {
         match peek_header(bytes) {
             Some((MessageType::Con, mid, _)) => self.send_rst(Destination::Upstream(up), mid),
             Some((MessageType::Ack, mid, _)) => {
-                if let Some(&key) = self.by_upstream_mid.get(&(up, mid)) {
+                if let Some(key) = self.upstreams.exchange_for(up, mid) {
                     self.give_up(
                         now,
                         key,
@@ -139,7 +139,7 @@ impl Proxy {
                 None => self.counters.strays.unmatched_upstream += 1,
             };
         }
-        let Some(&key) = self.by_upstream_mid.get(&(up, mid)) else {
+        let Some(key) = self.upstreams.exchange_for(up, mid) else {
             self.counters.strays.unmatched_upstream += 1;
             return;
         };
@@ -195,12 +195,10 @@ impl Proxy {
     }
 
     fn ack_upstream(&mut self, up: EndpointId, mid: u16) {
-        self.gate.send_encoded(
-            &mut self.out,
-            Charge::Relayed,
-            Destination::Upstream(up),
-            |b| empty_ack(b, mid),
-        );
+        self.gate
+            .send_encoded(Charge::Relayed, Destination::Upstream(up), |b| {
+                empty_ack(b, mid)
+            });
     }
 
     /// Our tokens start with the exchange's slab index; the full token and the endpoint must

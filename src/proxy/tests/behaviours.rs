@@ -474,7 +474,7 @@ fn an_observation_stays_on_its_endpoint_while_requests_move_on_and_keeps_it_open
         p.accept_endpoint_events(t(2));
     }
     assert_eq!(
-        p.endpoints.count(0),
+        p.upstreams.endpoints().count(0),
         3,
         "the spare took over; a new spare opened"
     );

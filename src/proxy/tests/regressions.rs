@@ -192,7 +192,7 @@ fn traces(p: &Proxy) -> Vec<(&'static str, usize)> {
         ("exchanges", p.exchanges.len()),
         ("timers", p.exchanges.pending_timers()),
         ("by_client", p.kept.sizes().by_client),
-        ("by_upstream_mid", p.by_upstream_mid.len()),
+        ("by_upstream_mid", p.upstreams.mids_mapped()),
         ("by_client_mid", p.deliveries.sizes().0),
         ("clients", p.clients.len()),
         ("observers", p.observers.len()),
@@ -203,7 +203,7 @@ fn traces(p: &Proxy) -> Vec<(&'static str, usize)> {
         ("delivering", p.deliveries.sizes().1),
         ("delivering_count", p.deliveries.sizes().2),
         ("inflight", p.usage.inflight()),
-        ("out", p.out.len()),
+        ("out", p.gate.queued()),
     ]
 }
 
