@@ -1,36 +1,37 @@
 //! The client leg: requests in, duplicates absorbed, local answers, new exchanges started.
 
-use crate::coap::option::{
-    self, decode_uint, encode_uint, HOP_LIMIT, OBSERVE, PROXY_SCHEME, PROXY_URI,
-};
-use crate::coap::{empty_ack, peek_header, rst, Code, Message, MessageBuilder, MessageType};
+use crate::coap::option::{self, decode_uint, ECHO, HOP_LIMIT, OBSERVE, PROXY_SCHEME, PROXY_URI};
+use crate::coap::{empty_ack, peek_header, rst, Code, Message, MessageType};
 use crate::time::Timestamp;
 
 use super::answer_cache::Replay;
-use super::caching::{CacheUse, Consulted};
+use super::cache_use::CacheUse;
+use super::caching::Decision;
 use super::clients::ClientSlot;
 use super::endpoints::{EndpointId, NoEndpoint, UpstreamId};
 use super::engine::{Destination, Proxy};
 use super::events::{ProxyEvent, Source};
 use super::exchange::{CoapToken, ExchangeKey, Observer, Reply, State, TimerKind};
+use super::fanout::{with_observe, GroupAt};
 use super::gate::Charge;
 use super::kept::Seen;
 use super::limits::{self, Refusal};
 use super::local_answer::{encode_local, LocalAnswer};
 use super::peer::Peer;
 use super::route::{self, RouteError, Target};
-use super::validation::LIKELY_ANSWER;
+use super::upstream_request::{upstream_request, Route};
+use super::validation::{ProvedBy, LIKELY_ANSWER};
 
 /// A request on its way upstream: where, the Message ID it leaves with, and what the cache
 /// does with its answer.
 type Forward = (Route, (EndpointId, u16), Option<Box<CacheUse>>);
 
-/// Where a request goes, decided before any state is created.
-struct Route {
-    upstream: UpstreamId,
-    /// Set for a Proxy-Uri request: its decomposition replaces the Uri-* options.
-    target: Option<Target>,
-    hop_limit: u8,
+/// What consulting the cache did with a new request.
+enum Consulted {
+    /// Answered from the cache: nothing goes upstream.
+    Answered,
+    /// Forward it, doing this with its answer.
+    Forward(Option<Box<CacheUse>>),
 }
 
 impl Proxy {
@@ -116,16 +117,131 @@ impl Proxy {
         msg: &Message,
         route: &Route,
     ) -> Consulted {
-        if !self.cache.is_on() {
+        if !self.sharing.is_on() {
             return Consulted::Forward(None);
         }
         let mut canonical = Vec::with_capacity(msg.as_bytes().len() + 16);
         let token = CoapToken::default();
         let built = upstream_request(&mut canonical, msg, (0, &token), route, None).finish();
-        match built.ok().and_then(|()| Message::parse(&canonical).ok()) {
-            Some(upstream) => self.consult_cache(now, client, msg, (route.upstream, &upstream)),
+        let Some(upstream) = built.ok().and_then(|()| Message::parse(&canonical).ok()) else {
             // Cannot happen for a parsed request within the limits; forward it uncached.
-            None => Consulted::Forward(None),
+            return Consulted::Forward(None);
+        };
+        let mut buf = std::mem::take(&mut self.scratch);
+        let room = self.usage.room_to_observe(&self.config.limits);
+        let clients = &mut self.clients;
+        let non_mid = || clients.fresh_mid(client.1);
+        let asked = (route.upstream, &upstream);
+        let consulted = match (self.sharing).consult(now, msg, asked, (&mut buf, non_mid), room) {
+            Decision::Hit => {
+                self.answer_from_cache(now, client, msg, &buf, route.upstream);
+                Consulted::Answered
+            }
+            Decision::Join(group) => {
+                self.join_group(now, client, msg, group, &buf);
+                Consulted::Answered
+            }
+            Decision::Forward(cache) => Consulted::Forward(cache),
+        };
+        buf.clear();
+        self.scratch = buf;
+        consulted
+    }
+    /// Sends a hit and keeps it for the request's retransmissions, like any answer the proxy
+    /// gives without asking upstream (`Proxy::local_answers`): the same answer again, Max-Age
+    /// and all (RFC 7252 §4.5), within the store's bounds in bytes. A hit the outbox did not
+    /// queue (over the client's send rate) is not kept: a retransmission is a GET or FETCH
+    /// answered from the cache afresh (`Proxy::keep_local_answer`).
+    fn answer_from_cache(
+        &mut self,
+        now: Timestamp,
+        (from, slot): (Peer, ClientSlot),
+        msg: &Message,
+        answer: &[u8],
+        upstream: UpstreamId,
+    ) {
+        let token = CoapToken::new(msg.token()).expect("parse checked the token length");
+        if !self.gate.fits(from, answer.len()) {
+            return self.answer_hit_through_exchange(
+                now,
+                (from, slot),
+                (token, msg),
+                answer,
+                upstream,
+            );
+        }
+        // The upstream's answer, relayed from the cache: counted like one relayed at once.
+        self.track_answer_code(Code(answer[1]));
+        if !self
+            .gate
+            .send(Charge::Relayed, Destination::Client(from), answer)
+        {
+            return;
+        }
+        self.clients.take_ref(slot);
+        let replay = match msg.msg_type() {
+            MessageType::Con => Replay::Answer(answer),
+            _ => Replay::Nothing,
+        };
+        self.keep_local_answer(now, (from, token, msg.message_id()), replay, slot);
+    }
+
+    /// A hit past an unproven client's allowance goes as a relayed answer would: held while
+    /// the client is asked for its proof, then as usual or as a CON (`delivery.rs`,
+    /// `validation.rs`). So it takes an exchange, one with no upstream leg.
+    fn answer_hit_through_exchange(
+        &mut self,
+        now: Timestamp,
+        client: (Peer, ClientSlot),
+        (token, msg): (CoapToken, &Message),
+        answer: &[u8],
+        upstream: UpstreamId,
+    ) {
+        let at = (upstream, EndpointId::NONE);
+        let key = self.insert_exchange((client, State::Answered), token, msg, at, false);
+        self.track_answer_code(Code(answer[1]));
+        match Message::parse(answer) {
+            Ok(hit) => self.answer_client(now, key, &hit, false),
+            // Cannot happen for what the cache encodes; finish so no state is left.
+            Err(_) => self.finish(now, key),
+        }
+    }
+
+    /// A client registers for a resource a group observes, and `representation` (a fresh
+    /// hit, encoded) is current: it becomes a member, answered at once with that and the
+    /// group's latest Observe value (RFC 7641 §5: aggregated, never registered twice).
+    pub(super) fn join_group(
+        &mut self,
+        now: Timestamp,
+        client: (Peer, ClientSlot),
+        msg: &Message,
+        (group, upstream, endpoint): GroupAt,
+        representation: &[u8],
+    ) {
+        let token = CoapToken::new(msg.token()).expect("parse checked the token length");
+        let answered = (client, State::Answered);
+        let key = self.insert_exchange(answered, token, msg, (upstream, endpoint), false);
+        let seq = self.sharing.fanout().latest_seq(group, &self.exchanges);
+        let Some(x) = self.get_mut(key) else { return };
+        // No upstream leg: it is answered here and now.
+        x.observe = Some(Observer {
+            group: Some(group),
+            non_mid: None,
+        });
+        self.sharing.fanout_mut().join(group, key);
+        self.counters.observe.observers_joined += 1;
+        let mut answer = Vec::with_capacity(representation.len() + 4);
+        let built = Message::parse(representation).map(|m| with_observe(&mut answer, &m, seq));
+        match built
+            .ok()
+            .and_then(|r| r.ok())
+            .map(|()| Message::parse(&answer))
+        {
+            Some(Ok(answer)) => {
+                self.track_answer_code(answer.code());
+                self.answer_client(now, key, &answer, true)
+            }
+            _ => self.finish(now, key),
         }
     }
 
@@ -512,63 +628,57 @@ impl Proxy {
         let total = now + policy.total_timeout;
         self.set_deadline(key, TimerKind::TotalTimeout, Some(total));
     }
-}
 
-/// The upstream copy of a client request: our MID and token, Proxy-Uri/Proxy-Scheme replaced
-/// by Uri-* options, Hop-Limit decremented (RFC 7252 §5.7.2, RFC 8768 §3). The options the
-/// proxy adds (in number order) are merged with the client's (in wire order), so each one is
-/// appended, none deferred: the cost is linear in the request's size. Returned unfinished.
-fn upstream_request<'o>(
-    out: &'o mut Vec<u8>,
-    msg: &Message,
-    (mid, token): (u16, &CoapToken),
-    route: &Route,
-    etag: Option<&[u8]>,
-) -> MessageBuilder<'o> {
-    let target = route.target.as_ref();
-    let (hop, port) = (
-        encode_uint(u32::from(route.hop_limit)),
-        encode_uint(u32::from(target.map_or(route::COAP_PORT, |t| t.port))),
-    );
-    let added = (target.filter(|t| !t.host_is_ip()))
-        .map(|t| (option::URI_HOST, t.host.as_bytes()))
-        .into_iter()
-        .chain(etag.map(|e| (option::ETAG, e)))
-        .chain(
-            (target.filter(|t| t.port != route::COAP_PORT)).map(|_| (option::URI_PORT, &port[..])),
-        )
-        .chain(
-            target
-                .into_iter()
-                .flat_map(|t| t.path.iter().map(|p| (option::URI_PATH, &p[..]))),
-        )
-        .chain(
-            target
-                .into_iter()
-                .flat_map(|t| t.query.iter().map(|q| (option::URI_QUERY, &q[..]))),
-        )
-        .chain(std::iter::once((HOP_LIMIT, &hop[..])));
-    let mut added = added.peekable();
-    let replacing_uri = target.is_some();
-    let kept = msg.options().filter(|&(n, _)| {
-        let uri_option = matches!(
-            n,
-            option::URI_HOST | option::URI_PORT | option::URI_PATH | option::URI_QUERY
-        );
-        !(n == PROXY_URI || n == PROXY_SCHEME || n == HOP_LIMIT || (replacing_uri && uri_option))
-    });
-    let mut b = MessageBuilder::new(out, MessageType::Con, msg.code(), mid, token.as_bytes());
-    for (n, v) in kept {
-        while let Some((m, w)) = added.next_if(|&(m, _)| m <= n) {
-            b.option(m, w);
+    /// A request repeating a fresh Echo value of ours proves its source (RFC 9175 §2.4).
+    /// With `--validate-sources`, a request from a source not proven whose answer may exceed
+    /// its allowance gets 4.01 with an Echo value to repeat instead (the strict mode: the
+    /// proof comes before any answer, rather than with the first one that does not fit).
+    pub(super) fn check_source(
+        &mut self,
+        now: Timestamp,
+        from: Peer,
+        msg: &Message,
+    ) -> Result<(), LocalAnswer> {
+        let Some(addr) = from.claimed_address() else {
+            return Ok(());
+        };
+        if msg.option(ECHO).is_some() && self.gate.validation().echoes(now, addr, msg) {
+            self.source_proved(now, from, ProvedBy::Echo);
         }
-        b.option(n, v);
+        if !self.config.validate_sources {
+            return Ok(());
+        }
+        match self.gate.validation_mut().challenge(now, addr) {
+            None => Ok(()),
+            Some(value) => {
+                self.counters.proof.echo_challenges += 1;
+                Err(LocalAnswer {
+                    code: Code::UNAUTHORIZED,
+                    max_age: None,
+                    size1: None,
+                    echo: Some(value),
+                    diagnostic: "",
+                })
+            }
+        }
     }
-    for (m, w) in added {
-        b.option(m, w);
+
+    /// For tests of other behaviours: `from` is proven, as an ACK to a CON of ours would
+    /// prove it.
+    #[cfg(test)]
+    pub(crate) fn prove_source(&mut self, now: Timestamp, from: impl Into<Peer>) {
+        self.source_proved(now, from.into(), ProvedBy::Ack);
     }
-    b.payload(msg.payload());
-    b
+
+    /// `from` proved that it receives at its address: what was withheld from it goes now.
+    pub(super) fn source_proved(&mut self, now: Timestamp, from: Peer, by: ProvedBy) {
+        let Some(addr) = from.claimed_address() else {
+            return;
+        };
+        for key in self.gate.validation_mut().prove(now, addr, by) {
+            self.resend_withheld(now, key);
+        }
+    }
 }
 
 fn route_error(e: RouteError) -> LocalAnswer {
@@ -591,53 +701,5 @@ fn answer(code: Code, diagnostic: &'static str) -> LocalAnswer {
         size1: None,
         echo: None,
         diagnostic,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::coap::option::{ACCEPT, BLOCK2, CONTENT_FORMAT, ETAG, SIZE2, URI_PATH, URI_QUERY};
-
-    #[test]
-    fn the_upstream_request_is_built_on_the_append_path_with_options_in_order() {
-        // The largest forward request the default limits let through: 64 options, most of
-        // them the Proxy-Uri's parts, the client's own on either side of the Uri-* the proxy
-        // adds. Every option is appended where it belongs (none deferred): the cost is linear
-        // (the audit's request put Hop-Limit first, and each Uri-Path was then spliced in).
-        let uri = format!("coap://h.example:5690{}?a&b", "/s".repeat(56));
-        let client: [(u16, &[u8]); 7] = [
-            (ETAG, b"e"),
-            (OBSERVE, &[]),
-            (CONTENT_FORMAT, &[0]),
-            (ACCEPT, &[0]),
-            (BLOCK2, &[2]),
-            (SIZE2, &[]),
-            (PROXY_URI, uri.as_bytes()),
-        ];
-        let mut req = Vec::new();
-        let mut b = MessageBuilder::new(&mut req, MessageType::Con, Code::GET, 1, b"t");
-        client.iter().for_each(|&(n, v)| _ = b.option(n, v));
-        b.finish().unwrap();
-        let msg = Message::parse(&req).unwrap();
-        let route = Route {
-            upstream: 0,
-            target: Some(route::parse_proxy_uri(uri.as_bytes()).unwrap()),
-            hop_limit: 15,
-        };
-        let token = CoapToken::new(&[9; 8]).unwrap();
-        let mut out = Vec::new();
-        let b = upstream_request(&mut out, &msg, (7, &token), &route, None);
-        assert_eq!(b.deferred_options(), 0);
-        assert_eq!(b.finish(), Ok(()));
-        let numbers: Vec<u16> = Message::parse(&out)
-            .unwrap()
-            .options()
-            .map(|(n, _)| n)
-            .collect();
-        let mut want = vec![option::URI_HOST, ETAG, OBSERVE, option::URI_PORT];
-        want.extend([URI_PATH; 56].into_iter().chain([CONTENT_FORMAT]));
-        want.extend([URI_QUERY, URI_QUERY, HOP_LIMIT, ACCEPT, BLOCK2, SIZE2]);
-        assert_eq!(numbers, want);
     }
 }

@@ -20,6 +20,7 @@ use crate::time::Timestamp;
 use super::answer_cache::{ClientKey, Replay};
 use super::budget::SendBudget;
 use super::cache::{CacheCounters, ResponseCache};
+use super::caching::Sharing;
 use super::clients::{ClientSlot, Clients};
 use super::deliveries::Deliveries;
 pub use super::endpoints::UpstreamStats;
@@ -65,11 +66,10 @@ pub struct Proxy {
     pub(super) gate: SendGate,
     pub(super) rng: SmallRng,
     pub(super) counters: Counters,
-    /// Upstream responses kept to answer other requests for the same thing (`--cache-size`;
-    /// RFC 7252 §5.6). Not `answers`, which replays one answer to one request's copies.
-    pub(super) cache: ResponseCache,
-    /// Observers of one resource sharing one upstream registration (with the cache on).
-    pub(super) fanout: Fanout,
+    /// The response cache (`--cache-size`; RFC 7252 §5.6) and the observe groups that share
+    /// its entries (`caching.rs`, `fanout.rs`). Not `kept`, which replays one answer to one
+    /// request's copies.
+    pub(super) sharing: Sharing,
     /// What a client's ACK or RST answers, and the deliveries under way (`deliveries.rs`).
     pub(super) deliveries: Deliveries,
     /// What the proxy holds against its limits, and whether it admits (`limits.rs`).
@@ -114,8 +114,7 @@ impl Proxy {
             rng,
             counters: Counters::default(),
             retransmit_lateness: LatencyHistogram::default(),
-            cache,
-            fanout: Fanout::new(&hash),
+            sharing: Sharing::new(cache, Fanout::new(&hash)),
             deliveries: Deliveries::new(&hash),
             usage: Usage::default(),
             clients,
@@ -239,12 +238,12 @@ impl Proxy {
 
     /// What the response cache did so far.
     pub fn cache_counters(&self) -> CacheCounters {
-        self.cache.counters()
+        self.sharing.cache().counters()
     }
 
     /// The response cache's counters, entries and bytes, for metrics.
     pub(crate) fn cache_stats(&self) -> (CacheCounters, usize, usize) {
-        let c = &self.cache;
+        let c = self.sharing.cache();
         (c.counters(), c.entries(), c.bytes())
     }
 

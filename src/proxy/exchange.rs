@@ -4,10 +4,9 @@ use crate::coap::MessageType;
 use crate::time::Timestamp;
 use crate::timer::TimerId;
 
-use super::caching::CacheUse;
+use super::cache_use::CacheUse;
 use super::clients::ClientSlot;
 use super::endpoints::{EndpointId, UpstreamId};
-use super::fanout::GroupId;
 use super::peer::Peer;
 
 /// Names one exchange; a timer or map entry holding a key for a freed or reused slot is
@@ -320,3 +319,7 @@ impl Exchange {
         self.state.leg().is_some()
     }
 }
+
+/// An observe group (`fanout.rs`), as a member exchange names the one it belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct GroupId(pub(super) u32);

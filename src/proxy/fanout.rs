@@ -18,15 +18,12 @@ use slab::Slab;
 
 use crate::coap::option::{encode_uint, OBSERVE};
 use crate::coap::{Message, MessageBuilder};
-use crate::time::Timestamp;
 
 use super::cache::CacheKey;
-use super::clients::ClientSlot;
 use super::endpoints::{EndpointId, UpstreamId};
-use super::engine::Proxy;
-use super::exchange::{CoapToken, ExchangeKey, Observer, State};
+use super::exchange::{CoapToken, Exchange, ExchangeKey, GroupId};
 use super::keyed_hash::{KeyedMap, KeyedState};
-use super::peer::Peer;
+use super::table::Exchanges;
 
 /// The observers of one resource and the one upstream registration they share.
 #[derive(Debug)]
@@ -45,9 +42,8 @@ pub(super) struct Fanout {
     by_registration: KeyedMap<(EndpointId, CoapToken), usize>,
 }
 
-/// A group, as an exchange names the one it belongs to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct GroupId(u32);
+/// A group found for a resource: its id, and the upstream and endpoint of its registration.
+pub(super) type GroupAt = (GroupId, UpstreamId, EndpointId);
 
 impl Fanout {
     pub(super) fn new(hash: &KeyedState) -> Self {
@@ -59,7 +55,7 @@ impl Fanout {
     }
 
     /// The group observing the resource with cache key `key`: its id, upstream and endpoint.
-    pub(super) fn for_key(&self, key: &[u8]) -> Option<(GroupId, UpstreamId, EndpointId)> {
+    pub(super) fn for_key(&self, key: &[u8]) -> Option<GroupAt> {
         let &g = self.by_key.get(key)?;
         let group = self.groups.get(g)?;
         Some((GroupId(g as u32), group.upstream, group.registration.0))
@@ -67,7 +63,7 @@ impl Fanout {
 
     /// The group whose registration a notification with `token` on `endpoint` belongs to,
     /// with its members (a copy: relaying may end them) and its cache key.
-    fn for_registration(
+    pub(super) fn for_registration(
         &self,
         endpoint: EndpointId,
         token: &[u8],
@@ -85,6 +81,62 @@ impl Fanout {
         !self.groups.is_empty() && CoapToken::new(token).is_some_and(registered)
     }
 
+    /// Founds the group of `cache_key` with `key`, an exchange that observes it through its
+    /// own registration (`x`'s endpoint and token), unless one exists (it registered on its
+    /// own, see the module docs). Returns the new group's id.
+    pub(super) fn found(
+        &mut self,
+        key: ExchangeKey,
+        x: &Exchange,
+        cache_key: CacheKey,
+    ) -> Option<GroupId> {
+        if self.by_key.contains_key(cache_key.as_bytes()) {
+            return None;
+        }
+        let registration = (x.endpoint, x.upstream_token);
+        let by_key = Box::from(cache_key.as_bytes());
+        let group = Group {
+            key: cache_key,
+            registration,
+            upstream: x.upstream,
+            members: vec![key],
+        };
+        let g = self.groups.insert(group);
+        self.by_key.insert(by_key, g);
+        self.by_registration.insert(registration, g);
+        Some(GroupId(g as u32))
+    }
+
+    /// `key` joins `group`.
+    pub(super) fn join(&mut self, GroupId(g): GroupId, key: ExchangeKey) {
+        if let Some(group) = self.groups.get_mut(g as usize) {
+            group.members.push(key);
+        }
+    }
+
+    /// Member `key` leaves `group`, and the group goes with its last.
+    pub(super) fn leave(&mut self, GroupId(g): GroupId, key: ExchangeKey) {
+        let Some(group) = self.groups.get_mut(g as usize) else {
+            return;
+        };
+        group.members.retain(|&m| m != key);
+        if group.members.is_empty() {
+            let group = self.groups.remove(g as usize);
+            self.by_key.remove(group.key.as_bytes());
+            self.by_registration.remove(&group.registration);
+        }
+    }
+
+    /// The latest Observe value a member of `group` was given, for a new member's first
+    /// answer: later notifications are newer than it (RFC 7641 §3.4).
+    pub(super) fn latest_seq(&self, GroupId(g): GroupId, exchanges: &Exchanges) -> u32 {
+        let members = self.groups.get(g as usize).map(|g| &g.members[..]);
+        (members.unwrap_or_default().iter())
+            .filter_map(|&m| Some(exchanges.get(m)?.state.relay()?.last_notification))
+            .max_by_key(|&(_, at)| at)
+            .map_or(0, |(seq, _)| seq)
+    }
+
     /// Groups alive.
     #[cfg(test)]
     pub(super) fn len(&self) -> usize {
@@ -92,127 +144,8 @@ impl Fanout {
     }
 }
 
-impl Proxy {
-    /// A registration answered upstream started observing: it founds the group of its
-    /// resource, unless one exists (it registered on its own, see the module docs).
-    pub(super) fn found_group(&mut self, key: ExchangeKey, cache_key: CacheKey) {
-        let Some(x) = self
-            .get(key)
-            .filter(|x| matches!(x.state, State::Observing(_)))
-        else {
-            return;
-        };
-        if self.fanout.by_key.contains_key(cache_key.as_bytes()) {
-            return;
-        }
-        let registration = (x.endpoint, x.upstream_token);
-        let group = Group {
-            key: cache_key.clone(),
-            registration,
-            upstream: x.upstream,
-            members: vec![key],
-        };
-        let g = self.fanout.groups.insert(group);
-        self.fanout
-            .by_key
-            .insert(Box::from(cache_key.as_bytes()), g);
-        self.fanout.by_registration.insert(registration, g);
-        if let Some(observer) = self.get_mut(key).and_then(|x| x.observe.as_mut()) {
-            observer.group = Some(GroupId(g as u32));
-        }
-    }
-
-    /// A notification for a group's registration: kept in the cache and relayed to every
-    /// member. Returns false if `token` on `endpoint` is no group's.
-    pub(super) fn notify_group(
-        &mut self,
-        now: Timestamp,
-        endpoint: EndpointId,
-        msg: &Message,
-    ) -> bool {
-        let Some((members, key)) = self.fanout.for_registration(endpoint, msg.token()) else {
-            return false;
-        };
-        // A notification is a response to the registration like any other (RFC 7641 §3.3):
-        // the newest representation, fresh for its Max-Age. (One the cache may not keep, an
-        // error say, still removes the older.)
-        let _ = self.cache.store(now, &key, None, msg);
-        for member in members {
-            self.relay_notification(now, member, msg);
-        }
-        true
-    }
-
-    /// A member stops observing: it leaves its group, and the group goes with its last.
-    pub(super) fn leave_group(&mut self, key: ExchangeKey) {
-        let observer = self.get_mut(key).and_then(|x| x.observe.as_mut());
-        let Some(GroupId(g)) = observer.and_then(|o| o.group.take()) else {
-            return;
-        };
-        let Some(group) = self.fanout.groups.get_mut(g as usize) else {
-            return;
-        };
-        group.members.retain(|&m| m != key);
-        if group.members.is_empty() {
-            let group = self.fanout.groups.remove(g as usize);
-            self.fanout.by_key.remove(group.key.as_bytes());
-            self.fanout.by_registration.remove(&group.registration);
-        }
-    }
-
-    /// A client registers for a resource a group observes, and `representation` (a fresh
-    /// hit, encoded) is current: it becomes a member, answered at once with that and the
-    /// group's latest Observe value (RFC 7641 §5: aggregated, never registered twice).
-    pub(super) fn join_group(
-        &mut self,
-        now: Timestamp,
-        client: (Peer, ClientSlot),
-        msg: &Message,
-        (group, upstream, endpoint): (GroupId, UpstreamId, EndpointId),
-        representation: &[u8],
-    ) {
-        let token = CoapToken::new(msg.token()).expect("parse checked the token length");
-        let answered = (client, State::Answered);
-        let key = self.insert_exchange(answered, token, msg, (upstream, endpoint), false);
-        let seq = self.latest_seq(group);
-        let Some(x) = self.get_mut(key) else { return };
-        // No upstream leg: it is answered here and now.
-        x.observe = Some(Observer {
-            group: Some(group),
-            non_mid: None,
-        });
-        if let Some(g) = self.fanout.groups.get_mut(group.0 as usize) {
-            g.members.push(key);
-        }
-        self.counters.observe.observers_joined += 1;
-        let mut answer = Vec::with_capacity(representation.len() + 4);
-        let built = Message::parse(representation).map(|m| with_observe(&mut answer, &m, seq));
-        match built
-            .ok()
-            .and_then(|r| r.ok())
-            .map(|()| Message::parse(&answer))
-        {
-            Some(Ok(answer)) => {
-                self.track_answer_code(answer.code());
-                self.answer_client(now, key, &answer, true)
-            }
-            _ => self.finish(now, key),
-        }
-    }
-
-    /// The latest Observe value a member of `group` was given, for a new member's first answer:
-    /// later notifications are newer than it (RFC 7641 §3.4).
-    fn latest_seq(&self, GroupId(g): GroupId) -> u32 {
-        let members = self.fanout.groups.get(g as usize).map(|g| &g.members[..]);
-        (members.unwrap_or_default().iter())
-            .filter_map(|&m| Some(self.get(m)?.state.relay()?.last_notification))
-            .max_by_key(|&(_, at)| at)
-            .map_or(0, |(seq, _)| seq)
-    }
-}
-
 /// `msg` with an Observe option of value `seq` (sorted in by the builder).
-fn with_observe(
+pub(super) fn with_observe(
     out: &mut Vec<u8>,
     msg: &Message,
     seq: u32,

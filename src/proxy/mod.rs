@@ -36,6 +36,7 @@
 mod answer_cache;
 mod budget;
 mod cache;
+mod cache_use;
 mod caching;
 mod client_leg;
 mod clients;
@@ -65,6 +66,7 @@ mod table;
 #[cfg(test)]
 mod tests;
 mod upstream_leg;
+mod upstream_request;
 mod upstreams;
 mod validation;
 

@@ -9,9 +9,11 @@ use crate::coap::option::{MAX_AGE, OBSERVE};
 use crate::coap::{rewrite, Message, MessageType};
 use crate::time::Timestamp;
 
+use super::cache::CacheKey;
+use super::endpoints::EndpointId;
 use super::engine::Proxy;
 use super::events::{ObserverLoss, ProxyEvent};
-use super::exchange::{ExchangeKey, Relay, State, TimerKind};
+use super::exchange::{Exchange, ExchangeKey, Relay, State, TimerKind};
 use super::peer::Peer;
 
 /// RFC 7641 §3.4: notifications older than this are never compared by sequence number.
@@ -207,6 +209,48 @@ impl Proxy {
         }
         self.upstreams.endpoints_mut().release(now, endpoint);
         self.leave_group(key);
+    }
+
+    /// A member stops observing: it leaves its group, and the group goes with its last.
+    fn leave_group(&mut self, key: ExchangeKey) {
+        let observer = self.exchanges.get_mut(key).and_then(|x| x.observe.as_mut());
+        if let Some(group) = observer.and_then(|o| o.group.take()) {
+            self.sharing.fanout_mut().leave(group, key);
+        }
+    }
+
+    /// A registration answered upstream started observing: it founds the group of its
+    /// resource, unless one exists (it registered on its own, see `fanout.rs`).
+    pub(super) fn found_group(&mut self, key: ExchangeKey, cache_key: CacheKey) {
+        let observing = |x: &&Exchange| matches!(x.state, State::Observing(_));
+        let Some(x) = self.exchanges.get(key).filter(observing) else {
+            return;
+        };
+        let Some(group) = self.sharing.fanout_mut().found(key, x, cache_key) else {
+            return;
+        };
+        if let Some(observer) = self.exchanges.get_mut(key).and_then(|x| x.observe.as_mut()) {
+            observer.group = Some(group);
+        }
+    }
+
+    /// A notification for a group's registration: kept in the cache and relayed to every
+    /// member. Returns false if `token` on `endpoint` is no group's.
+    pub(super) fn notify_group(
+        &mut self,
+        now: Timestamp,
+        endpoint: EndpointId,
+        msg: &Message,
+    ) -> bool {
+        let fanout = self.sharing.fanout();
+        let Some((members, key)) = fanout.for_registration(endpoint, msg.token()) else {
+            return false;
+        };
+        self.sharing.store_notification(now, &key, msg);
+        for member in members {
+            self.relay_notification(now, member, msg);
+        }
+        true
     }
 
     /// Relays a registration answer we will not keep alive: without its Observe option, so the

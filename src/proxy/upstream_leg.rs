@@ -163,7 +163,7 @@ impl Proxy {
         if con && self.kept.acked_upstream_con(up, mid) {
             return self.ack_upstream(up, mid);
         }
-        if self.fanout.has_registration(up, msg.token()) {
+        if self.sharing.fanout().has_registration(up, msg.token()) {
             if con {
                 self.ack_upstream(up, mid);
                 self.kept.keep_upstream_con(now, up, mid);
@@ -251,7 +251,7 @@ impl Proxy {
             .as_ref()
             .filter(|_| registers)
             .and_then(|c| c.stored_key());
-        let instead = cache.and_then(|cache| self.cache_answer(now, *cache, msg));
+        let instead = cache.and_then(|cache| self.sharing.answer(now, *cache, msg));
         let stored;
         let msg = match instead.as_deref().map(Message::parse) {
             Some(Ok(refreshed)) => {

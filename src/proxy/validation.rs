@@ -31,14 +31,11 @@ use std::time::Duration;
 
 use crate::coap::echo::{self, EchoKey};
 use crate::coap::option::ECHO;
-use crate::coap::{Code, Message};
+use crate::coap::Message;
 use crate::time::Timestamp;
 
-use super::engine::Proxy;
 use super::exchange::ExchangeKey;
 use super::keyed_hash::{KeyedMap, KeyedState};
-use super::local_answer::LocalAnswer;
-use super::peer::Peer;
 
 /// RFC 9175 §2.4, RFC 9000 §8.1: an unproven source is sent at most this many times what it
 /// sent.
@@ -335,7 +332,7 @@ impl SourceValidation {
     }
 
     /// Whether `msg` repeats a fresh Echo value the proxy issued to `addr`.
-    fn echoes(&self, now: Timestamp, addr: SocketAddr, msg: &Message) -> bool {
+    pub(super) fn echoes(&self, now: Timestamp, addr: SocketAddr, msg: &Message) -> bool {
         (msg.options().filter(|&(n, _)| n == ECHO))
             .filter_map(|(_, v)| echo::decode(v).ok())
             .any(|e| self.key.verify(e, addr, now, ECHO_LIFETIME).is_ok())
@@ -348,7 +345,11 @@ impl SourceValidation {
 
     /// `--validate-sources`: the Echo value to challenge a request from `addr` with, unless
     /// it is proven or its allowance takes a likely answer.
-    fn challenge(&mut self, now: Timestamp, addr: SocketAddr) -> Option<[u8; echo::ISSUED_LEN]> {
+    pub(super) fn challenge(
+        &mut self,
+        now: Timestamp,
+        addr: SocketAddr,
+    ) -> Option<[u8; echo::ISSUED_LEN]> {
         let s = self.entry(now, addr);
         let allowance = (AMPLIFICATION_FACTOR * s.received).saturating_sub(s.sent);
         let fine = s.proven(now) || allowance >= LIKELY_ANSWER as u64;
@@ -361,62 +362,10 @@ impl SourceValidation {
     }
 }
 
-impl Proxy {
-    /// A request repeating a fresh Echo value of ours proves its source (RFC 9175 §2.4).
-    /// With `--validate-sources`, a request from a source not proven whose answer may exceed
-    /// its allowance gets 4.01 with an Echo value to repeat instead (the strict mode: the
-    /// proof comes before any answer, rather than with the first one that does not fit).
-    pub(super) fn check_source(
-        &mut self,
-        now: Timestamp,
-        from: Peer,
-        msg: &Message,
-    ) -> Result<(), LocalAnswer> {
-        let Some(addr) = from.claimed_address() else {
-            return Ok(());
-        };
-        if msg.option(ECHO).is_some() && self.gate.validation().echoes(now, addr, msg) {
-            self.source_proved(now, from, ProvedBy::Echo);
-        }
-        if !self.config.validate_sources {
-            return Ok(());
-        }
-        match self.gate.validation_mut().challenge(now, addr) {
-            None => Ok(()),
-            Some(value) => {
-                self.counters.proof.echo_challenges += 1;
-                Err(LocalAnswer {
-                    code: Code::UNAUTHORIZED,
-                    max_age: None,
-                    size1: None,
-                    echo: Some(value),
-                    diagnostic: "",
-                })
-            }
-        }
-    }
-
-    /// For tests of other behaviours: `from` is proven, as an ACK to a CON of ours would
-    /// prove it.
-    #[cfg(test)]
-    pub(crate) fn prove_source(&mut self, now: Timestamp, from: impl Into<Peer>) {
-        self.source_proved(now, from.into(), ProvedBy::Ack);
-    }
-
-    /// `from` proved that it receives at its address: what was withheld from it goes now.
-    pub(super) fn source_proved(&mut self, now: Timestamp, from: Peer, by: ProvedBy) {
-        let Some(addr) = from.claimed_address() else {
-            return;
-        };
-        for key in self.gate.validation_mut().prove(now, addr, by) {
-            self.resend_withheld(now, key);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::coap::Code;
 
     fn at(ms: u64) -> Timestamp {
         Timestamp::ZERO + Duration::from_millis(ms)

@@ -560,7 +560,7 @@ fn observers_of_one_resource_share_one_upstream_registration() {
         );
     }
     assert_eq!(p.counters().observe.observers_joined, 2);
-    assert_eq!(p.fanout.len(), 1);
+    assert_eq!(p.sharing.fanout().len(), 1);
 }
 
 #[test]
@@ -610,7 +610,7 @@ fn the_upstream_registration_ends_with_its_last_observer() {
         observer(2),
         &message(MessageType::Rst, Code::EMPTY, mid, &[], &[], b""),
     );
-    assert_eq!(p.fanout.len(), 0);
+    assert_eq!(p.sharing.fanout().len(), 0);
     let out = notify(&mut p, at(4.0), &reg, 8, b"t=4");
     let reset: Vec<MessageType> = upstream_part(&out)
         .iter()
