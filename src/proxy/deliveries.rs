@@ -4,11 +4,35 @@
 
 use std::collections::VecDeque;
 
-use super::exchange::{ExchangeKey, State};
+use rand::rngs::SmallRng;
+use rand::Rng;
+
+use crate::coap::{params, MessageType};
+use crate::time::Timestamp;
+
+use super::exchange::{ClientDelivery, ExchangeKey, State, TimerKind};
+use super::gate::{Charge, SendGate};
 use super::index::Index;
 use super::keyed_hash::KeyedState;
+use super::outbox::Destination;
 use super::peer::Peer;
 use super::table::Exchanges;
+
+/// What sending to clients touches besides this part: the exchanges (their delivery state
+/// and timers) and the gate every datagram passes.
+pub(super) type Wire<'a> = (&'a mut Exchanges, &'a mut SendGate);
+
+/// What a CON's retransmission timer did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Retransmitted {
+    /// Nothing: no CON is being delivered.
+    Nothing,
+    /// Sent (again, if `again`: the first transmission was withheld for a proof otherwise).
+    Sent { again: bool },
+    /// Given up after MAX_RETRANSMIT or the exchange lifetime: `mid` to `client` was never
+    /// acknowledged.
+    GaveUp { client: Peer, mid: u16 },
+}
 
 /// The Message IDs clients may acknowledge or reset, and the delivering exchanges.
 pub(super) struct Deliveries {
@@ -97,10 +121,133 @@ impl Deliveries {
         }
     }
 
+    /// Sends a CON or NON to the client of exchange `key`, tracking its MID for the ACK/RST;
+    /// a CON is retransmitted. Returns whether the gate queued it (a CON it withheld still
+    /// goes, retransmitted).
+    ///
+    /// A NON's MID is tracked only for an observation, where the client's RST cancels it
+    /// (RFC 7641 §3.6); an RST to a plain NON answer would have nothing left to stop.
+    pub(super) fn send(
+        &mut self,
+        (exchanges, gate): Wire<'_>,
+        rng: &mut SmallRng,
+        now: Timestamp,
+        key: ExchangeKey,
+        (ty, mid, bytes): (MessageType, u16, &[u8]),
+    ) -> bool {
+        let Some(x) = exchanges.get(key) else {
+            return false;
+        };
+        let (client, observe) = (x.client, x.observe.is_some());
+        if ty == MessageType::Non && observe {
+            self.forget_non_mid(exchanges, key);
+            if let Some(observer) = exchanges.get_mut(key).and_then(|x| x.observe.as_mut()) {
+                observer.non_mid = Some(mid);
+            }
+        }
+        if ty == MessageType::Con || (ty == MessageType::Non && observe) {
+            self.track(client, mid, key);
+        }
+        let to = Destination::Client(client);
+        if ty != MessageType::Con {
+            return gate.send(Charge::Relayed, to, bytes);
+        }
+        self.cancel((exchanges, gate), key);
+        // RFC 7252 §4.8: initial timeout uniform in [ACK_TIMEOUT, ACK_TIMEOUT * 1.5].
+        let timeout = params::ACK_TIMEOUT.mul_f64(rng.random_range(1.0..params::ACK_RANDOM_FACTOR));
+        exchanges.set_deadline(key, TimerKind::ClientRetransmit, Some(now + timeout));
+        if let Some(x) = exchanges.get_mut(key) {
+            x.delivery = Some(Box::new(ClientDelivery {
+                mid,
+                sent: 0,
+                timeout,
+                since: now,
+            }));
+        }
+        let queued = gate.send(Charge::Con(key), to, bytes);
+        if queued {
+            count_sent(exchanges, key);
+        }
+        queued
+    }
+
+    /// The retransmission timer of exchange `key`'s CON fired: send it again, or give up
+    /// after MAX_RETRANSMIT (RFC 7252 §4.2).
+    pub(super) fn retransmit(
+        &mut self,
+        (exchanges, gate): Wire<'_>,
+        now: Timestamp,
+        key: ExchangeKey,
+    ) -> Retransmitted {
+        let Some(x) = exchanges.get_mut(key) else {
+            return Retransmitted::Nothing;
+        };
+        let Some(d) = x.delivery.as_mut() else {
+            return Retransmitted::Nothing;
+        };
+        let lifetime_over = now.saturating_since(d.since) >= params::EXCHANGE_LIFETIME;
+        if d.sent > params::MAX_RETRANSMIT || lifetime_over {
+            let (client, mid) = (x.client, d.mid);
+            x.delivery = None;
+            self.untrack(client, mid);
+            gate.delivery_ended(client, key);
+            return Retransmitted::GaveUp { client, mid };
+        }
+        let again = d.sent > 0;
+        d.timeout *= 2;
+        let next = (now + d.timeout).min(d.since + params::EXCHANGE_LIFETIME);
+        exchanges.set_deadline(key, TimerKind::ClientRetransmit, Some(next));
+        self.resend((exchanges, gate), key);
+        Retransmitted::Sent { again }
+    }
+
+    /// Sends the CON exchange `key` is delivering (again).
+    pub(super) fn resend(&mut self, (exchanges, gate): Wire<'_>, key: ExchangeKey) {
+        let Some(x) = exchanges.get(key).filter(|x| x.delivery.is_some()) else {
+            return;
+        };
+        let Some(answer) = x.answer.as_deref() else {
+            return;
+        };
+        if gate.send(Charge::Con(key), Destination::Client(x.client), answer) {
+            count_sent(exchanges, key);
+        }
+    }
+
+    /// Stops retransmitting to the client (ACK or RST arrived, or a newer message replaces it).
+    pub(super) fn cancel(&mut self, (exchanges, gate): Wire<'_>, key: ExchangeKey) {
+        let Some(x) = exchanges.get_mut(key) else {
+            return;
+        };
+        if let Some(d) = x.delivery.take() {
+            let client = x.client;
+            self.untrack(client, d.mid);
+            gate.delivery_ended(client, key);
+            exchanges.set_deadline(key, TimerKind::ClientRetransmit, None);
+        }
+    }
+
+    /// Unmaps the latest NON to the client: superseded, or the exchange is going away.
+    pub(super) fn forget_non_mid(&mut self, exchanges: &mut Exchanges, key: ExchangeKey) {
+        let Some(x) = exchanges.get_mut(key) else {
+            return;
+        };
+        if let Some(mid) = x.observe.as_mut().and_then(|o| o.non_mid.take()) {
+            self.untrack_for(x.client, mid, key);
+        }
+    }
+
     /// Entries of the Message ID index, the queue, and live deliveries, for tests.
     #[cfg(test)]
     pub(super) fn sizes(&self) -> (usize, usize, usize) {
         (self.by_client_mid.len(), self.queue.len(), self.count)
+    }
+}
+
+/// One more transmission of exchange `key`'s CON went.
+fn count_sent(exchanges: &mut Exchanges, key: ExchangeKey) {
+    if let Some(d) = exchanges.get_mut(key).and_then(|x| x.delivery.as_mut()) {
+        d.sent += 1;
     }
 }
 

@@ -1,16 +1,15 @@
 //! The client leg's way out: answers to clients, piggybacked or separate, and the confirmable
 //! ones retransmitted until acknowledged (RFC 7252 §4.2, §5.2).
 
-use rand::Rng;
-
 use crate::coap::option::BLOCK2;
-use crate::coap::{empty_ack, params, ping, rewrite, Code, Message, MessageType};
+use crate::coap::{empty_ack, ping, rewrite, Code, Message, MessageType};
 use crate::time::Timestamp;
 
 use super::clients::ClientSlot;
+use super::deliveries::Retransmitted;
 use super::engine::{Destination, LastAnswer, Proxy};
 use super::events::{ObserverLoss, ProxyEvent};
-use super::exchange::{ClientDelivery, ExchangeKey, Reply, State, TimerKind};
+use super::exchange::{ExchangeKey, Reply, State, TimerKind};
 use super::gate::Charge;
 use super::local_answer::{encode_local, LocalAnswer};
 use super::peer::Peer;
@@ -249,11 +248,27 @@ impl Proxy {
         self.scratch = bytes;
     }
 
-    /// Sends a CON or NON to the client, tracking its MID for the ACK/RST; CON is retransmitted.
-    /// Returns whether the outbox queued it (a CON it withheld still goes, retransmitted).
-    ///
-    /// A NON's MID is tracked only for an observation, where the client's RST cancels it
-    /// (RFC 7641 §3.6); an RST to a plain NON answer would have nothing left to stop.
+    /// The retransmission timer of a CON to the client fired: sent again, or given up after
+    /// MAX_RETRANSMIT (an answered exchange then retires).
+    pub(super) fn retransmit_to_client(&mut self, now: Timestamp, key: ExchangeKey) {
+        let wire = (&mut self.exchanges, &mut self.gate);
+        match self.deliveries.retransmit(wire, now, key) {
+            Retransmitted::Nothing | Retransmitted::Sent { again: false } => {}
+            Retransmitted::Sent { again: true } => {
+                self.counters.traffic.client_retransmissions += 1;
+            }
+            Retransmitted::GaveUp { client, mid } => {
+                self.counters.traffic.client_delivery_failures += 1;
+                self.events
+                    .push(ProxyEvent::ClientNeverAcked { client, mid });
+                // RFC 7641 §4.5: a CON notification that times out ends its observation.
+                self.observer_gone(now, key, ObserverLoss::NeverAcked);
+                self.delivered(now, key);
+            }
+        }
+    }
+
+    /// Sends a CON or NON to the client (see [`super::deliveries::Deliveries::send`]).
     pub(super) fn send_to_client(
         &mut self,
         now: Timestamp,
@@ -262,82 +277,8 @@ impl Proxy {
         mid: u16,
         bytes: &[u8],
     ) -> bool {
-        let Some(x) = self.get(key) else {
-            return false;
-        };
-        let (client, observe) = (x.client, x.observe.is_some());
-        if ty == MessageType::Non && observe {
-            self.forget_non_mid(key);
-            if let Some(observer) = self.get_mut(key).and_then(|x| x.observe.as_mut()) {
-                observer.non_mid = Some(mid);
-            }
-        }
-        if ty == MessageType::Con || (ty == MessageType::Non && observe) {
-            self.deliveries.track(client, mid, key);
-        }
-        if ty == MessageType::Con {
-            self.cancel_delivery(key);
-            // RFC 7252 §4.8: initial timeout uniform in [ACK_TIMEOUT, ACK_TIMEOUT * 1.5].
-            let timeout =
-                params::ACK_TIMEOUT.mul_f64(self.rng.random_range(1.0..params::ACK_RANDOM_FACTOR));
-            self.set_deadline(key, TimerKind::ClientRetransmit, Some(now + timeout));
-            if let Some(x) = self.get_mut(key) {
-                x.delivery = Some(Box::new(ClientDelivery {
-                    mid,
-                    sent: 0,
-                    timeout,
-                    since: now,
-                }));
-            }
-        }
-        match ty {
-            MessageType::Con => {
-                let to = Destination::Client(client);
-                let queued = (self.gate).send(Charge::Con(key), to, bytes);
-                if queued {
-                    self.count_sent(key);
-                }
-                queued
-            }
-            _ => self
-                .gate
-                .send(Charge::Relayed, Destination::Client(client), bytes),
-        }
-    }
-
-    /// The retransmission timer of a CON to the client fired: send it again, or give up after
-    /// MAX_RETRANSMIT (an answered exchange then retires).
-    pub(super) fn retransmit_to_client(&mut self, now: Timestamp, key: ExchangeKey) {
-        let Some(x) = self.get_mut(key) else { return };
-        let Some(d) = x.delivery.as_mut() else { return };
-        let lifetime_over = now.saturating_since(d.since) >= params::EXCHANGE_LIFETIME;
-        if d.sent > params::MAX_RETRANSMIT || lifetime_over {
-            let mid = d.mid;
-            x.delivery = None;
-            let client = x.client;
-            self.deliveries.untrack(client, mid);
-            self.gate.delivery_ended(client, key);
-            self.counters.traffic.client_delivery_failures += 1;
-            self.events
-                .push(ProxyEvent::ClientNeverAcked { client, mid });
-            // RFC 7641 §4.5: a CON notification that times out ends its observation.
-            self.observer_gone(now, key, ObserverLoss::NeverAcked);
-            return self.delivered(now, key);
-        }
-        let again = d.sent > 0;
-        d.timeout *= 2;
-        let next = (now + d.timeout).min(d.since + params::EXCHANGE_LIFETIME);
-        if again {
-            self.counters.traffic.client_retransmissions += 1;
-        }
-        self.set_deadline(key, TimerKind::ClientRetransmit, Some(next));
-        self.send_delivery(key);
-    }
-
-    fn count_sent(&mut self, key: ExchangeKey) {
-        if let Some(d) = self.get_mut(key).and_then(|x| x.delivery.as_mut()) {
-            d.sent += 1;
-        }
+        let wire = (&mut self.exchanges, &mut self.gate);
+        (self.deliveries).send(wire, &mut self.rng, now, key, (ty, mid, bytes))
     }
 
     /// What was withheld from a client that has now proven its address (`validation.rs`)
@@ -348,22 +289,8 @@ impl Proxy {
             .map(|x| matches!(x.state, State::AwaitingProof))
         {
             Some(true) => self.release_held(now, key),
-            Some(false) => self.send_delivery(key),
+            Some(false) => (self.deliveries).resend((&mut self.exchanges, &mut self.gate), key),
             None => {}
-        }
-    }
-
-    /// Sends the CON an exchange is delivering (again).
-    fn send_delivery(&mut self, key: ExchangeKey) {
-        let Some(x) = self.exchanges.get(key).filter(|x| x.delivery.is_some()) else {
-            return;
-        };
-        let Some(answer) = x.answer.as_deref() else {
-            return;
-        };
-        let to = Destination::Client(x.client);
-        if (self.gate).send(Charge::Con(key), to, answer) {
-            self.count_sent(key);
         }
     }
 
@@ -380,13 +307,7 @@ impl Proxy {
 
     /// Stops retransmitting to the client (ACK or RST arrived, or a newer message replaces it).
     pub(super) fn cancel_delivery(&mut self, key: ExchangeKey) {
-        let Some(x) = self.get_mut(key) else { return };
-        if let Some(d) = x.delivery.take() {
-            let client = x.client;
-            self.deliveries.untrack(client, d.mid);
-            self.gate.delivery_ended(client, key);
-            self.set_deadline(key, TimerKind::ClientRetransmit, None);
-        }
+        (self.deliveries).cancel((&mut self.exchanges, &mut self.gate), key);
     }
 
     /// The client acknowledged (or rejected) a confirmable answer or a notification.
@@ -415,15 +336,5 @@ impl Proxy {
         // It carries a Message ID the proxy chose: the client receives at its address. Last,
         // so that what this message settled is not among what the proof sends again.
         self.source_proved(now, from, ProvedBy::Ack);
-    }
-
-    /// Unmaps the latest NON to the client: superseded, or the exchange is going away.
-    pub(super) fn forget_non_mid(&mut self, key: ExchangeKey) {
-        let Some(x) = self.exchanges.get_mut(key) else {
-            return;
-        };
-        if let Some(mid) = x.observe.as_mut().and_then(|o| o.non_mid.take()) {
-            self.deliveries.untrack_for(x.client, mid, key);
-        }
     }
 }

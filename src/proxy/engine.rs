@@ -460,7 +460,7 @@ impl Proxy {
     /// [`LastAnswer`]). The key is kept whatever the answer: a request that went upstream is
     /// never forwarded again while it is.
     pub(super) fn retire(&mut self, now: Timestamp, key: ExchangeKey, last: LastAnswer) {
-        self.forget_non_mid(key);
+        self.deliveries.forget_non_mid(&mut self.exchanges, key);
         let Some(x) = self.exchanges.remove(key) else {
             return;
         };

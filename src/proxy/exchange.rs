@@ -264,7 +264,7 @@ pub struct Exchange {
     pub endpoint: EndpointId,
     pub upstream_token: CoapToken,
     /// Which of the configured retry policies applies: POST/PATCH/iPATCH use the
-    /// non-idempotent one (see [`super::engine::Proxy::policy_of`]). A flag rather than a copy
+    /// non-idempotent one (see `Proxy::policy_of` in `engine.rs`). A flag rather than a copy
     /// of the policy keeps the exchange small.
     pub non_idempotent: bool,
     /// The latest answer sent to the client, kept when it may be sent again (a CON being
