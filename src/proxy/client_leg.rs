@@ -222,7 +222,9 @@ impl Proxy {
         let answered = (client, State::Answered);
         let key = self.insert_exchange(answered, token, msg, (upstream, endpoint), false);
         let seq = self.sharing.fanout().latest_seq(group, &self.exchanges);
-        let Some(x) = self.get_mut(key) else { return };
+        let Some(x) = self.exchanges.get_mut(key) else {
+            return;
+        };
         // No upstream leg: it is answered here and now.
         x.observe = Some(Observer {
             group: Some(group),
@@ -311,7 +313,9 @@ impl Proxy {
 
     /// A retransmission of a request still being worked on.
     fn on_live_duplicate(&mut self, key: ExchangeKey) {
-        let Some(x) = self.get(key) else { return };
+        let Some(x) = self.exchanges.get(key) else {
+            return;
+        };
         match (x.reply, x.answer.is_some()) {
             // Its answer is held until the client proves its address: it goes then.
             _ if matches!(x.state, State::AwaitingProof) => {}
@@ -609,7 +613,7 @@ impl Proxy {
         let etag = etag.as_ref().map(|e| e.as_bytes());
         let ids = (mid, &upstream_token);
         let _ = upstream_request(&mut request, msg, ids, &route, etag).finish();
-        let x = self.get_mut(key).expect("just inserted");
+        let x = self.exchanges.get_mut(key).expect("just inserted");
         x.cache = cache;
         x.upstream_token = upstream_token;
         let registers = msg.option(OBSERVE).and_then(|v| decode_uint(v).ok()) == Some(0);
@@ -622,11 +626,13 @@ impl Proxy {
         // Earliest first, so the exchange's one wheel timer is armed once.
         if msg.msg_type() == MessageType::Con {
             let ack = now + self.config.ack_delay;
-            self.set_deadline(key, TimerKind::AckDelay, Some(ack));
+            self.exchanges
+                .set_deadline(key, TimerKind::AckDelay, Some(ack));
         }
         self.transmit_upstream(now, key);
         let total = now + policy.total_timeout;
-        self.set_deadline(key, TimerKind::TotalTimeout, Some(total));
+        self.exchanges
+            .set_deadline(key, TimerKind::TotalTimeout, Some(total));
     }
 
     /// A request repeating a fresh Echo value of ours proves its source (RFC 9175 §2.4).

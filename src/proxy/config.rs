@@ -437,6 +437,17 @@ impl fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
+/// The engine's randomness, given rather than drawn: the driver draws it from the OS (or takes
+/// `--seed`), tests fix it. The core never touches OS randomness, and a seeded run replays.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Seeds {
+    /// Seeds the jitter, the tokens and the first Message IDs.
+    pub rng: u64,
+    /// The secrets of the engine's maps' hash: keep them random (not from a seed a user
+    /// may publish), or clients could choose keys that collide.
+    pub hash: [u64; 2],
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

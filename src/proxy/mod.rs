@@ -43,7 +43,6 @@ mod clients;
 mod config;
 mod counters;
 mod deliveries;
-mod delivery;
 mod driver;
 mod endpoints;
 mod engine;
@@ -57,7 +56,6 @@ mod keyed_hash;
 mod limits;
 mod local_answer;
 mod metrics;
-mod observe;
 mod outbox;
 mod peer;
 mod report;
@@ -73,14 +71,14 @@ mod validation;
 pub use budget::ClientBudget;
 pub use cache::CacheCounters;
 pub use config::{
-    AllowedTarget, ConfigError, KeptBounds, Limits, ProxyConfig, RetryPolicy, Routing,
+    AllowedTarget, ConfigError, KeptBounds, Limits, ProxyConfig, RetryPolicy, Routing, Seeds,
 };
 pub use counters::{
     Counters, KeptAnswers, Load, ObserveCounters, OwnAnswers, Proof, Refusals, Strays, Traffic,
 };
 pub use driver::{ProxyComponent, FIRST_FOREIGN_KEY};
 pub use endpoints::{EndpointEvent, EndpointId, UpstreamId};
-pub use engine::{Destination, Proxy, Seeds, Transmit, UpstreamStats};
+pub use engine::{Destination, Proxy, Transmit, UpstreamStats};
 pub use events::{ObserverLoss, ProxyEvent, Source};
 pub use exchange::{Relay, State, UpstreamLeg};
 pub use peer::{LocalClient, Peer};

@@ -125,11 +125,7 @@ fn shares_bounds_and_expiry_agree_with_a_model_through_compactions() {
     for step in 0..40_000u32 {
         let now = at(u64::from(step / 100));
         // Client 0 floods; 1..=8 trickle.
-        let client = if rng.below(3) > 0 {
-            0
-        } else {
-            1 + rng.below(8) as u32
-        };
+        let client = [0, 1 + rng.below(8) as u32][usize::from(rng.below(3) == 0)];
         let longest = if step < 20_000 { 8 } else { 90 };
         let pad = match rng.below(400) {
             0 => share.bytes,

@@ -82,17 +82,19 @@ fn model_store(model: &mut HashMap<(u8, Option<u8>), Given>, at: (u8, Option<u8>
 /// Runs `ops`, checking after each that the budget holds and that no fresh hit outlived the
 /// Max-Age it was last given or survived an invalidation, and that Max-Age left is never more
 /// than what is left of it.
+/// The block an op names, if any.
+fn block_of(b: Option<u8>) -> Option<BlockRef> {
+    b.map(|num| BlockRef {
+        num: u32::from(num),
+        szx: 0,
+    })
+}
+
 fn run(budget: usize, ops: &[Op]) {
     let mut cache = ResponseCache::new(budget, [3, 4]);
     let mut now = Timestamp::ZERO;
     let mut model: HashMap<(u8, Option<u8>), Given> = HashMap::new();
     let request = |path: u8| message(Code::GET, &[(option::URI_PATH, &[path])], &[]);
-    let block_of = |b: Option<u8>| {
-        b.map(|num| BlockRef {
-            num: u32::from(num),
-            szx: 0,
-        })
-    };
     for op in ops {
         match *op {
             Op::Store {
