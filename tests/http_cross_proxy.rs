@@ -440,11 +440,13 @@ fn event_stream(http: SocketAddr, path: &str) -> Proc {
 fn an_event_stream_delivers_notifications_and_deregisters_when_the_client_goes() {
     let (mut server, _proxy, http, _) = proxy_to_aiocoap(&[]);
     let mut events = event_stream(http, "/clock");
+    // Three events whole: an event's `data:` line may come in a later read than its `id:`.
     let ids = events.wait_for("3 events", T20, |out, _| {
         let ids: Vec<String> = (out.iter())
             .filter_map(|l| l.strip_prefix("id: ").map(str::to_string))
             .collect();
-        (ids.len() >= 3).then_some(ids)
+        let data = out.iter().filter(|l| l.starts_with("data: ")).count();
+        (ids.len() >= 3 && data >= 3).then_some(ids)
     });
     let data = events
         .stdout()

@@ -148,10 +148,10 @@ impl Proxy {
         consulted
     }
     /// Sends a hit and keeps it for the request's retransmissions, like any answer the proxy
-    /// gives without asking upstream (`Proxy::local_answers`): the same answer again, Max-Age
+    /// gives without asking upstream (`kept.rs`): the same answer again, Max-Age
     /// and all (RFC 7252 §4.5), within the store's bounds in bytes. A hit the outbox did not
     /// queue (over the client's send rate) is not kept: a retransmission is a GET or FETCH
-    /// answered from the cache afresh (`Proxy::keep_local_answer`).
+    /// answered from the cache afresh (`Kept::keep_local`).
     fn answer_from_cache(
         &mut self,
         now: Timestamp,
@@ -187,7 +187,7 @@ impl Proxy {
     }
 
     /// A hit past an unproven client's allowance goes as a relayed answer would: held while
-    /// the client is asked for its proof, then as usual or as a CON (`delivery.rs`,
+    /// the client is asked for its proof, then as usual or as a CON (`engine.rs`,
     /// `validation.rs`). So it takes an exchange, one with no upstream leg.
     fn answer_hit_through_exchange(
         &mut self,
@@ -520,7 +520,7 @@ impl Proxy {
     }
 
     /// Answers a request itself, without going upstream. The answer is kept (apart from real
-    /// answers, and shorter: see `Proxy::local_answers`) so that a retransmission gets it again
+    /// answers, and shorter: see `kept.rs`) so that a retransmission gets it again
     /// (RFC 7252 §4.5) rather than a second chance upstream once the load that caused a 5.03
     /// is gone.
     fn answer_locally(
@@ -547,7 +547,7 @@ impl Proxy {
             };
             encode_local(&mut buf, ty, mid, token.as_bytes(), &bare);
         }
-        // Kept only if it went (`Proxy::keep_local_answer`). The kept answer holds the client's
+        // Kept only if it went (`Kept::keep_local`). The kept answer holds the client's
         // entry: its share, and for a NON answer (a MID of ours) its numbering.
         if self
             .gate

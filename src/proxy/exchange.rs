@@ -85,7 +85,7 @@ pub struct Relay {
     /// The last relayed notification's Observe sequence number and arrival (§3.4).
     pub last_notification: (u32, Timestamp),
     /// Notifications sent as NON since the last CON one, and when that CON went (the
-    /// registration's answer counts as one): see `observe.rs`, §4.5.
+    /// registration's answer counts as one): see the Observe relay in `upstream_leg.rs`, §4.5.
     pub since_con: (u32, Timestamp),
 }
 

@@ -1,6 +1,6 @@
 //! Observe aggregation (RFC 7641 §3.1, §5): with the response cache on, the clients observing
 //! one resource share one upstream registration. Each observer is an exchange of its own, with
-//! its token, Message IDs, CON/NON cadence and delivery state (`observe.rs`); a group joins
+//! its token, Message IDs, CON/NON cadence and delivery state (the Observe relay in `upstream_leg.rs`); a group joins
 //! them to the registration: the upstream's (endpoint, token) its notifications come with, and
 //! the cache key of the resource.
 //!

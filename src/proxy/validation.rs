@@ -21,7 +21,7 @@
 //!
 //! Before that CON, an answer that does not fit is held and the client pinged (RFC 7252
 //! §4.3): an RST proves the client, and the answer goes as it would have, piggybacked or NON
-//! (`delivery.rs`).
+//! (`engine.rs`, answers out).
 //!
 //! Being proven lasts [`PROVEN_FOR`] from the latest proof. A client whose answers fit its
 //! allowance (answers no larger than three requests) never needs one.
