@@ -68,6 +68,7 @@ impl Sharing {
     /// `upstream` (with any MID and token): what the key is made of. A hit or a group's
     /// representation is encoded into `out`; a NON request's hit goes with `non_mid()`.
     /// `room_to_observe`: whether one more observation fits.
+    #[inline]
     pub(super) fn consult(
         &mut self,
         now: Timestamp,

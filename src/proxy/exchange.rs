@@ -74,9 +74,10 @@ pub struct UpstreamLeg {
     /// Transmissions upstream so far (1 = only the first send).
     pub attempts: u32,
     /// The request as sent upstream, kept while it may be retransmitted (`None` before the
-    /// first send, and from the upstream's empty ACK on). A boxed slice: exactly its length,
-    /// no spare capacity, no capacity word (and `None` costs nothing: the pointer's niche).
-    pub request: Option<Box<[u8]>>,
+    /// first send, and from the upstream's empty ACK on). Its buffer is one of the spare
+    /// buffers of `limits.rs`, and goes back there when the leg closes: a request then costs
+    /// no allocation.
+    pub request: Option<Vec<u8>>,
 }
 
 /// An observation being relayed (RFC 7641).

@@ -27,6 +27,7 @@ use super::table::Exchanges;
 /// of its options carries a value this proxy cannot process, and §5.4.3 asks that such an
 /// option be treated like an unrecognised one, which for a critical option (Proxy-Uri is,
 /// §5.10.2) is 4.02 (§5.4.1). 4.00 would not say which part of the request to change.
+#[inline]
 pub(super) fn check_request(
     limits: &Limits,
     counters: &mut OwnAnswers,
@@ -79,7 +80,19 @@ pub(super) struct Usage {
     observations: usize,
     /// Shutting down: new requests are refused with 5.03.
     draining: bool,
+    /// Empty buffers of closed legs' request copies, for the next ones: an allocation and a
+    /// free per request were about 4 % of a request's instructions (callgrind). At most
+    /// [`SPARE_BUFFERS`], each of at most [`SPARE_CAPACITY`] bytes.
+    spare: Vec<Vec<u8>>,
 }
+
+/// Spare request buffers kept at most: enough for the legs that close in one turn of the
+/// loop at full load, which the next turn's requests take again.
+const SPARE_BUFFERS: usize = 64;
+
+/// A buffer larger than this is freed, not kept: a default `--max-request-size` (1152)
+/// request fits, and the spares hold at most 128 KiB.
+const SPARE_CAPACITY: usize = 2048;
 
 impl Usage {
     /// Why a new request of `len` bytes is not admitted, if it is not: shutting down, too
@@ -118,22 +131,35 @@ impl Usage {
         self.inflight += 1;
         if let Some(leg) = exchanges.get_mut(key).and_then(|x| x.state.leg_mut()) {
             debug_assert!(leg.request.is_none(), "one copy per exchange");
-            leg.request = Some(Box::from(request));
+            let mut copy = self.spare.pop().unwrap_or_default();
+            copy.extend_from_slice(request);
+            leg.request = Some(copy);
             self.inflight_bytes += request.len();
         }
     }
 
-    /// An upstream leg closed, releasing its request copy of `request_len` bytes.
-    pub(super) fn leg_closed(&mut self, request_len: usize) {
+    /// An upstream leg closed, releasing its request copy.
+    pub(super) fn leg_closed(&mut self, request: Option<Vec<u8>>) {
         self.inflight -= 1;
-        self.inflight_bytes -= request_len;
+        if let Some(request) = request {
+            self.recycle(request);
+        }
+    }
+
+    /// A request copy leaves the in-flight budget, and its buffer is kept for another.
+    fn recycle(&mut self, mut request: Vec<u8>) {
+        self.inflight_bytes -= request.len();
+        if self.spare.len() < SPARE_BUFFERS && request.capacity() <= SPARE_CAPACITY {
+            request.clear();
+            self.spare.push(request);
+        }
     }
 
     /// No copy of the request goes upstream again: its bytes leave the in-flight budget.
     pub(super) fn drop_request(&mut self, exchanges: &mut Exchanges, key: ExchangeKey) {
         let leg = exchanges.get_mut(key).and_then(|x| x.state.leg_mut());
         if let Some(request) = leg.and_then(|leg| leg.request.take()) {
-            self.inflight_bytes -= request.len();
+            self.recycle(request);
         }
     }
 

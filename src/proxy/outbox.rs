@@ -54,6 +54,7 @@ impl Outbox {
     }
 
     /// Hands the oldest datagram and where it goes to `send`, then drops it from the queue.
+    #[inline]
     pub(super) fn pop_with<R>(&mut self, send: impl FnOnce(Destination, &[u8]) -> R) -> Option<R> {
         let (to, len) = self.queue.pop_front()?;
         let sent = send(to, &self.bytes[self.read..self.read + len]);

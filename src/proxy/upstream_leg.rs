@@ -352,7 +352,7 @@ impl Proxy {
         else {
             unreachable!("the leg is open: checked above");
         };
-        (self.usage).leg_closed(leg.request.as_deref().map_or(0, <[u8]>::len));
+        self.usage.leg_closed(leg.request);
         self.exchanges.rearm(key);
         self.upstreams.leg_closed(now, (up, endpoint), leg.mid);
         self.clients.count_inflight(client, false);
