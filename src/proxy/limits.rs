@@ -205,6 +205,12 @@ impl Usage {
         }
     }
 
+    /// Spare request buffers kept, for tests.
+    #[cfg(test)]
+    pub(super) fn spares(&self) -> usize {
+        self.spare.len()
+    }
+
     /// Exchanges waiting on an upstream.
     pub(super) fn inflight(&self) -> usize {
         self.inflight

@@ -203,6 +203,8 @@ fn traces(p: &Proxy) -> Vec<(&'static str, usize)> {
         ("delivering", p.deliveries.sizes().1),
         ("delivering_count", p.deliveries.sizes().2),
         ("inflight", p.usage.inflight()),
+        ("inflight_bytes", p.usage.gauges(0).0.in_flight_bytes as usize),
+        ("answer_bytes", p.usage.answer_bytes()),
         ("out", p.gate.queued()),
     ]
 }
@@ -402,6 +404,29 @@ fn answered(p: &mut Proxy, from: SocketAddr, first: u16, n: u16) -> Vec<Vec<u8>>
             req
         })
         .collect()
+}
+
+#[test]
+fn request_copies_reuse_a_bounded_pool_of_buffers() {
+    // 200 requests in flight at once, then all answered: their copies' buffers go back to a
+    // pool that keeps 64, and the next requests take them again.
+    let mut p = proxy(|_| {});
+    let upstream: Vec<Vec<u8>> = (0..200)
+        .map(|mid| {
+            let req = request(MessageType::Con, Code::GET, mid, b"c");
+            p.handle_client_datagram(secs(1.0), client(1), &req);
+            drain(&mut p).remove(0).payload
+        })
+        .collect();
+    assert_eq!((p.usage.inflight(), p.usage.spares()), (200, 0));
+    for up in &upstream {
+        p.handle_upstream_datagram(secs(1.0), EP0, &piggybacked(up, Code::CONTENT));
+    }
+    drain(&mut p);
+    let in_flight_bytes = p.usage.gauges(0).0.in_flight_bytes;
+    assert_eq!((p.usage.inflight(), in_flight_bytes, p.usage.spares()), (0, 0, 64));
+    answered(&mut p, client(1), 200, 10);
+    assert_eq!(p.usage.spares(), 64, "taken and given back");
 }
 
 #[test]
