@@ -107,24 +107,24 @@ impl Kept {
     pub(super) fn keep(
         &mut self,
         now: Timestamp,
-        (request, replay): (ClientKey, Replay<&[u8]>),
+        answer: (ClientKey, Replay<&[u8]>),
         slot: ClientSlot,
         clients: &mut Clients,
         counters: &mut KeptAnswers,
     ) {
-        let replay = kept_for(&request.0, replay);
-        let seq = self.answers.push(now, request, replay, Some(slot));
-        self.by_client.insert(request, Seen::Answered(seq));
-        while let Some(gone) = self.answers.pop_over_share(now, slot) {
-            counters.share_evictions += 1;
-            forget(&mut self.by_client, clients, gone, Seen::Answered);
-        }
-        while let Some(gone) = self.answers.pop_over_bound(now) {
-            counters.cache_evictions += 1;
-            // The client may still retransmit this request; it would be forwarded again.
-            counters.early_evictions += u64::from(gone.early);
-            forget(&mut self.by_client, clients, gone, Seen::Answered);
-        }
+        let store = (&mut self.answers, &mut self.by_client);
+        keep_in(
+            store,
+            Seen::Answered,
+            (now, answer, slot),
+            clients,
+            counters,
+            |c, gone| {
+                c.cache_evictions += 1;
+                // The client may still retransmit this request; it would go upstream again.
+                c.early_evictions += u64::from(gone.early);
+            },
+        );
     }
 
     /// Keeps the proxy's own answer to a request that never went upstream, with a reference
@@ -135,22 +135,23 @@ impl Kept {
     pub(super) fn keep_local(
         &mut self,
         now: Timestamp,
-        (request, replay): (ClientKey, Replay<&[u8]>),
+        answer: (ClientKey, Replay<&[u8]>),
         slot: ClientSlot,
         clients: &mut Clients,
         counters: &mut KeptAnswers,
     ) {
-        let replay = kept_for(&request.0, replay);
-        let seq = self.local_answers.push(now, request, replay, Some(slot));
-        self.by_client.insert(request, Seen::AnsweredLocally(seq));
-        while let Some(gone) = self.local_answers.pop_over_share(now, slot) {
-            counters.share_evictions += 1;
-            forget(&mut self.by_client, clients, gone, Seen::AnsweredLocally);
-        }
-        while let Some(gone) = self.local_answers.pop_over_bound(now) {
-            counters.local_answer_evictions += 1;
-            forget(&mut self.by_client, clients, gone, Seen::AnsweredLocally);
-        }
+        let store = (&mut self.local_answers, &mut self.by_client);
+        let indexed_as = Seen::AnsweredLocally;
+        keep_in(
+            store,
+            indexed_as,
+            (now, answer, slot),
+            clients,
+            counters,
+            |c, _| {
+                c.local_answer_evictions += 1;
+            },
+        );
     }
 
     /// Remembers that the upstream CON `mid` on `endpoint` was acknowledged.
@@ -230,6 +231,30 @@ pub(super) struct KeptSizes {
     pub local_answers: usize,
     pub upstream_cons: usize,
     pub by_upstream_con: usize,
+}
+
+/// Keeps `answer` in `ring`, indexed as `indexed_as`, then evicts past the client's share
+/// and past the ring's bounds (counted by `evicted`), each eviction taking its index entry
+/// and client reference with it. Generic, so that each store's call is compiled on its own.
+fn keep_in(
+    (ring, by_client): (&mut AnswerRing<ClientKey>, &mut Index<ClientKey, Seen>),
+    indexed_as: fn(u64) -> Seen,
+    (now, (request, replay), slot): (Timestamp, (ClientKey, Replay<&[u8]>), ClientSlot),
+    clients: &mut Clients,
+    counters: &mut KeptAnswers,
+    evicted: impl Fn(&mut KeptAnswers, &Gone<ClientKey>),
+) {
+    let replay = kept_for(&request.0, replay);
+    let seq = ring.push(now, request, replay, Some(slot));
+    by_client.insert(request, indexed_as(seq));
+    while let Some(gone) = ring.pop_over_share(now, slot) {
+        counters.share_evictions += 1;
+        forget(by_client, clients, gone, indexed_as);
+    }
+    while let Some(gone) = ring.pop_over_bound(now) {
+        evicted(counters, &gone);
+        forget(by_client, clients, gone, indexed_as);
+    }
 }
 
 /// An answer left its store (`indexed_as` names which): its index entry goes, unless a

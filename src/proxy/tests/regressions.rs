@@ -203,7 +203,10 @@ fn traces(p: &Proxy) -> Vec<(&'static str, usize)> {
         ("delivering", p.deliveries.sizes().1),
         ("delivering_count", p.deliveries.sizes().2),
         ("inflight", p.usage.inflight()),
-        ("inflight_bytes", p.usage.gauges(0).0.in_flight_bytes as usize),
+        (
+            "inflight_bytes",
+            p.usage.gauges(0).0.in_flight_bytes as usize,
+        ),
         ("answer_bytes", p.usage.answer_bytes()),
         ("out", p.gate.queued()),
     ]
@@ -424,7 +427,10 @@ fn request_copies_reuse_a_bounded_pool_of_buffers() {
     }
     drain(&mut p);
     let in_flight_bytes = p.usage.gauges(0).0.in_flight_bytes;
-    assert_eq!((p.usage.inflight(), in_flight_bytes, p.usage.spares()), (0, 0, 64));
+    assert_eq!(
+        (p.usage.inflight(), in_flight_bytes, p.usage.spares()),
+        (0, 0, 64)
+    );
     answered(&mut p, client(1), 200, 10);
     assert_eq!(p.usage.spares(), 64, "taken and given back");
 }
