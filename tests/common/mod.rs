@@ -11,21 +11,52 @@ pub mod proc;
 pub mod upstream;
 
 use std::net::{TcpListener, UdpSocket};
+use std::sync::atomic::{AtomicU32, Ordering};
 
 pub use proc::Proc;
 
 /// `N` distinct ports on `host` that were free a moment ago for both UDP and TCP (bound and
 /// released): some servers, libcoap's among them, bind both.
+///
+/// They are taken from below the kernel's ephemeral range (`ip_local_port_range`), so that no
+/// socket bound to port 0 meanwhile (another test's client, say) can take one between this
+/// pick and the server's bind: picked inside that range, a control port once was. Each
+/// process walks the range from its own start, so that concurrent test binaries rarely try
+/// the same ports.
 pub fn free_ports_on<const N: usize>(host: &str) -> [u16; N] {
     let mut held: Vec<UdpSocket> = Vec::new();
     while held.len() < N {
-        let udp = UdpSocket::bind((host, 0)).expect("a free port");
+        let Ok(udp) = UdpSocket::bind((host, next_candidate())) else {
+            continue;
+        };
         let port = udp.local_addr().expect("bound").port();
         if TcpListener::bind((host, port)).is_ok() {
             held.push(udp);
         }
     }
     std::array::from_fn(|i| held[i].local_addr().expect("bound").port())
+}
+
+/// The lowest port tried, and the ports tried per process before starting over.
+const FIRST_CANDIDATE: u32 = 10_000;
+
+/// The next port to try: from a start drawn from the process id, in turn, below the
+/// ephemeral range (or 0, the kernel's choice, where that range leaves no room below it).
+fn next_candidate() -> u16 {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32_768);
+    let Some(span) = ephemeral
+        .checked_sub(FIRST_CANDIDATE)
+        .filter(|&s| s >= 1_000)
+    else {
+        return 0;
+    };
+    let start = std::process::id().wrapping_mul(2_654_435_761) % span;
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    (FIRST_CANDIDATE + (start + n) % span) as u16
 }
 
 /// A loopback port free a moment ago (see [`free_ports_on`]).
