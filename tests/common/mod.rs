@@ -12,6 +12,7 @@ pub mod upstream;
 
 use std::net::{TcpListener, UdpSocket};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::OnceLock;
 
 pub use proc::Proc;
 
@@ -44,10 +45,13 @@ const FIRST_CANDIDATE: u32 = 10_000;
 /// ephemeral range (or 0, the kernel's choice, where that range leaves no room below it).
 fn next_candidate() -> u16 {
     static NEXT: AtomicU32 = AtomicU32::new(0);
-    let ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|r| r.split_whitespace().next()?.parse::<u32>().ok())
-        .unwrap_or(32_768);
+    static EPHEMERAL: OnceLock<u32> = OnceLock::new();
+    let ephemeral = *EPHEMERAL.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+            .ok()
+            .and_then(|r| r.split_whitespace().next()?.parse::<u32>().ok())
+            .unwrap_or(32_768)
+    });
     let Some(span) = ephemeral
         .checked_sub(FIRST_CANDIDATE)
         .filter(|&s| s >= 1_000)
