@@ -11,7 +11,7 @@ use super::clients::ClientSlot;
 use super::endpoints::{EndpointId, NoEndpoint, UpstreamId};
 use super::engine::{Destination, Proxy};
 use super::events::{ProxyEvent, Source};
-use super::exchange::{CoapToken, ExchangeKey, Observer, Reply, State, TimerKind};
+use super::exchange::{CoapToken, ExchangeKey, Observer, Reply, State};
 use super::fanout::{with_observe, GroupAt};
 use super::gate::Charge;
 use super::kept::Seen;
@@ -143,10 +143,10 @@ impl Proxy {
             }
             Decision::Forward(cache) => Consulted::Forward(cache),
         };
-        buf.clear();
         self.scratch = buf;
         consulted
     }
+
     /// Sends a hit and keeps it for the request's retransmissions, like any answer the proxy
     /// gives without asking upstream (`kept.rs`): the same answer again, Max-Age
     /// and all (RFC 7252 §4.5), within the store's bounds in bytes. A hit the outbox did not
@@ -318,14 +318,14 @@ impl Proxy {
         };
         match (x.reply, x.answer.is_some()) {
             // Its answer is held until the client proves its address: it goes then.
-            _ if matches!(x.state, State::AwaitingProof) => {}
+            _ if matches!(x.state, State::AwaitingProof { .. }) => {}
             // An observation's registration, answered on the ACK.
-            (Reply::Piggyback, true) => self.push_from(key, |x| {
+            (Reply::Piggyback { .. }, true) => self.push_from(key, |x| {
                 Some((Destination::Client(x.client), x.answer.as_deref()?))
             }),
             // Still waiting upstream and the client is impatient: acknowledge now and answer
             // separately (RFC 7252 §5.2.2).
-            (Reply::Piggyback, false) => self.send_empty_ack(key),
+            (Reply::Piggyback { .. }, false) => self.send_empty_ack(key),
             (Reply::Separate, _) => {
                 let (client, mid) = (x.client, x.client_mid);
                 self.gate
@@ -600,7 +600,7 @@ impl Proxy {
         let non_idempotent = matches!(msg.code(), Code::POST | Code::PATCH | Code::IPATCH);
         let policy = self.policy(non_idempotent);
         let at = (route.upstream, endpoint);
-        let waiting = State::waiting(mid);
+        let waiting = State::waiting(mid, now, now + policy.total_timeout);
         let key = self.insert_exchange((from, waiting), token, msg, at, non_idempotent);
         // Our token: the slot index (for O(1) lookup) and 32 random bits (RFC 7252 §5.3.1).
         let mut token_bytes = [0u8; 8];
@@ -618,21 +618,15 @@ impl Proxy {
         x.upstream_token = upstream_token;
         let registers = msg.option(OBSERVE).and_then(|v| decode_uint(v).ok()) == Some(0);
         x.observe = registers.then(Observer::default);
+        if let Reply::Piggyback { ack_by } = &mut x.reply {
+            *ack_by = Some(now + self.config.ack_delay);
+        }
         (self.usage).leg_opened(&mut self.exchanges, key, &request);
         self.scratch = request;
         (self.upstreams).leg_opened((route.upstream, endpoint), mid, key);
         self.clients.count_inflight(from.1, true);
         self.counters.traffic.forwarded += 1;
-        // Earliest first, so the exchange's one wheel timer is armed once.
-        if msg.msg_type() == MessageType::Con {
-            let ack = now + self.config.ack_delay;
-            self.exchanges
-                .set_deadline(key, TimerKind::AckDelay, Some(ack));
-        }
         self.transmit_upstream(now, key);
-        let total = now + policy.total_timeout;
-        self.exchanges
-            .set_deadline(key, TimerKind::TotalTimeout, Some(total));
     }
 
     /// A request repeating a fresh Echo value of ours proves its source (RFC 9175 §2.4).

@@ -10,7 +10,7 @@ use rand::Rng;
 use crate::coap::{params, MessageType};
 use crate::time::Timestamp;
 
-use super::exchange::{ClientDelivery, ExchangeKey, State, TimerKind};
+use super::exchange::{ClientDelivery, ExchangeKey, State};
 use super::gate::{Charge, SendGate};
 use super::index::Index;
 use super::keyed_hash::KeyedState;
@@ -155,15 +155,15 @@ impl Deliveries {
         self.cancel((exchanges, gate), key);
         // RFC 7252 §4.8: initial timeout uniform in [ACK_TIMEOUT, ACK_TIMEOUT * 1.5].
         let timeout = params::ACK_TIMEOUT.mul_f64(rng.random_range(1.0..params::ACK_RANDOM_FACTOR));
-        exchanges.set_deadline(key, TimerKind::ClientRetransmit, Some(now + timeout));
-        if let Some(x) = exchanges.get_mut(key) {
+        exchanges.update(key, |x| {
             x.delivery = Some(Box::new(ClientDelivery {
                 mid,
                 sent: 0,
                 timeout,
                 since: now,
+                next_at: Some(now + timeout),
             }));
-        }
+        });
         let queued = gate.send(Charge::Con(key), to, bytes);
         if queued {
             count_sent(exchanges, key);
@@ -195,8 +195,8 @@ impl Deliveries {
         }
         let again = d.sent > 0;
         d.timeout *= 2;
-        let next = (now + d.timeout).min(d.since + params::EXCHANGE_LIFETIME);
-        exchanges.set_deadline(key, TimerKind::ClientRetransmit, Some(next));
+        d.next_at = Some((now + d.timeout).min(d.since + params::EXCHANGE_LIFETIME));
+        exchanges.rearm(key);
         self.resend((exchanges, gate), key);
         Retransmitted::Sent { again }
     }
@@ -223,7 +223,7 @@ impl Deliveries {
             let client = x.client;
             self.untrack(client, d.mid);
             gate.delivery_ended(client, key);
-            exchanges.set_deadline(key, TimerKind::ClientRetransmit, None);
+            exchanges.rearm(key);
         }
     }
 

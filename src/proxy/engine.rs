@@ -196,11 +196,11 @@ impl Proxy {
                 self.counters.traffic.stale_timer_events += 1;
                 continue;
             };
-            while let Some((kind, due)) = self
-                .exchanges
-                .get_mut(key)
-                .and_then(|x| x.deadlines.take_due(now))
+            // Armed for a deadline its state has since dropped, the timer finds nothing due.
+            let mut acted = false;
+            while let Some((kind, due)) = self.exchanges.get_mut(key).and_then(|x| x.take_due(now))
             {
+                acted = true;
                 if matches!(
                     kind,
                     TimerKind::UpstreamRetransmit | TimerKind::ClientRetransmit
@@ -211,6 +211,7 @@ impl Proxy {
                 }
                 self.on_timer(now, key, kind);
             }
+            self.counters.traffic.stale_timer_events += u64::from(!acted);
             self.exchanges.rearm(key);
         }
         self.kept.expire(now, &mut self.clients);
@@ -291,25 +292,11 @@ impl Proxy {
         let Some(x) = self.exchanges.get(key) else {
             return;
         };
-        // Each kind acts only in the states it belongs to: a finished exchange is never
-        // forwarded again, whatever timer fires.
-        let acts = match kind {
-            TimerKind::UpstreamRetransmit => matches!(x.state, State::Waiting(_)),
-            TimerKind::TotalTimeout => x.upstream_pending(),
-            TimerKind::AckDelay => x.reply == Reply::Piggyback,
-            TimerKind::ClientRetransmit => x.delivery.is_some(),
-            TimerKind::ObserveStale => matches!(x.state, State::Observing(_)),
-            TimerKind::ProofWait => matches!(x.state, State::AwaitingProof),
-        };
-        if !acts {
-            self.counters.traffic.stale_timer_events += 1;
-            return;
-        }
         match kind {
             TimerKind::UpstreamRetransmit => self.retransmit_upstream(now, key),
             TimerKind::TotalTimeout => {
                 let reason = match x.state {
-                    State::Waiting(_) => "no answer after all retransmissions",
+                    State::Waiting { .. } => "no answer after all retransmissions",
                     _ => "separate response never came",
                 };
                 self.give_up(now, key, Code::GATEWAY_TIMEOUT, reason);
@@ -379,8 +366,8 @@ impl Proxy {
             // Never sent (over the client's send rate): a retransmission gets nothing, not an
             // answer it was refused, nor an empty ACK promising one.
             (_, LastAnswer::NotQueued) => Replay::Nothing,
-            (Reply::Piggyback, LastAnswer::Queued(answer)) => Replay::Answer(answer),
-            (Reply::Piggyback, LastAnswer::Held) => match x.answer.as_deref() {
+            (Reply::Piggyback { .. }, LastAnswer::Queued(answer)) => Replay::Answer(answer),
+            (Reply::Piggyback { .. }, LastAnswer::Held) => match x.answer.as_deref() {
                 Some(answer) => Replay::Answer(answer),
                 None => Replay::EmptyAck,
             },
@@ -454,7 +441,7 @@ impl Proxy {
         };
         x.reply = Reply::Separate;
         let (client, mid) = (x.client, x.client_mid);
-        self.exchanges.set_deadline(key, TimerKind::AckDelay, None);
+        self.exchanges.rearm(key);
         self.counters.traffic.empty_acks_sent += 1;
         self.gate
             .send_encoded(Charge::Relayed, Destination::Client(client), |b| {
@@ -534,7 +521,7 @@ impl Proxy {
         // Encoded as it will most likely go (on the ACK, or as a NON whose MID is drawn
         // when it goes); `send_answer` rewrites type, MID and token anyway.
         let ty = match x.reply {
-            Reply::Piggyback => MessageType::Ack,
+            Reply::Piggyback { .. } => MessageType::Ack,
             _ => MessageType::Non,
         };
         let mut bytes = Vec::with_capacity(msg.as_bytes().len());
@@ -543,18 +530,21 @@ impl Proxy {
         if rewrite(&mut bytes, msg, ids, copy).finish().is_err() {
             return self.finish(now, key);
         }
-        if let Some(x) = self.exchanges.get_mut(key) {
-            x.state = State::AwaitingProof;
-        }
+        // The ACK waits for the proof too. Dropped first: with no deadline left the wheel
+        // timer goes, and the proof's is armed at its own instant, not at the ACK's.
+        self.exchanges.update(key, |x| {
+            if let Reply::Piggyback { ack_by } = &mut x.reply {
+                *ack_by = None;
+            }
+        });
+        let until = Some(now + PROOF_WAIT);
+        (self.exchanges).update(key, |x| x.state = State::AwaitingProof { until });
         self.usage.keep_answer(
             (&mut self.exchanges, &mut self.clients),
             key,
             Some(bytes.into_boxed_slice()),
         );
         self.counters.proof.answers_held_for_proof += 1;
-        self.exchanges.set_deadline(key, TimerKind::AckDelay, None);
-        self.exchanges
-            .set_deadline(key, TimerKind::ProofWait, Some(now + PROOF_WAIT));
         // Only a claimed address is held to its allowance, and so waits for a proof here.
         let Some(addr) = client.claimed_address() else {
             return;
@@ -575,15 +565,15 @@ impl Proxy {
         let Some(x) = self
             .exchanges
             .get_mut(key)
-            .filter(|x| matches!(x.state, State::AwaitingProof))
+            .filter(|x| matches!(x.state, State::AwaitingProof { .. }))
         else {
             return;
         };
         x.state = State::Answered;
+        self.exchanges.rearm(key);
         let held = self
             .usage
             .keep_answer((&mut self.exchanges, &mut self.clients), key, None);
-        self.exchanges.set_deadline(key, TimerKind::ProofWait, None);
         let Some(Ok(msg)) = held.as_deref().map(Message::parse) else {
             return self.finish(now, key);
         };
@@ -649,12 +639,12 @@ impl Proxy {
         let (reply, client_mid) = (x.reply, x.client_mid);
         if confirm {
             self.counters.proof.answers_made_confirmable += 1;
-            if reply == Reply::Piggyback {
+            if matches!(reply, Reply::Piggyback { .. }) {
                 self.send_empty_ack(key);
             }
         }
         let (ty, mid) = match (reply, confirm) {
-            (Reply::Piggyback, false) => (MessageType::Ack, client_mid),
+            (Reply::Piggyback { .. }, false) => (MessageType::Ack, client_mid),
             (Reply::Non, false) => (MessageType::Non, self.clients.fresh_mid(slot)),
             _ => (MessageType::Con, self.clients.fresh_mid(slot)),
         };
@@ -669,7 +659,11 @@ impl Proxy {
             return self.finish(now, key);
         }
         let queued = self.send_to_client(now, key, ty, mid, &bytes);
-        self.exchanges.set_deadline(key, TimerKind::AckDelay, None);
+        self.exchanges.update(key, |x| {
+            if let Reply::Piggyback { ack_by } = &mut x.reply {
+                *ack_by = None;
+            }
+        });
         let delivering = self
             .exchanges
             .get(key)
@@ -737,7 +731,7 @@ impl Proxy {
         match self
             .exchanges
             .get(key)
-            .map(|x| matches!(x.state, State::AwaitingProof))
+            .map(|x| matches!(x.state, State::AwaitingProof { .. }))
         {
             Some(true) => self.release_held(now, key),
             Some(false) => (self.deliveries).resend((&mut self.exchanges, &mut self.gate), key),

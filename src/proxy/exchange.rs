@@ -41,14 +41,21 @@ impl CoapToken {
     }
 }
 
-/// Where an exchange is in its life, with what only that part of its life has. Every timer
-/// checks this first, and what a timer acts on exists only in the state it acts in: a
-/// retransmission finds its request and attempt count in `Waiting`, or nothing.
+/// Where an exchange is in its life, with what only that part of its life has, deadlines
+/// included: a timer exists only inside the state it acts in, so one for a state that has
+/// ended cannot be written (as h2's stream `Inner` and quinn-proto's `State`). A deadline is
+/// `None` once it fired and until its state arms the next.
 #[derive(Debug)]
 pub enum State {
-    /// Sent upstream, not acknowledged yet: retransmitted per the retry policy.
-    Waiting(UpstreamLeg),
-    /// The upstream sent an empty ACK: its separate response is awaited until the total timeout.
+    /// Sent upstream, not acknowledged yet.
+    Waiting {
+        /// The open leg.
+        leg: UpstreamLeg,
+        /// The next transmission, per the retry policy (past the last retry: the give-up).
+        resend_at: Option<Timestamp>,
+    },
+    /// The upstream sent an empty ACK: its separate response is awaited until the total
+    /// timeout (`leg.give_up_at`).
     AwaitingSeparate(UpstreamLeg),
     /// A registration succeeded: upstream notifications are relayed (RFC 7641).
     Observing(Relay),
@@ -59,9 +66,11 @@ pub enum State {
     /// The answer (in `answer`, encoded as it would go: on the ACK or as a NON) is more than
     /// the client's address may be sent before it proves it receives there
     /// (`validation.rs`): the proxy has pinged the client, and the answer goes as it is
-    /// when the client's RST proves the address, or as a CON asking for the proof at the
-    /// `ProofWait` deadline.
-    AwaitingProof,
+    /// when the client's RST proves the address, or as a CON asking for the proof.
+    AwaitingProof {
+        /// When the wait for the proof ends (`PROOF_WAIT` in `engine.rs`).
+        until: Option<Timestamp>,
+    },
 }
 
 /// The upstream leg while it is open (`Waiting`, `AwaitingSeparate`): from the first send
@@ -78,6 +87,8 @@ pub struct UpstreamLeg {
     /// buffers of `limits.rs`, and goes back there when the leg closes: a request then costs
     /// no allocation.
     pub request: Option<Vec<u8>>,
+    /// The retry policy's total timeout: the proxy gives up with 5.04 then.
+    pub give_up_at: Option<Timestamp>,
 }
 
 /// An observation being relayed (RFC 7641).
@@ -88,29 +99,37 @@ pub struct Relay {
     /// Notifications sent as NON since the last CON one, and when that CON went (the
     /// registration's answer counts as one): see the Observe relay in `upstream_leg.rs`, §4.5.
     pub since_con: (u32, Timestamp),
+    /// The latest notification's Max-Age and a margin past it: with no newer one by then the
+    /// observation is dead upstream.
+    pub stale_at: Option<Timestamp>,
 }
 
 impl State {
-    /// A new upstream leg, its request going out with Message ID `mid`.
-    pub(super) fn waiting(mid: u16) -> State {
-        State::Waiting(UpstreamLeg {
-            mid,
-            attempts: 0,
-            request: None,
-        })
+    /// A new upstream leg, its request going out with Message ID `mid` now and given up at
+    /// `give_up_at`.
+    pub(super) fn waiting(mid: u16, now: Timestamp, give_up_at: Timestamp) -> State {
+        State::Waiting {
+            leg: UpstreamLeg {
+                mid,
+                attempts: 0,
+                request: None,
+                give_up_at: Some(give_up_at),
+            },
+            resend_at: Some(now),
+        }
     }
 
     /// The upstream leg, while it is open.
     pub(super) fn leg(&self) -> Option<&UpstreamLeg> {
         match self {
-            State::Waiting(leg) | State::AwaitingSeparate(leg) => Some(leg),
+            State::Waiting { leg, .. } | State::AwaitingSeparate(leg) => Some(leg),
             _ => None,
         }
     }
 
     pub(super) fn leg_mut(&mut self) -> Option<&mut UpstreamLeg> {
         match self {
-            State::Waiting(leg) | State::AwaitingSeparate(leg) => Some(leg),
+            State::Waiting { leg, .. } | State::AwaitingSeparate(leg) => Some(leg),
             _ => None,
         }
     }
@@ -135,85 +154,32 @@ impl State {
 /// first, so no copy goes upstream at the instant the exchange gives up).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TimerKind {
-    /// Give up on the upstream with 5.04 (acts only while `Waiting` or `AwaitingSeparate`).
+    /// Give up on the upstream with 5.04 (`UpstreamLeg::give_up_at`).
     TotalTimeout,
-    /// Retransmit the request upstream (acts only while `Waiting`).
+    /// Send the request upstream again (`State::Waiting`'s `resend_at`).
     UpstreamRetransmit,
-    /// Stop holding the client's ACK for a piggybacked answer: send an empty ACK.
+    /// Stop holding the client's ACK for a piggybacked answer: send an empty ACK
+    /// (`Reply::Piggyback`'s `ack_by`).
     AckDelay,
-    /// Retransmit a confirmable answer to the client.
+    /// Retransmit a confirmable answer to the client (`ClientDelivery::next_at`).
     ClientRetransmit,
-    /// An observation got no notification for too long.
+    /// An observation got no notification for too long (`Relay::stale_at`).
     ObserveStale,
     /// Stop waiting for the client's proof of address: send the held answer as a CON
-    /// (acts only while `AwaitingProof`).
+    /// (`State::AwaitingProof`'s `until`).
     ProofWait,
-}
-
-impl TimerKind {
-    const ALL: [TimerKind; 6] = [
-        TimerKind::TotalTimeout,
-        TimerKind::UpstreamRetransmit,
-        TimerKind::AckDelay,
-        TimerKind::ClientRetransmit,
-        TimerKind::ObserveStale,
-        TimerKind::ProofWait,
-    ];
-}
-
-/// An exchange's deadlines, one per [`TimerKind`], behind a single timer in the engine's
-/// wheel at the earliest of them (as quinn-proto's `TimerTable`). Setting a deadline later
-/// than that timer, or clearing one, touches no wheel: the timer fires, finds nothing due and
-/// is armed again for what is left. A request answered at once so costs one timer, not three.
-#[derive(Debug)]
-pub struct Deadlines {
-    /// By kind; [`UNSET`] where none is pending (8 bytes a slot, not 16 for an `Option`).
-    at: [Timestamp; 6],
-    /// The wheel timer and its instant, while armed.
-    pub wheel: Option<(TimerId, Timestamp)>,
-}
-
-/// The end of time: a deadline there would never fire, so it stands for "none".
-const UNSET: Timestamp = Timestamp::from_nanos(u64::MAX);
-
-impl Default for Deadlines {
-    fn default() -> Self {
-        Deadlines {
-            at: [UNSET; 6],
-            wheel: None,
-        }
-    }
-}
-
-impl Deadlines {
-    pub fn set(&mut self, kind: TimerKind, at: Option<Timestamp>) {
-        self.at[kind as usize] = at.unwrap_or(UNSET);
-    }
-
-    /// The earliest deadline, if any.
-    pub fn next(&self) -> Option<Timestamp> {
-        let earliest = self.at.iter().copied().min().unwrap_or(UNSET);
-        (earliest != UNSET).then_some(earliest)
-    }
-
-    /// The earliest deadline due at `now` (ties in [`TimerKind`] order) and its instant,
-    /// cleared.
-    pub fn take_due(&mut self, now: Timestamp) -> Option<(TimerKind, Timestamp)> {
-        let (kind, at) = (TimerKind::ALL.into_iter())
-            .map(|k| (k, self.at[k as usize]))
-            .filter(|&(_, t)| t != UNSET && t <= now)
-            .min_by_key(|&(_, t)| t)?;
-        self.at[kind as usize] = UNSET;
-        Some((kind, at))
-    }
 }
 
 /// How the client's request gets its answer (RFC 7252 §5.2); it decides the answer's type
 /// and Message ID. Only a CON moves, once, from `Piggyback` to `Separate`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Reply {
-    /// A CON not acknowledged yet: the answer rides on its ACK, with the client's MID (§5.2.1).
-    Piggyback,
+    /// A CON not acknowledged yet: the answer rides on its ACK, with the client's MID
+    /// (§5.2.1), if it comes in time.
+    Piggyback {
+        /// Past this (`--ack-delay`) the client gets an empty ACK, and the answer follows.
+        ack_by: Option<Timestamp>,
+    },
     /// A CON we acknowledged with an empty ACK: the answer travels as a separate CON with a
     /// MID of ours (§5.2.2).
     Separate,
@@ -233,7 +199,9 @@ pub struct ClientDelivery {
     pub timeout: std::time::Duration,
     /// The first attempt: past EXCHANGE_LIFETIME from it the delivery gives up, however few
     /// transmissions went.
-    pub since: crate::time::Timestamp,
+    pub since: Timestamp,
+    /// The next retransmission (or the give-up).
+    pub next_at: Option<Timestamp>,
 }
 
 /// What an exchange whose request asked to observe (RFC 7641) has, in any state: from the
@@ -274,8 +242,9 @@ pub struct Exchange {
     pub answer: Option<Box<[u8]>>,
     /// Boxed: only separate CON answers have one, so the common exchange pays one pointer.
     pub delivery: Option<Box<ClientDelivery>>,
-    /// Its pending deadlines (retransmissions, give-up, ack delay, staleness).
-    pub deadlines: Deadlines,
+    /// The engine's wheel timer for this exchange and its instant, while armed: at the
+    /// earliest of its deadlines (`Exchange::next_deadline`).
+    pub wheel: Option<(TimerId, Timestamp)>,
     /// What the response cache does with the answer, if anything (`caching.rs`).
     pub cache: Option<Box<CacheUse>>,
     /// Observe (RFC 7641): `Some` if the request asked to register (Observe: 0).
@@ -283,7 +252,8 @@ pub struct Exchange {
 }
 
 impl Exchange {
-    /// A new client request going to `endpoint`, with nothing sent upstream yet.
+    /// A new client request going to `endpoint`, with nothing sent upstream yet (and no
+    /// deadline for a CON's piggybacked answer: the caller sets one if it waits for one).
     pub fn new(
         generation: u32,
         state: State,
@@ -300,7 +270,7 @@ impl Exchange {
             client_mid,
             client_token,
             reply: match client_type {
-                MessageType::Con => Reply::Piggyback,
+                MessageType::Con => Reply::Piggyback { ack_by: None },
                 _ => Reply::Non,
             },
             upstream,
@@ -309,7 +279,7 @@ impl Exchange {
             non_idempotent,
             answer: None,
             delivery: None,
-            deadlines: Deadlines::default(),
+            wheel: None,
             cache: None,
             observe: None,
         }
@@ -319,8 +289,128 @@ impl Exchange {
     pub fn upstream_pending(&self) -> bool {
         self.state.leg().is_some()
     }
+
+    /// The deadlines its state, reply and delivery have, in the order they act on a tie.
+    fn deadlines(&self) -> [(TimerKind, Option<Timestamp>); 6] {
+        let (give_up, resend, stale, proof) = match &self.state {
+            State::Waiting { leg, resend_at } => (leg.give_up_at, *resend_at, None, None),
+            State::AwaitingSeparate(leg) => (leg.give_up_at, None, None, None),
+            State::Observing(relay) => (None, None, relay.stale_at, None),
+            State::AwaitingProof { until } => (None, None, None, *until),
+            State::Answered => (None, None, None, None),
+        };
+        let ack = match self.reply {
+            Reply::Piggyback { ack_by } => ack_by,
+            _ => None,
+        };
+        let retransmit = self.delivery.as_ref().and_then(|d| d.next_at);
+        [
+            (TimerKind::TotalTimeout, give_up),
+            (TimerKind::UpstreamRetransmit, resend),
+            (TimerKind::AckDelay, ack),
+            (TimerKind::ClientRetransmit, retransmit),
+            (TimerKind::ObserveStale, stale),
+            (TimerKind::ProofWait, proof),
+        ]
+    }
+
+    /// The earliest deadline, if any: where its wheel timer belongs.
+    pub fn next_deadline(&self) -> Option<Timestamp> {
+        self.deadlines().into_iter().filter_map(|(_, at)| at).min()
+    }
+
+    /// The earliest deadline due at `now` (ties in [`TimerKind`] order) and its instant,
+    /// cleared: the state it belongs to is there to act on, and arms the next itself.
+    pub fn take_due(&mut self, now: Timestamp) -> Option<(TimerKind, Timestamp)> {
+        let (kind, at) = (self.deadlines().into_iter())
+            .filter_map(|(kind, at)| Some((kind, at?)))
+            .filter(|&(_, at)| at <= now)
+            .min_by_key(|&(_, at)| at)?;
+        let slot = match (kind, &mut self.state) {
+            (TimerKind::TotalTimeout, state) => state.leg_mut().map(|leg| &mut leg.give_up_at),
+            (TimerKind::UpstreamRetransmit, State::Waiting { resend_at, .. }) => Some(resend_at),
+            (TimerKind::AckDelay, _) => match &mut self.reply {
+                Reply::Piggyback { ack_by } => Some(ack_by),
+                _ => None,
+            },
+            (TimerKind::ClientRetransmit, _) => self.delivery.as_mut().map(|d| &mut d.next_at),
+            (TimerKind::ObserveStale, State::Observing(relay)) => Some(&mut relay.stale_at),
+            (TimerKind::ProofWait, State::AwaitingProof { until }) => Some(until),
+            _ => None,
+        };
+        *slot.expect("a deadline is found where it lives") = None;
+        Some((kind, at))
+    }
 }
 
 /// An observe group (`fanout.rs`), as a member exchange names the one it belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct GroupId(pub(super) u32);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proxy::clients::tests::some_slot;
+    use std::time::Duration;
+
+    fn at(ms: u64) -> Timestamp {
+        Timestamp::ZERO + Duration::from_millis(ms)
+    }
+
+    fn con_waiting() -> Exchange {
+        let peer = Peer::Udp("127.0.0.1:40000".parse().unwrap());
+        let client = (1, CoapToken::default(), MessageType::Con);
+        let state = State::waiting(5, at(0), at(1_000));
+        let mut x = Exchange::new(
+            1,
+            state,
+            (peer, some_slot()),
+            client,
+            (0, EndpointId(0)),
+            false,
+        );
+        x.reply = Reply::Piggyback {
+            ack_by: Some(at(1_000)),
+        };
+        x
+    }
+
+    #[test]
+    fn a_deadline_goes_with_the_state_it_belongs_to() {
+        let mut x = con_waiting();
+        assert_eq!(
+            x.take_due(at(0)),
+            Some((TimerKind::UpstreamRetransmit, at(0)))
+        );
+        assert_eq!(
+            x.take_due(at(0)),
+            None,
+            "taken, until the leg arms the next"
+        );
+        if let State::Waiting { resend_at, .. } = &mut x.state {
+            *resend_at = Some(at(300));
+        }
+        // The upstream's empty ACK: the retransmission goes with `Waiting`, the give-up stays.
+        let State::Waiting { leg, .. } = std::mem::replace(&mut x.state, State::Answered) else {
+            unreachable!()
+        };
+        x.state = State::AwaitingSeparate(leg);
+        assert_eq!(x.next_deadline(), Some(at(1_000)));
+        // Ties act in `TimerKind` order: the give-up before the empty ACK.
+        assert_eq!(
+            x.take_due(at(5_000)),
+            Some((TimerKind::TotalTimeout, at(1_000)))
+        );
+        assert_eq!(
+            x.take_due(at(5_000)),
+            Some((TimerKind::AckDelay, at(1_000)))
+        );
+        // Answered with the ACK on its way: nothing of the upstream leg can fire any more.
+        x.state = State::Answered;
+        x.reply = Reply::Separate;
+        assert_eq!(
+            (x.next_deadline(), x.take_due(at(u64::MAX / 2_000_000))),
+            (None, None)
+        );
+    }
+}

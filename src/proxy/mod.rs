@@ -30,8 +30,10 @@
 //! of sockets of the proxy's own (each its own ephemeral port, so its own ID space), opened as
 //! the load needs them up to `--max-upstream-endpoints`, and closed after a lifetime idle.
 //!
-//! Every timer names its exchange and generation and checks the state before acting, so no
-//! timer ever sends anything for a finished exchange.
+//! Every deadline lives in the state it acts in (`exchange.rs`: a retransmission in
+//! `Waiting`, staleness in `Observing`, ...), and an exchange's one wheel timer names it by
+//! generation: a timer for a finished exchange, or for a state it has left, finds nothing to
+//! act on, so none ever sends anything for a finished exchange.
 
 mod answer_cache;
 mod budget;

@@ -8,14 +8,14 @@ use slab::Slab;
 use crate::time::Timestamp;
 use crate::timer::TimerWheel;
 
-use super::exchange::{Exchange, ExchangeKey, TimerKind};
+use super::exchange::{Exchange, ExchangeKey};
 
 /// See the module docs.
 pub(super) struct Exchanges {
     slab: Slab<Exchange>,
     /// The next exchange's generation: never 0, wraps after 2^32 exchanges.
     next_generation: u32,
-    /// One timer per exchange with a deadline, at its earliest (see `Deadlines`).
+    /// One timer per exchange with a deadline, at its earliest (see `Exchange::next_deadline`).
     timers: TimerWheel<ExchangeKey>,
 }
 
@@ -77,21 +77,17 @@ impl Exchanges {
     pub(super) fn remove(&mut self, key: ExchangeKey) -> Option<Exchange> {
         self.get(key)?;
         let x = self.slab.remove(key.index as usize);
-        if let Some((id, _)) = x.deadlines.wheel {
+        if let Some((id, _)) = x.wheel {
             self.timers.cancel(id);
         }
         Some(x)
     }
 
-    /// Sets (`Some`) or clears (`None`) one of an exchange's deadlines.
-    pub(super) fn set_deadline(
-        &mut self,
-        key: ExchangeKey,
-        kind: TimerKind,
-        at: Option<Timestamp>,
-    ) {
+    /// Changes exchange `key` (its deadlines, say) and keeps its wheel timer in step.
+    #[inline]
+    pub(super) fn update(&mut self, key: ExchangeKey, change: impl FnOnce(&mut Exchange)) {
         if let Some(x) = self.get_mut(key) {
-            x.deadlines.set(kind, at);
+            change(x);
             self.rearm(key);
         }
     }
@@ -104,15 +100,15 @@ impl Exchanges {
         else {
             return;
         };
-        let next = x.deadlines.next();
-        match (x.deadlines.wheel, next) {
+        let next = x.next_deadline();
+        match (x.wheel, next) {
             (Some((_, armed)), Some(next)) if armed <= next => {}
             (None, None) => {}
             (armed, next) => {
                 if let Some((id, _)) = armed {
                     self.timers.cancel(id);
                 }
-                x.deadlines.wheel = next.map(|at| (self.timers.insert(at, key), at));
+                x.wheel = next.map(|at| (self.timers.insert(at, key), at));
             }
         }
     }
@@ -122,7 +118,7 @@ impl Exchanges {
     pub(super) fn poll_due(&mut self, now: Timestamp) -> Option<Option<ExchangeKey>> {
         let key = self.timers.poll(now)?.value;
         Some(self.get_mut(key).map(|x| {
-            x.deadlines.wheel = None;
+            x.wheel = None;
             key
         }))
     }

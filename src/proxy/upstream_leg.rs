@@ -14,7 +14,7 @@ use super::cache::CacheKey;
 use super::endpoints::EndpointId;
 use super::engine::{Destination, Proxy};
 use super::events::{ObserverLoss, ProxyEvent, Source};
-use super::exchange::{Exchange, ExchangeKey, Relay, State, TimerKind};
+use super::exchange::{Exchange, ExchangeKey, Relay, State};
 use super::gate::Charge;
 use super::local_answer::{encode_local, LocalAnswer};
 use super::peer::Peer;
@@ -66,25 +66,25 @@ impl Proxy {
 
     /// Sends (or resends) the request upstream and arms the next step of the retry policy.
     pub(super) fn transmit_upstream(&mut self, now: Timestamp, key: ExchangeKey) {
-        let Some(x) = self.exchanges.get_mut(key) else {
+        let Some(non_idempotent) = self.exchanges.get(key).map(|x| x.non_idempotent) else {
             return;
         };
-        let State::Waiting(leg) = &mut x.state else {
+        let policy = self.policy(non_idempotent);
+        let x = self.exchanges.get_mut(key).expect("checked above");
+        let State::Waiting { leg, resend_at } = &mut x.state else {
             debug_assert!(false, "only a waiting exchange goes upstream");
             return;
         };
         leg.attempts += 1;
-        let attempts = leg.attempts;
-        let policy = self.policy_of(self.exchanges.get(key).expect("checked above"));
         // delay_k = timeout * factor^(k-1) * U[1-jitter, 1+jitter]; after the last retry the
         // same timer means "retries exhausted".
         let spread = self
             .rng
             .random_range(1.0 - policy.jitter..=1.0 + policy.jitter);
-        let nominal = policy.nominal_delay(attempts).as_nanos() as f64;
+        let nominal = policy.nominal_delay(leg.attempts).as_nanos() as f64;
         let delay = Duration::from_nanos((nominal * spread).min(u64::MAX as f64) as u64);
-        self.exchanges
-            .set_deadline(key, TimerKind::UpstreamRetransmit, Some(now + delay));
+        *resend_at = Some(now + delay);
+        self.exchanges.rearm(key);
         self.push_from(key, |x| {
             let request = x.state.leg()?.request.as_deref()?;
             Some((Destination::Upstream(x.endpoint), request))
@@ -139,9 +139,9 @@ impl Proxy {
         let mid = msg.message_id();
         if !msg.code().is_empty() {
             let waiting = self.key_for_token(up, msg.token()).filter(|&k| {
-                self.exchanges
-                    .get(k)
-                    .is_some_and(|x| matches!(&x.state, State::Waiting(leg) if leg.mid == mid))
+                self.exchanges.get(k).is_some_and(
+                    |x| matches!(&x.state, State::Waiting { leg, .. } if leg.mid == mid),
+                )
             });
             return match waiting {
                 Some(key) => self.on_upstream_answer(now, key, msg),
@@ -155,14 +155,14 @@ impl Proxy {
         };
         let x = self.exchanges.get_mut(key).expect("maps hold live keys");
         // §5.2.2: the upstream will answer separately; stop retransmitting.
-        if matches!(x.state, State::Waiting(_)) {
+        if matches!(x.state, State::Waiting { .. }) {
             self.usage.drop_request(&mut self.exchanges, key);
-            let x = self.exchanges.get_mut(key).expect("checked above");
-            if let State::Waiting(leg) = std::mem::replace(&mut x.state, State::Answered) {
-                x.state = State::AwaitingSeparate(leg);
-            }
-            self.exchanges
-                .set_deadline(key, TimerKind::UpstreamRetransmit, None);
+            self.exchanges.update(key, |x| {
+                if let State::Waiting { leg, .. } = std::mem::replace(&mut x.state, State::Answered)
+                {
+                    x.state = State::AwaitingSeparate(leg);
+                }
+            });
         }
     }
 
@@ -188,8 +188,8 @@ impl Proxy {
             .and_then(|k| self.exchanges.get(k))
             .and_then(|x| match x.state {
                 State::Observing(_) => Some(true),
-                State::Waiting(_) | State::AwaitingSeparate(_) => Some(false),
-                State::Answered | State::AwaitingProof => None,
+                State::Waiting { .. } | State::AwaitingSeparate(_) => Some(false),
+                State::Answered | State::AwaitingProof { .. } => None,
             });
         let (Some(key), Some(observing)) = (key, observing) else {
             // Unknown token or a finished exchange: RST, which also cancels an
@@ -344,10 +344,8 @@ impl Proxy {
         let Some(x) = self.exchanges.get_mut(key).filter(|x| x.upstream_pending()) else {
             return;
         };
-        x.deadlines.set(TimerKind::UpstreamRetransmit, None);
-        x.deadlines.set(TimerKind::TotalTimeout, None);
         let (up, endpoint, client) = (x.upstream, x.endpoint, x.client_slot);
-        let (State::Waiting(leg) | State::AwaitingSeparate(leg)) =
+        let (State::Waiting { leg, .. } | State::AwaitingSeparate(leg)) =
             std::mem::replace(&mut x.state, State::Answered)
         else {
             unreachable!("the leg is open: checked above");
@@ -391,6 +389,7 @@ impl Proxy {
             // The registration's answer came on the client's CON, or was the first NON: the
             // count towards the next CON starts here.
             since_con: (0, now),
+            stale_at: None,
         });
         let (id, endpoint) = ((x.client, x.client_token), x.endpoint);
         self.usage.count_observation(true);
@@ -576,8 +575,7 @@ impl Proxy {
         };
         x.state = State::Answered;
         let (id, endpoint) = ((x.client, x.client_token), x.endpoint);
-        self.exchanges
-            .set_deadline(key, TimerKind::ObserveStale, None);
+        self.exchanges.rearm(key);
         self.usage.count_observation(false);
         if self.observers.get(&id) == Some(&key) {
             self.observers.remove(&id);
@@ -664,8 +662,11 @@ impl Proxy {
             .and_then(|v| decode_uint(v).ok())
             .unwrap_or(60);
         let at = now + Duration::from_secs(u64::from(max_age)) + STALE_MARGIN;
-        self.exchanges
-            .set_deadline(key, TimerKind::ObserveStale, Some(at));
+        self.exchanges.update(key, |x| {
+            if let Some(relay) = x.state.relay_mut() {
+                relay.stale_at = Some(at);
+            }
+        });
     }
 }
 
