@@ -314,9 +314,23 @@ impl Exchange {
         ]
     }
 
-    /// The earliest deadline, if any: where its wheel timer belongs.
+    /// The earliest deadline, if any: where its wheel timer belongs. (Run at every change of
+    /// a deadline, so written out rather than as a minimum over [`Exchange::deadlines`].)
+    #[inline]
     pub fn next_deadline(&self) -> Option<Timestamp> {
-        self.deadlines().into_iter().filter_map(|(_, at)| at).min()
+        let state = match &self.state {
+            State::Waiting { leg, resend_at } => earliest(leg.give_up_at, *resend_at),
+            State::AwaitingSeparate(leg) => leg.give_up_at,
+            State::Observing(relay) => relay.stale_at,
+            State::AwaitingProof { until } => *until,
+            State::Answered => None,
+        };
+        let ack = match self.reply {
+            Reply::Piggyback { ack_by } => ack_by,
+            _ => None,
+        };
+        let retransmit = self.delivery.as_ref().and_then(|d| d.next_at);
+        earliest(earliest(state, ack), retransmit)
     }
 
     /// The earliest deadline due at `now` (ties in [`TimerKind`] order) and its instant,
@@ -340,6 +354,16 @@ impl Exchange {
         };
         *slot.expect("a deadline is found where it lives") = None;
         Some((kind, at))
+    }
+}
+
+/// The earlier of two deadlines, either of which may be unset.
+#[inline]
+fn earliest(a: Option<Timestamp>, b: Option<Timestamp>) -> Option<Timestamp> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, None) => a,
+        (None, b) => b,
     }
 }
 

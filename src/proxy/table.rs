@@ -86,30 +86,20 @@ impl Exchanges {
     /// Changes exchange `key` (its deadlines, say) and keeps its wheel timer in step.
     #[inline]
     pub(super) fn update(&mut self, key: ExchangeKey, change: impl FnOnce(&mut Exchange)) {
-        if let Some(x) = self.get_mut(key) {
+        let x = self.slab.get_mut(key.index as usize);
+        if let Some(x) = x.filter(|x| x.generation == key.generation) {
             change(x);
-            self.rearm(key);
+            rearm(&mut self.timers, key, x);
         }
     }
 
     /// Keeps the exchange's wheel timer no later than its earliest deadline: one armed earlier
     /// stays (it fires and finds nothing due); with no deadline left it goes.
+    #[inline]
     pub(super) fn rearm(&mut self, key: ExchangeKey) {
-        let Some(x) =
-            (self.slab.get_mut(key.index as usize)).filter(|x| x.generation == key.generation)
-        else {
-            return;
-        };
-        let next = x.next_deadline();
-        match (x.wheel, next) {
-            (Some((_, armed)), Some(next)) if armed <= next => {}
-            (None, None) => {}
-            (armed, next) => {
-                if let Some((id, _)) = armed {
-                    self.timers.cancel(id);
-                }
-                x.wheel = next.map(|at| (self.timers.insert(at, key), at));
-            }
+        let x = self.slab.get_mut(key.index as usize);
+        if let Some(x) = x.filter(|x| x.generation == key.generation) {
+            rearm(&mut self.timers, key, x);
         }
     }
 
@@ -130,5 +120,22 @@ impl Exchanges {
             generation: x.generation,
         };
         (self.slab.iter()).map(move |(i, x)| (key(i, x), x))
+    }
+}
+
+/// See [`Exchanges::rearm`]. Run at every change of a deadline: the common case (a timer
+/// already armed no later) costs a comparison.
+#[inline]
+fn rearm(timers: &mut TimerWheel<ExchangeKey>, key: ExchangeKey, x: &mut Exchange) {
+    let next = x.next_deadline();
+    match (x.wheel, next) {
+        (Some((_, armed)), Some(next)) if armed <= next => {}
+        (None, None) => {}
+        (armed, next) => {
+            if let Some((id, _)) = armed {
+                timers.cancel(id);
+            }
+            x.wheel = next.map(|at| (timers.insert(at, key), at));
+        }
     }
 }
