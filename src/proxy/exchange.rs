@@ -290,30 +290,6 @@ impl Exchange {
         self.state.leg().is_some()
     }
 
-    /// The deadlines its state, reply and delivery have, in the order they act on a tie.
-    fn deadlines(&self) -> [(TimerKind, Option<Timestamp>); 6] {
-        let (give_up, resend, stale, proof) = match &self.state {
-            State::Waiting { leg, resend_at } => (leg.give_up_at, *resend_at, None, None),
-            State::AwaitingSeparate(leg) => (leg.give_up_at, None, None, None),
-            State::Observing(relay) => (None, None, relay.stale_at, None),
-            State::AwaitingProof { until } => (None, None, None, *until),
-            State::Answered => (None, None, None, None),
-        };
-        let ack = match self.reply {
-            Reply::Piggyback { ack_by } => ack_by,
-            _ => None,
-        };
-        let retransmit = self.delivery.as_ref().and_then(|d| d.next_at);
-        [
-            (TimerKind::TotalTimeout, give_up),
-            (TimerKind::UpstreamRetransmit, resend),
-            (TimerKind::AckDelay, ack),
-            (TimerKind::ClientRetransmit, retransmit),
-            (TimerKind::ObserveStale, stale),
-            (TimerKind::ProofWait, proof),
-        ]
-    }
-
     /// The earliest deadline, if any: where its wheel timer belongs. (Run at every change of
     /// a deadline, so written out rather than as a minimum over [`Exchange::deadlines`].)
     #[inline]
@@ -336,23 +312,38 @@ impl Exchange {
     /// The earliest deadline due at `now` (ties in [`TimerKind`] order) and its instant,
     /// cleared: the state it belongs to is there to act on, and arms the next itself.
     pub fn take_due(&mut self, now: Timestamp) -> Option<(TimerKind, Timestamp)> {
-        let (kind, at) = (self.deadlines().into_iter())
-            .filter_map(|(kind, at)| Some((kind, at?)))
-            .filter(|&(_, at)| at <= now)
-            .min_by_key(|&(_, at)| at)?;
-        let slot = match (kind, &mut self.state) {
-            (TimerKind::TotalTimeout, state) => state.leg_mut().map(|leg| &mut leg.give_up_at),
-            (TimerKind::UpstreamRetransmit, State::Waiting { resend_at, .. }) => Some(resend_at),
-            (TimerKind::AckDelay, _) => match &mut self.reply {
-                Reply::Piggyback { ack_by } => Some(ack_by),
-                _ => None,
-            },
-            (TimerKind::ClientRetransmit, _) => self.delivery.as_mut().map(|d| &mut d.next_at),
-            (TimerKind::ObserveStale, State::Observing(relay)) => Some(&mut relay.stale_at),
-            (TimerKind::ProofWait, State::AwaitingProof { until }) => Some(until),
+        let at = self.next_deadline().filter(|&at| at <= now)?;
+        let Exchange {
+            state,
+            reply,
+            delivery,
+            ..
+        } = self;
+        let (give_up, resend, stale, proof) = match state {
+            State::Waiting { leg, resend_at } => {
+                (Some(&mut leg.give_up_at), Some(resend_at), None, None)
+            }
+            State::AwaitingSeparate(leg) => (Some(&mut leg.give_up_at), None, None, None),
+            State::Observing(relay) => (None, None, Some(&mut relay.stale_at), None),
+            State::AwaitingProof { until } => (None, None, None, Some(until)),
+            State::Answered => (None, None, None, None),
+        };
+        let ack = match reply {
+            Reply::Piggyback { ack_by } => Some(ack_by),
             _ => None,
         };
-        *slot.expect("a deadline is found where it lives") = None;
+        let retransmit = delivery.as_mut().map(|d| &mut d.next_at);
+        let slots = [
+            (TimerKind::TotalTimeout, give_up),
+            (TimerKind::UpstreamRetransmit, resend),
+            (TimerKind::AckDelay, ack),
+            (TimerKind::ClientRetransmit, retransmit),
+            (TimerKind::ObserveStale, stale),
+            (TimerKind::ProofWait, proof),
+        ];
+        let (kind, slot) = (slots.into_iter())
+            .find_map(|(kind, slot)| Some((kind, slot.filter(|s| **s == Some(at))?)))?;
+        *slot = None;
         Some((kind, at))
     }
 }
