@@ -1,6 +1,8 @@
 //! The response cache's operator side through the real binary: `--cache-size` on `proxy`,
 //! `cache-size` in a `serve --config` file, and what `--check-config` says about it.
 
+#![cfg(feature = "cache")]
+
 mod common;
 
 use std::net::UdpSocket;

@@ -59,6 +59,27 @@ fn a_build_without_the_cross_proxy_refuses_its_flags() {
     );
 }
 
+/// A build without the `cache` feature knows `--cache-size` and refuses it in one line, like
+/// the cross-proxy's flags without `http`, rather than run without the cache it was asked for.
+#[test]
+#[cfg(not(feature = "cache"))]
+fn a_build_without_the_cache_refuses_cache_size() {
+    let out = backoffd(&[
+        "proxy",
+        "--upstream",
+        "127.0.0.1:5683",
+        "--cache-size",
+        "100",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("--cache-size") && err.contains("feature `cache`"),
+        "{err}"
+    );
+}
+
 /// Commands a minimal build leaves out are known, and refused in one line naming their
 /// feature.
 #[test]

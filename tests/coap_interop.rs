@@ -33,7 +33,6 @@
 //! are here.
 
 use std::net::SocketAddr;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 mod common;

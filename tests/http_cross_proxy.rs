@@ -375,6 +375,7 @@ fn pipelined_requests_are_answered_in_order() {
 /// each batch waited for the in-process client's retransmission (2 s): so no request may have
 /// been sent to the engine twice, which the metrics count.
 #[test]
+#[cfg(feature = "cache")]
 fn pipelined_requests_the_proxy_answers_itself_need_no_retransmission() {
     let extra = ["--metrics", "127.0.0.1:0", "--cache-size", "1MiB"];
     let (_server, proxy, http, port) = proxy_to_aiocoap(&extra);
@@ -403,6 +404,7 @@ fn pipelined_requests_the_proxy_answers_itself_need_no_retransmission() {
 /// cross-proxy does not pass it on: the cache is there to shield a constrained origin, and a
 /// browser's reload sends it on every request. A fresh entry answers it.
 #[test]
+#[cfg(feature = "cache")]
 fn a_request_no_cache_directive_is_answered_from_a_fresh_cached_response() {
     let extra = ["--metrics", "127.0.0.1:0", "--cache-size", "1MiB"];
     let (_server, proxy, http, _) = proxy_to_aiocoap(&extra);

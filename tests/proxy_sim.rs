@@ -262,6 +262,7 @@ fn the_same_seed_replays_the_same_run() {
 }
 
 #[test]
+#[cfg(feature = "cache")]
 fn with_the_response_cache_on_every_answer_was_fresh_when_given_and_the_invariants_hold() {
     // Clients share 6 resources per upstream; GETs are served from the cache, revalidated
     // with its ETag once stale, and PUTs and POSTs invalidate. The ledger checks every answer
@@ -294,5 +295,8 @@ fn with_shared_resources_and_no_cache_every_get_is_forwarded() {
         s
     });
     let r = &reports[0];
+    assert!(r.outcomes.answered_2xx > 0, "{r}");
+    // A build without the `cache` feature has no cache to count: the run's checks remain.
+    #[cfg(feature = "cache")]
     assert_eq!((r.cache.hits, r.cache.stored), (0, 0), "{r}");
 }

@@ -335,6 +335,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "cache")]
     fn cache_size_takes_bytes_kib_or_mib_up_to_1024mib() {
         for ok in ["0", "65536", "64KiB", "1024MiB"] {
             let line = format!("proxy --upstream 127.0.0.1:5684 --cache-size {ok}");
@@ -381,6 +382,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "cache")]
     fn cache_size_in_a_config_file_is_checked_on_its_line() {
         let file =
             |value: &str| format!("[proxy]\nupstream = 127.0.0.1:5684\n\ncache-size = {value}\n");
@@ -398,6 +400,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "cache")]
     fn check_config_reports_the_cache_on_with_its_bytes_or_off() {
         let text = "[proxy]\nupstream = 127.0.0.1:5684\ncache-size = 4MiB\n\
                     [proxy]\nlisten = 0.0.0.0:5685\nupstream = 127.0.0.1:5686\ncache-size = 1000\n\
@@ -413,6 +416,21 @@ mod tests {
             "{lines:?}"
         );
         assert!(lines[2].ends_with("; response cache off"), "{lines:?}");
+    }
+
+    /// A build without the cache refuses `cache-size` on its line, and `--check-config` says
+    /// nothing of a cache it does not have.
+    #[test]
+    #[cfg(not(feature = "cache"))]
+    fn a_build_without_the_cache_refuses_cache_size_in_a_file_and_does_not_describe_one() {
+        let text = "[proxy]\nupstream = 127.0.0.1:5684\ncache-size = 4MiB\n";
+        let e = check_config_text("x.conf", text).unwrap_err();
+        assert!(e
+            .0
+            .starts_with("x.conf:3: cache-size: this backoffd was built without"));
+        let plan = serve::plan_from_text("x.conf", "[proxy]\nupstream = 127.0.0.1:5684\n");
+        let described = serve::describe(&plan.unwrap());
+        assert!(!described.contains("cache"), "{described}");
     }
 
     #[test]

@@ -285,7 +285,7 @@ pub fn config_from_flags(flags: &Flags) -> Result<ProxyConfig, UsageError> {
         },
         limits: limits_from_flags(flags, &defaults.limits)?,
         kept: kept_from_flags(flags, &defaults.kept)?,
-        cache_size: flags.get_or("cache-size", SizeArg(defaults.cache_size))?.0,
+        cache_size: cache_size_flag(flags, defaults.cache_size)?,
         observe_con_every: flags.get_or("observe-con-every", defaults.observe_con_every)?,
         client_budget: budget_from_flags(flags, defaults.client_budget)?,
         validate_sources: flags.has("validate-sources"),
@@ -326,6 +326,17 @@ fn limits_from_flags(flags: &Flags, defaults: &Limits) -> Result<Limits, UsageEr
         max_options: flags.get_or("max-options", defaults.max_options)?,
         max_observations: flags.get_or("max-observations", defaults.max_observations)?,
     })
+}
+
+/// `--cache-size`. A build without the `cache` feature knows the flag and refuses it in one
+/// line, as one without `http` refuses the cross-proxy's (`http.rs`): neither unknown nor ignored.
+fn cache_size_flag(flags: &Flags, default: usize) -> Result<usize, UsageError> {
+    if !cfg!(feature = "cache") && flags.has("cache-size") {
+        return Err(UsageError(
+            "--cache-size: this backoffd was built without the response cache (cargo feature `cache`)".into(),
+        ));
+    }
+    Ok(flags.get_or("cache-size", SizeArg(default))?.0)
 }
 
 /// `--max-cached` and the other bounds of the answers kept for retransmissions.

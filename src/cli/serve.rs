@@ -249,7 +249,7 @@ pub fn describe(plan: &Plan) -> String {
         let p = &c.policy;
         out += &format!(
             "proxy on {listen}: {target}; timeout {:?}, {} retries, x{}, +-{}%, total {:?}; \
-             up to {} endpoints per upstream (~{:.0} requests/s sustained); {}\n",
+             up to {} endpoints per upstream (~{:.0} requests/s sustained){}\n",
             p.timeout,
             p.max_retries,
             p.backoff_factor,
@@ -279,13 +279,15 @@ pub fn describe(plan: &Plan) -> String {
 }
 
 /// The response cache as [`describe`] reports it: off, or its budget in bytes (and as written
-/// with a unit, when it has one), so a slip of units shows.
+/// with a unit, when it has one), so a slip of units shows. Nothing in a build without the
+/// `cache` feature, which has no cache to report.
 fn describe_cache(size: usize) -> String {
     let short = SizeArg(size).to_string();
     match size {
-        0 => "response cache off".into(),
-        _ if short == size.to_string() => format!("response cache on, {size} bytes"),
-        _ => format!("response cache on, {size} bytes ({short})"),
+        _ if !cfg!(feature = "cache") => String::new(),
+        0 => "; response cache off".into(),
+        _ if short == size.to_string() => format!("; response cache on, {size} bytes"),
+        _ => format!("; response cache on, {size} bytes ({short})"),
     }
 }
 

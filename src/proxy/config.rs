@@ -145,6 +145,8 @@ pub struct ProxyConfig {
     /// `--cache-size`: bytes the response cache may hold in all, its entries' bookkeeping
     /// included (RFC 7252 §5.6; `proxy/cache/`). 0, the default, turns it off: a cache
     /// changes what clients see (answers up to Max-Age old), so it is the operator's choice.
+    /// A build without the `cache` feature has none: [`validate`](Self::validate) refuses
+    /// anything but 0 there, rather than run without the cache it was asked for.
     pub cache_size: usize,
     /// Every this many notifications to a client at least one goes as a CON (RFC 7641 §4.5:
     /// "at least every 24 hours", which the proxy also keeps), so that an observer that has
@@ -349,6 +351,11 @@ impl ProxyConfig {
                 "--cache-size: must be at most {}MiB (0 turns the cache off)",
                 MAX_CACHE_SIZE >> 20
             )));
+        }
+        if self.cache_size > 0 && !cfg!(feature = "cache") {
+            return Err(ConfigError(
+                "--cache-size: this backoffd was built without the response cache (cargo feature `cache`)".into(),
+            ));
         }
         if !(1..=MAX_UPSTREAM_ENDPOINTS).contains(&self.limits.max_upstream_endpoints) {
             return Err(ConfigError(format!(
@@ -556,6 +563,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "cache")]
     fn cache_size_is_off_at_zero_and_refused_past_the_maximum() {
         let mut c = ProxyConfig::default();
         c.routing.upstream = Some("127.0.0.1:5683".parse().unwrap());
@@ -569,6 +577,18 @@ mod tests {
             e.0,
             "--cache-size: must be at most 1024MiB (0 turns the cache off)"
         );
+    }
+
+    /// A library user who asks a build without the cache for one is told, not ignored.
+    #[test]
+    #[cfg(not(feature = "cache"))]
+    fn without_the_cache_feature_only_a_cache_size_of_0_is_valid() {
+        let mut c = ProxyConfig::default();
+        c.routing.upstream = Some("127.0.0.1:5683".parse().unwrap());
+        assert!(c.validate().is_ok());
+        c.cache_size = 1;
+        let e = c.validate().unwrap_err();
+        assert!(e.0.starts_with("--cache-size: ") && e.0.contains("feature `cache`"));
     }
 
     #[test]

@@ -29,7 +29,9 @@ use std::os::fd::{AsRawFd, RawFd};
 
 use mio::net::UdpSocket;
 
-use super::metrics::{write_cache_metrics, write_proxy_metrics, write_upstream_metrics};
+#[cfg(feature = "cache")]
+use super::metrics::write_cache_metrics;
+use super::metrics::{write_proxy_metrics, write_upstream_metrics};
 use super::report::Report;
 use super::{Destination, EndpointEvent, EndpointId, LocalClient, Peer, Proxy, ProxyConfig, Seeds};
 use crate::metrics::{MetricsSource, MetricsWriter};
@@ -317,6 +319,7 @@ impl MetricsSource for ProxyComponent {
     fn write_metrics(&self, out: &mut MetricsWriter) {
         write_proxy_metrics(&self.engine.counters(), self.send_drops, out);
         write_upstream_metrics(&self.engine.upstream_stats(self.last_now), out);
+        #[cfg(feature = "cache")]
         write_cache_metrics(&self.engine, out);
         self.engine.retransmit_lateness().write(
             out,

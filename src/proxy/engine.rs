@@ -26,7 +26,9 @@ use crate::time::Timestamp;
 
 use super::answer_cache::{ClientKey, Replay};
 use super::budget::SendBudget;
-use super::cache::{CacheCounters, ResponseCache};
+#[cfg(feature = "cache")]
+use super::cache::CacheCounters;
+use super::cache::ResponseCache;
 use super::caching::Sharing;
 use super::clients::{ClientSlot, Clients};
 use super::deliveries::{Deliveries, Retransmitted};
@@ -239,11 +241,13 @@ impl Proxy {
     }
 
     /// What the response cache did so far.
+    #[cfg(feature = "cache")]
     pub fn cache_counters(&self) -> CacheCounters {
         self.sharing.cache().counters()
     }
 
     /// The response cache's counters, entries and bytes, for metrics.
+    #[cfg(feature = "cache")]
     pub(crate) fn cache_stats(&self) -> (CacheCounters, usize, usize) {
         let c = self.sharing.cache();
         (c.counters(), c.entries(), c.bytes())

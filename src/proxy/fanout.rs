@@ -16,9 +16,6 @@
 
 use slab::Slab;
 
-use crate::coap::option::{encode_uint, OBSERVE};
-use crate::coap::{Message, MessageBuilder};
-
 use super::cache::CacheKey;
 use super::endpoints::{EndpointId, UpstreamId};
 use super::exchange::{CoapToken, Exchange, ExchangeKey, GroupId};
@@ -142,20 +139,4 @@ impl Fanout {
     pub(super) fn len(&self) -> usize {
         self.groups.len()
     }
-}
-
-/// `msg` with an Observe option of value `seq` (sorted in by the builder).
-pub(super) fn with_observe(
-    out: &mut Vec<u8>,
-    msg: &Message,
-    seq: u32,
-) -> Result<(), crate::coap::EncodeError> {
-    let ty = msg.msg_type();
-    let mut b = MessageBuilder::new(out, ty, msg.code(), msg.message_id(), msg.token());
-    b.option(OBSERVE, &encode_uint(seq));
-    for (number, value) in msg.options() {
-        b.option(number, value);
-    }
-    b.payload(msg.payload());
-    b.finish()
 }

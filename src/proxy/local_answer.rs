@@ -1,11 +1,12 @@
 //! The answers the proxy makes itself, without asking an upstream (4.xx, 5.03, 5.04, ...):
 //! what they say, how they are encoded, and how long they are kept for the request's
-//! retransmissions.
+//! retransmissions; and the first answer of an observer joining a group (`fanout.rs`), which
+//! nothing upstream answers either.
 
 use std::time::Duration;
 
-use crate::coap::option::{encode_uint, MAX_AGE, SIZE1};
-use crate::coap::{params, Code, MessageBuilder, MessageType};
+use crate::coap::option::{encode_uint, MAX_AGE, OBSERVE, SIZE1};
+use crate::coap::{params, Code, Message, MessageBuilder, MessageType};
 
 /// How long the proxy keeps an answer it made itself (4.xx, 5.03, ...), for the request's
 /// retransmissions: MAX_TRANSMIT_WAIT, not EXCHANGE_LIFETIME. RFC 7252 §4.5 asks that a
@@ -54,4 +55,22 @@ pub(super) fn encode_local(
     b.payload(a.diagnostic.as_bytes());
     // Tokens come from parsed messages (<= 8 bytes), so encoding cannot fail.
     let _ = b.finish();
+}
+
+/// `msg` with an Observe option of value `seq` (sorted in by the builder): a joining
+/// observer's first answer is its group's cached representation with the group's latest
+/// Observe value, so that the notifications after it are newer (RFC 7641 §3.4).
+pub(super) fn with_observe(
+    out: &mut Vec<u8>,
+    msg: &Message,
+    seq: u32,
+) -> Result<(), crate::coap::EncodeError> {
+    let ty = msg.msg_type();
+    let mut b = MessageBuilder::new(out, ty, msg.code(), msg.message_id(), msg.token());
+    b.option(OBSERVE, &encode_uint(seq));
+    for (number, value) in msg.options() {
+        b.option(number, value);
+    }
+    b.payload(msg.payload());
+    b.finish()
 }

@@ -1,8 +1,10 @@
 //! The proxy's families in the metrics exposition: its counters under `backoffd_coap_*`,
-//! per-upstream gauges of the endpoint pool, and the response cache's families.
+//! per-upstream gauges of the endpoint pool, and the response cache's families (none in a
+//! build without the `cache` feature: a cache that is not there is not reported, even at 0).
 
-use super::cache::CacheCounters;
-use super::{Counters, Proxy, UpstreamStats};
+#[cfg(feature = "cache")]
+use super::{cache::CacheCounters, Proxy};
+use super::{Counters, UpstreamStats};
 use crate::metrics::MetricsWriter;
 
 /// The plain counters: name after `backoffd_coap_`, help, and where the value comes from.
@@ -53,6 +55,7 @@ const COUNTERS: &[(&str, &str, fn(&Counters) -> u64)] = &[
         "Notifications that replaced one awaiting its ACK, sent at its next retransmission.",
         |c| c.observe.notifications_superseded,
     ),
+    #[cfg(feature = "cache")]
     (
         "observers_joined_total",
         "Observe registrations answered from the cache, joining another's upstream one.",
@@ -308,10 +311,12 @@ const GAUGES: &[Gauge] = &[
 /// The response cache's families are named apart from the answer store's older
 /// `backoffd_coap_cached_answers` and `backoffd_coap_cache_evictions_total`, which keep their
 /// names and meaning.
+#[cfg(feature = "cache")]
 const RESPONSE_CACHE: &str = "backoffd_coap_response_cache_";
 
 /// The response cache's counters: name after [`RESPONSE_CACHE`], help, and where the value
 /// comes from.
+#[cfg(feature = "cache")]
 #[allow(clippy::type_complexity)]
 const CACHE_COUNTERS: &[(&str, &str, fn(&CacheCounters) -> u64)] = &[
     (
@@ -358,7 +363,9 @@ const CACHE_COUNTERS: &[(&str, &str, fn(&CacheCounters) -> u64)] = &[
 
 /// The response cache's counters and gauges, under [`RESPONSE_CACHE`] names. Written whether
 /// or not the cache is on (zeros when off), like the `--validate-sources` counters, so that a
-/// dashboard needs no case for it.
+/// dashboard needs no case for it; a build without the `cache` feature, which cannot turn it
+/// on, has none to write.
+#[cfg(feature = "cache")]
 pub(super) fn write_cache_metrics(engine: &Proxy, out: &mut MetricsWriter) {
     let (counters, entries, bytes) = engine.cache_stats();
     for (name, help, read) in CACHE_COUNTERS {
@@ -381,7 +388,7 @@ pub(super) fn write_cache_metrics(engine: &Proxy, out: &mut MetricsWriter) {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "cache"))]
 mod tests {
     use super::*;
     use crate::proxy::{ProxyConfig, Seeds};

@@ -37,8 +37,11 @@
 
 mod answer_cache;
 mod budget;
+#[cfg(feature = "cache")]
 mod cache;
+#[cfg(feature = "cache")]
 mod cache_use;
+#[cfg(feature = "cache")]
 mod caching;
 mod client_leg;
 mod clients;
@@ -50,6 +53,7 @@ mod endpoints;
 mod engine;
 mod events;
 mod exchange;
+#[cfg(feature = "cache")]
 mod fanout;
 mod gate;
 mod index;
@@ -58,6 +62,12 @@ mod keyed_hash;
 mod limits;
 mod local_answer;
 mod metrics;
+#[cfg(not(feature = "cache"))]
+mod no_cache;
+// Without the `cache` feature one stand-in answers to the names of the four cache modules,
+// so that the engine's paths and calls stay as they are.
+#[cfg(not(feature = "cache"))]
+use no_cache::{self as cache, self as cache_use, self as caching, self as fanout};
 mod outbox;
 mod peer;
 mod report;
@@ -71,6 +81,7 @@ mod upstreams;
 mod validation;
 
 pub use budget::ClientBudget;
+#[cfg(feature = "cache")]
 pub use cache::CacheCounters;
 pub use config::{
     AllowedTarget, ConfigError, KeptBounds, Limits, ProxyConfig, RetryPolicy, Routing, Seeds,

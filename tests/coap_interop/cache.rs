@@ -42,6 +42,7 @@ fn forward_proxy_serves_allowed_targets_and_refuses_others_with_4_03() {
 /// after expiry it sees one GET carrying the stored ETag and answers 2.03, and the client
 /// still gets the body; a PUT makes the next GET go upstream, and that GET gets the new value.
 #[test]
+#[cfg(feature = "cache")]
 fn the_cache_serves_within_max_age_revalidates_with_the_etag_and_a_put_invalidates() {
     let (mut server, port) = aiocoap_server_with(&["--tagged-max-age", "2"]);
     let upstream = format!("127.0.0.1:{port}");
@@ -99,6 +100,7 @@ fn the_cache_serves_within_max_age_revalidates_with_the_etag_and_a_put_invalidat
 /// /big (4 KiB, Block2, no ETag): the first block-wise GET fills the cache block by block
 /// (RFC 7959 §2.10); the second gets the same bytes and sends nothing upstream.
 #[test]
+#[cfg(feature = "cache")]
 fn a_blockwise_get_of_a_cached_resource_needs_no_upstream_traffic() {
     let dir = scratch("blockwise-cached");
     let (_server, port) = aiocoap_server();
@@ -135,6 +137,7 @@ fn a_blockwise_get_of_a_cached_resource_needs_no_upstream_traffic() {
 /// than one observer; each gets increasing notifications with its own token, and when all
 /// three have cancelled the upstream registration ends (OBSERVERS 0).
 #[test]
+#[cfg(feature = "cache")]
 fn three_observers_through_the_cache_make_one_upstream_registration() {
     let (mut server, port) = aiocoap_server();
     let upstream = format!("127.0.0.1:{port}");
@@ -146,7 +149,7 @@ fn three_observers_through_the_cache_make_one_upstream_registration() {
     let observe = |n: usize| {
         Proc::spawn(
             &format!("aiocoap observer {n}"),
-            Command::new(&peers().python)
+            std::process::Command::new(&peers().python)
                 .arg(script("aiocoap_client.py"))
                 .args([
                     "--timeout",
@@ -189,6 +192,7 @@ fn three_observers_through_the_cache_make_one_upstream_registration() {
 /// `/example_data` makes the next GET of it go upstream and get the new body, and the GET after
 /// that is a hit again.
 #[test]
+#[cfg(feature = "cache")]
 fn the_cache_in_front_of_libcoap_serves_hits_and_a_put_invalidates() {
     let (_server, port) = libcoap_server("127.0.0.1");
     let server: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();

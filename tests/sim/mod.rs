@@ -20,9 +20,11 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use backoffd::coap::params::{EXCHANGE_LIFETIME, MAX_TRANSMIT_WAIT};
+#[cfg(feature = "cache")]
+use backoffd::proxy::CacheCounters;
 use backoffd::proxy::{
-    AllowedTarget, CacheCounters, Counters, Destination, EndpointEvent, EndpointId, Peer, Proxy,
-    ProxyConfig, Routing, Seeds,
+    AllowedTarget, Counters, Destination, EndpointEvent, EndpointId, Peer, Proxy, ProxyConfig,
+    Routing, Seeds,
 };
 use backoffd::time::Timestamp;
 use rand::rngs::SmallRng;
@@ -271,6 +273,7 @@ pub struct Report {
     pub requests: u64,
     pub outcomes: ledger::Tally,
     pub counters: Counters,
+    #[cfg(feature = "cache")]
     pub cache: CacheCounters,
     pub events: u64,
     /// Datagrams sent, lost and duplicated by the network.
@@ -341,8 +344,9 @@ impl fmt::Display for Report {
             c.kept.cache_evictions,
             c.traffic.client_delivery_failures
         )?;
-        let k = &self.cache;
-        if k.stored > 0 {
+        #[cfg(feature = "cache")]
+        if self.cache.stored > 0 {
+            let k = &self.cache;
             write!(
                 f,
                 "\n  response cache: hits {}, misses {}, revalidations {} ({} answered 2.03), \
@@ -574,6 +578,7 @@ impl Sim {
             requests: u64::from(self.ctx.started),
             outcomes,
             counters,
+            #[cfg(feature = "cache")]
             cache: self.proxy.cache_counters(),
             events: self.events,
             datagrams: (

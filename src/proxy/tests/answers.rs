@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use crate::coap::option::{MAX_AGE, URI_PATH};
 use crate::coap::{Code, Message, MessageBuilder, MessageType};
-use crate::proxy::{Destination, LocalClient, Peer, Proxy, ProxyConfig, Transmit};
+use crate::proxy::{Destination, Peer, Proxy, Transmit};
+#[cfg(feature = "cache")]
+use crate::proxy::{LocalClient, ProxyConfig};
 use crate::time::Timestamp;
 
 use super::regressions::proxy;
@@ -75,6 +77,7 @@ fn ask(
 }
 
 #[test]
+#[cfg(feature = "cache")]
 fn ten_thousand_hits_of_8_kb_keep_a_share_of_bytes_and_the_others_still_replay() {
     // The finding: one source, 10,000 CON GETs of a cached 8,000-byte resource, every hit
     // copied whole into the store (80 MB, 10,000 being one client's share in answers).
@@ -184,6 +187,7 @@ fn an_answer_the_send_rate_dropped_is_kept_without_its_bytes() {
 }
 
 #[test]
+#[cfg(feature = "cache")]
 fn a_hit_the_send_rate_dropped_is_not_kept_and_its_retransmission_is_answered_afresh() {
     let mut p = proxy(|c| {
         c.cache_size = 1 << 20;
@@ -213,6 +217,7 @@ fn a_hit_the_send_rate_dropped_is_not_kept_and_its_retransmission_is_answered_af
 }
 
 #[test]
+#[cfg(feature = "cache")]
 fn answers_to_an_in_process_client_are_kept_without_their_bytes() {
     // The HTTP cross-proxy gets every answer in the process: its retransmission has it
     // already, and needs only the key that stops a second forward.

@@ -391,6 +391,7 @@ fn answers_held_while_the_proof_is_awaited_go_the_moment_it_comes() {
 }
 
 #[test]
+#[cfg(feature = "cache")]
 fn a_cache_hit_too_big_for_an_unproven_client_waits_for_its_proof() {
     let mut p = reverse(|c| c.cache_size = 1 << 20);
     let proven: SocketAddr = "127.0.0.1:40001".parse().unwrap();

@@ -6,6 +6,7 @@
 mod answers;
 mod behaviours;
 mod budget;
+#[cfg(feature = "cache")]
 mod cache;
 mod observers;
 mod regressions;
