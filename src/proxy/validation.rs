@@ -160,7 +160,8 @@ impl SourceValidation {
     }
 
     fn entry(&mut self, now: Timestamp, addr: SocketAddr) -> &mut SourceState {
-        if !self.sources.contains_key(&addr) && self.sources.len() >= MAX_SOURCES {
+        // The length first: below the bound (the common case) the address is hashed once.
+        if self.sources.len() >= MAX_SOURCES && !self.sources.contains_key(&addr) {
             self.make_room(now);
         }
         let s = self.sources.entry(addr).or_insert(SourceState {
