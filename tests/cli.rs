@@ -43,20 +43,7 @@ fn bad_values_exit_2_naming_the_flag() {
 #[test]
 #[cfg(not(feature = "http"))]
 fn a_build_without_the_cross_proxy_refuses_its_flags() {
-    let out = backoffd(&[
-        "proxy",
-        "--upstream",
-        "127.0.0.1:5683",
-        "--http-listen",
-        "127.0.0.1:0",
-    ]);
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8(out.stderr).unwrap();
-    assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(
-        err.contains("--http-listen") && err.contains("feature `http`"),
-        "{err}"
-    );
+    refused_for_lack_of(("--http-listen", "127.0.0.1:0"), "http");
 }
 
 /// A build without the `cache` feature knows `--cache-size` and refuses it in one line, like
@@ -64,20 +51,18 @@ fn a_build_without_the_cross_proxy_refuses_its_flags() {
 #[test]
 #[cfg(not(feature = "cache"))]
 fn a_build_without_the_cache_refuses_cache_size() {
-    let out = backoffd(&[
-        "proxy",
-        "--upstream",
-        "127.0.0.1:5683",
-        "--cache-size",
-        "100",
-    ]);
+    refused_for_lack_of(("--cache-size", "100"), "cache");
+}
+
+/// `proxy` with `flag` exits 2 with one line naming the flag and the feature it needs.
+#[cfg(not(all(feature = "http", feature = "cache")))]
+fn refused_for_lack_of((flag, value): (&str, &str), feature: &str) {
+    let out = backoffd(&["proxy", "--upstream", "127.0.0.1:5683", flag, value]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8(out.stderr).unwrap();
     assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(
-        err.contains("--cache-size") && err.contains("feature `cache`"),
-        "{err}"
-    );
+    let named = err.contains(flag) && err.contains(&format!("feature `{feature}`"));
+    assert!(named, "{err}");
 }
 
 /// Commands a minimal build leaves out are known, and refused in one line naming their
