@@ -94,6 +94,8 @@
 )]
 
 pub mod coap;
+#[cfg(feature = "dtls")]
+pub mod dtls;
 pub mod grpc;
 #[cfg(feature = "http")]
 pub mod hc;

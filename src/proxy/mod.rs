@@ -94,4 +94,4 @@ pub use endpoints::{EndpointEvent, EndpointId, UpstreamId};
 pub use engine::{Destination, Proxy, Transmit, UpstreamStats};
 pub use events::{ObserverLoss, ProxyEvent, Source};
 pub use exchange::{Relay, State, UpstreamLeg};
-pub use peer::{LocalClient, Peer};
+pub use peer::{LocalClient, Peer, SessionId};

@@ -12,9 +12,9 @@
 //! - [`Peer::Local`]: a client inside this process, the HTTP cross-proxy's connection number
 //!   n (`crate::hc`). Nobody outside can claim to be one, so nothing is validated.
 //!
-//! Where the coming transports plug in. Each is one more variant holding a small copyable
-//! name, like `Local`; the connection's own state never enters the engine:
-//! - *DTLS* (RFC 7252 §9): `Dtls(SessionId)`. The session (handshake, keys, record layer,
+//! Each transport is one variant holding a small copyable name, like `Local`; the
+//! connection's own state never enters the engine:
+//! - [`Peer::Dtls`] (RFC 7252 §9): `Dtls(SessionId)`. The session (handshake, keys, record layer,
 //!   its retransmission timers, the client's address) lives in the DTLS driver's session
 //!   table, a sans-IO state machine per session beside the client socket. The engine sees
 //!   decrypted datagrams from the session and hands answers back to it; the cookie exchange
@@ -36,6 +36,32 @@ pub enum Peer {
     Udp(SocketAddr),
     /// A client inside this process: the HTTP cross-proxy's connection of this number.
     Local(LocalClient),
+    /// A coaps client (RFC 7252 §9): a DTLS session of the listener's session table
+    /// (`crate::dtls`). Its address was proven by the cookie exchange (RFC 6347 §4.2.1).
+    Dtls(SessionId),
+}
+
+/// A DTLS session's name: its slot in the session table and that slot's generation, so that
+/// an answer for a session that has ended cannot reach the one that took its slot. Two u32
+/// halves, like [`LocalClient`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SessionId([u32; 2]);
+
+impl SessionId {
+    /// Slot `index` in its `generation`.
+    pub fn new(index: u32, generation: u32) -> Self {
+        SessionId([index, generation])
+    }
+
+    /// The slot.
+    pub fn index(self) -> u32 {
+        self.0[0]
+    }
+
+    /// The slot's generation.
+    pub fn generation(self) -> u32 {
+        self.0[1]
+    }
 }
 
 /// An in-process client's number, unique for the life of the process. Two 32-bit halves
@@ -64,7 +90,7 @@ impl Peer {
     pub fn claimed_address(&self) -> Option<SocketAddr> {
         match self {
             Peer::Udp(addr) => Some(*addr),
-            Peer::Local(_) => None,
+            Peer::Local(_) | Peer::Dtls(_) => None,
         }
     }
 }
@@ -74,7 +100,7 @@ impl Peer {
     /// such a peer never asks again for an answer it was given.
     pub fn is_reliable(&self) -> bool {
         match self {
-            Peer::Udp(_) => false,
+            Peer::Udp(_) | Peer::Dtls(_) => false,
             Peer::Local(_) => true,
         }
     }
@@ -88,6 +114,7 @@ impl Hash for Peer {
         match self {
             Peer::Udp(addr) => addr.hash(state),
             Peer::Local(client) => client.hash(state),
+            Peer::Dtls(session) => session.hash(state),
         }
     }
 }
@@ -103,6 +130,12 @@ impl fmt::Display for Peer {
         match self {
             Peer::Udp(addr) => addr.fmt(f),
             Peer::Local(client) => write!(f, "HTTP connection {}", client.number()),
+            Peer::Dtls(session) => write!(
+                f,
+                "DTLS session {}.{}",
+                session.index(),
+                session.generation()
+            ),
         }
     }
 }
@@ -121,6 +154,12 @@ mod tests {
             "HTTP connection 7"
         );
         assert_eq!(Peer::from(addr).to_string(), "127.0.0.1:5683");
+        let session = Peer::Dtls(SessionId::new(3, 9));
+        assert_eq!(
+            (session.claimed_address(), session.is_reliable()),
+            (None, false)
+        );
+        assert_eq!(session.to_string(), "DTLS session 3.9");
     }
 
     #[test]

@@ -1,0 +1,173 @@
+//! What a coaps listener is configured with, and the DTLS library's configuration made from it.
+//!
+//! The suites are those RFC 7252 §9.1.3 makes mandatory, TLS_PSK_WITH_AES_128_CCM_8 (§9.1.3.1)
+//! and TLS_ECDHE_ECDSA_WITH_AES_128_CCM_8 (§9.1.3.2, §9.1.3.3), then the CCM and AES-GCM
+//! suites current clients offer. Extended master secret (RFC 7627) and the renegotiation
+//! marker (RFC 5746) are always sent, as tinydtls requires both.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rtc_dtls::cipher_suite::CipherSuiteId;
+use rtc_dtls::config::{ClientAuthType, ConfigBuilder, ExtendedMasterSecretType, HandshakeConfig};
+use rtc_dtls::crypto::Certificate;
+use rtc_dtls::crypto_provider::{RTCCryptoProvider, SignatureScheme};
+use rustls::pki_types::CertificateDer;
+
+/// Pre-shared keys by identity (RFC 4279 §2). Both are bytes: an identity need not be text.
+pub type PskTable = BTreeMap<Vec<u8>, Vec<u8>>;
+
+/// A certificate chain (leaf first) and its PKCS#8 private key, as DER.
+#[derive(Clone)]
+pub struct CertifiedKey {
+    /// The chain, leaf first.
+    pub chain: Vec<CertificateDer<'static>>,
+    /// The leaf's key: PKCS#8, ECDSA P-256 or P-384 (or Ed25519).
+    pub key_pkcs8: Vec<u8>,
+}
+
+/// How a listener proves itself and whom it takes.
+#[derive(Clone, Default)]
+pub struct Credentials {
+    /// PSK identities and their keys; empty: no PSK suites.
+    pub psk: PskTable,
+    /// The server's certificate; `None`: no certificate suites.
+    pub certificate: Option<CertifiedKey>,
+    /// Client certificates must chain to one of these (mutual authentication); empty: none asked.
+    pub client_cas: Vec<CertificateDer<'static>>,
+}
+
+impl std::fmt::Debug for Credentials {
+    /// Names the identities, never the keys.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let identities: Vec<String> = self
+            .psk
+            .keys()
+            .map(|i| String::from_utf8_lossy(i).into_owned())
+            .collect();
+        f.debug_struct("Credentials")
+            .field("psk_identities", &identities)
+            .field("certificate", &self.certificate.is_some())
+            .field("client_cas", &self.client_cas.len())
+            .finish()
+    }
+}
+
+/// Bounds on what peers may make a listener hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SessionLimits {
+    /// Sessions at once, handshaking or established.
+    pub max_sessions: usize,
+    /// Of those, from one IP address.
+    pub max_sessions_per_source: usize,
+    /// From the cookie-verified ClientHello to the Finished; a slower handshake is dropped.
+    pub handshake_timeout: Duration,
+    /// An established session with no record either way for this long is dropped.
+    pub idle_timeout: Duration,
+}
+
+impl Default for SessionLimits {
+    fn default() -> Self {
+        SessionLimits {
+            max_sessions: 10_000,
+            max_sessions_per_source: 64,
+            handshake_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(300),
+        }
+    }
+}
+
+/// A coaps listener's configuration.
+#[derive(Clone, Debug, Default)]
+pub struct DtlsServerConfig {
+    /// Keys and certificates.
+    pub credentials: Credentials,
+    /// Session bounds.
+    pub limits: SessionLimits,
+}
+
+/// The PSK suites, mandatory first.
+pub const PSK_SUITES: [CipherSuiteId; 3] = [
+    CipherSuiteId::Tls_Psk_With_Aes_128_Ccm_8,
+    CipherSuiteId::Tls_Psk_With_Aes_128_Ccm,
+    CipherSuiteId::Tls_Psk_With_Aes_128_Gcm_Sha256,
+];
+
+/// The certificate suites, mandatory first.
+pub const CERTIFICATE_SUITES: [CipherSuiteId; 3] = [
+    CipherSuiteId::Tls_Ecdhe_Ecdsa_With_Aes_128_Ccm_8,
+    CipherSuiteId::Tls_Ecdhe_Ecdsa_With_Aes_128_Ccm,
+    CipherSuiteId::Tls_Ecdhe_Ecdsa_With_Aes_128_Gcm_Sha256,
+];
+
+/// The largest record payload we ask the library for: a CoAP datagram of the proxy's
+/// 1152-byte default (RFC 7252 §4.6) plus the record's 29 bytes of overhead fits 1280.
+const MTU: usize = 1200;
+
+/// The library's server configuration for `credentials`, its draws from `provider`.
+pub fn server_handshake(
+    credentials: &Credentials,
+    provider: Arc<dyn RTCCryptoProvider>,
+) -> Result<HandshakeConfig, String> {
+    let mut suites = Vec::new();
+    let mut builder = ConfigBuilder::default()
+        .with_extended_master_secret(ExtendedMasterSecretType::Request)
+        .with_mtu(MTU);
+    if !credentials.psk.is_empty() {
+        let table = Arc::new(credentials.psk.clone());
+        builder = builder
+            .with_psk(Some(Arc::new(move |identity: &[u8]| {
+                table
+                    .get(identity)
+                    .cloned()
+                    .ok_or(rtc_shared::error::Error::ErrIdentityNoPsk)
+            })))
+            .with_psk_identity_hint(Some(b"backoffd".to_vec()));
+        suites.extend(PSK_SUITES);
+    }
+    if let Some(certified) = &credentials.certificate {
+        builder = builder.with_certificates(vec![certificate(certified, provider.as_ref())?]);
+        suites.extend(CERTIFICATE_SUITES);
+    }
+    if !credentials.client_cas.is_empty() {
+        let mut roots = rustls::RootCertStore::empty();
+        for ca in &credentials.client_cas {
+            roots
+                .add(ca.clone())
+                .map_err(|e| format!("client CA certificate: {e}"))?;
+        }
+        builder = builder
+            .with_client_cas(roots)
+            .with_client_auth(ClientAuthType::RequireAndVerifyClientCert);
+    }
+    builder
+        .with_cipher_suites(suites)
+        .with_crypto_provider(provider)
+        .build(false, None)
+        .map_err(|e| e.to_string())
+}
+
+/// The library's certificate for `certified`: the first signature scheme its key imports as.
+fn certificate(
+    certified: &CertifiedKey,
+    provider: &dyn RTCCryptoProvider,
+) -> Result<Certificate, String> {
+    let key = [
+        SignatureScheme::EcdsaP256Sha256,
+        SignatureScheme::EcdsaP384Sha384,
+        SignatureScheme::Ed25519,
+    ]
+    .into_iter()
+    .find_map(|scheme| {
+        provider
+            .crypto()
+            .import_signing_key(scheme, &certified.key_pkcs8)
+            .ok()
+    })
+    .ok_or("the key is not a PKCS#8 ECDSA (P-256, P-384) or Ed25519 key")?;
+    if certified.chain.is_empty() {
+        return Err("the certificate file holds no certificate".into());
+    }
+    Ok(Certificate::from_signing_key(certified.chain.clone(), key))
+}

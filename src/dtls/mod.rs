@@ -1,0 +1,27 @@
+//! coaps (RFC 7252 §9): CoAP over DTLS 1.2 (RFC 6347).
+//!
+//! The record layer and the handshake are webrtc-rs's sans-IO `rtc-dtls` (docs/dtls.md says
+//! why that library). This module is what the library does not do for a server that faces
+//! the open network:
+//! - [`hello`] and [`cookie`]: the stateless cookie exchange (RFC 6347 §4.2.1), before any
+//!   state exists for a peer;
+//! - [`draws`]: the library's randomness, from our seeds;
+//! - [`server`]: the session table, with caps in total and per source, a handshake deadline,
+//!   an idle timeout and one wheel timer per session;
+//! - [`config`]: keys, certificates and bounds, and the library's configuration from them.
+//!
+//! The proxy's driver owns the socket (`crate::proxy::driver`) and hands the decrypted
+//! datagrams to the engine as [`crate::proxy::Peer::Dtls`].
+
+pub mod config;
+pub mod cookie;
+pub mod counters;
+pub mod draws;
+pub mod hello;
+pub mod server;
+#[cfg(test)]
+mod tests;
+
+pub use config::{CertifiedKey, Credentials, DtlsServerConfig, PskTable, SessionLimits};
+pub use counters::DtlsCounters;
+pub use server::{DtlsEvent, DtlsServer, Ending, SessionGone};
