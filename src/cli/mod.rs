@@ -4,6 +4,7 @@ pub mod config_file;
 #[cfg(feature = "demo")]
 mod demo;
 pub mod flags;
+mod dtls;
 mod http;
 mod proxy;
 pub mod reconnect_client;
@@ -151,9 +152,13 @@ pub fn check_config_text(path: &str, text: &str) -> Result<(), UsageError> {
     serve::plan_from_text(path, text).map(drop)
 }
 
-/// Logs to stderr; `RUST_LOG` overrides the default level (`info`).
+/// Logs to stderr; `RUST_LOG` overrides the default level (`info`). The DTLS library warns of
+/// every ClientHello extension it does not know (a peer's choice, not a fault of ours), so its
+/// own lines are errors only unless `RUST_LOG` asks for more; our coaps driver reports what
+/// matters.
 pub fn init_logging() {
-    let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
+    let filter = "info,rtc_dtls=error";
+    let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(filter))
         .format_timestamp_micros()
         .try_init();
 }
@@ -229,18 +234,28 @@ fn make_room_for_endpoints<'a>(proxies: impl IntoIterator<Item = &'a ProxyConfig
 
 /// Adds the metrics endpoint to the loop, if one was asked for; the error says what failed.
 /// `component`, ready for [`Reactor::add`], shared with the metrics endpoint's `sources`.
-/// The CoAP proxy bound at `listen`, with the HTTP cross-proxy composed in front of it when
-/// `http` is given (`--http-listen`), as a component that reports its metrics; and the CoAP
-/// address it bound.
+/// The CoAP proxy bound at `listen` and `dtls` (at least one), with the HTTP cross-proxy
+/// composed in front of it when `http` is given (`--http-listen`), as a component that reports
+/// its metrics; and the line that says where it listens.
 fn proxy_part(
-    listen: SocketAddr,
+    listen: Option<SocketAddr>,
+    dtls: Option<dtls::DtlsPart>,
     config: ProxyConfig,
     http: Option<HttpPart>,
     sources: &mut MetricsSources,
-) -> Result<(Box<dyn Component>, SocketAddr), String> {
-    let proxy =
-        ProxyComponent::bind(listen, config).map_err(|e| format!("cannot bind {listen}: {e}"))?;
-    let bound = proxy.local_addr().unwrap_or(listen);
+) -> Result<(Box<dyn Component>, String), String> {
+    let listeners = listeners(listen, dtls)?;
+    let proxy = ProxyComponent::bind_listeners(&listeners, config).map_err(|e| {
+        let at: Vec<String> = listen.iter().map(|a| a.to_string()).collect();
+        format!("cannot bind {}: {e}", at.join(" and coaps "))
+    })?;
+    let mut line = String::from("CoAP proxy listening");
+    if let Some(plain) = listen.and(proxy.local_addr().ok()) {
+        line += &format!(" on {plain}");
+    }
+    if let Some(secure) = proxy.dtls_addr() {
+        line += &format!(" on coaps://{secure}");
+    }
     let part = match http {
         None => reported(proxy, sources),
         #[cfg(feature = "http")]
@@ -253,7 +268,24 @@ fn proxy_part(
         #[cfg(not(feature = "http"))]
         Some(h) => match h {},
     };
-    Ok((part, bound))
+    Ok((part, line))
+}
+
+/// The proxy's client-facing sockets.
+fn listeners(
+    plain: Option<SocketAddr>,
+    dtls: Option<dtls::DtlsPart>,
+) -> Result<backoffd::proxy::Listeners, String> {
+    #[cfg(feature = "dtls")]
+    return Ok(backoffd::proxy::Listeners {
+        plain,
+        dtls: dtls.map(|d| (d.addr, d.config)),
+    });
+    #[cfg(not(feature = "dtls"))]
+    match dtls {
+        Some(d) => match d {},
+        None => Ok(backoffd::proxy::Listeners { plain }),
+    }
 }
 
 fn reported<T: Component + MetricsSource>(

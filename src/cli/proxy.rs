@@ -159,13 +159,19 @@ const CORE_SPEC: &[Spec] = &[
 /// Every flag of `backoffd proxy` (and of a `serve` `[proxy]` section): the proxy's and the
 /// HTTP cross-proxy's.
 pub(super) fn spec() -> Vec<Spec> {
-    CORE_SPEC.iter().chain(super::http::SPEC).copied().collect()
+    CORE_SPEC
+        .iter()
+        .chain(super::http::SPEC)
+        .chain(super::dtls::SPEC)
+        .copied()
+        .collect()
 }
 
 /// A parsed and validated `backoffd proxy` command line.
 #[derive(Debug)]
 pub struct ProxyArgs {
-    listen: SocketAddr,
+    listen: Option<SocketAddr>,
+    dtls: Option<super::dtls::DtlsPart>,
     config: ProxyConfig,
     wake: WakeMode,
     drain: Duration,
@@ -187,7 +193,8 @@ pub fn parse(args: &[String]) -> Result<Parsed<ProxyArgs>, UsageError> {
     if flags.help {
         return Ok(Parsed::Help);
     }
-    let listen: SocketAddr = flags.get_or("listen", "0.0.0.0:5683".parse().expect("literal"))?;
+    let dtls = super::dtls::from_flags(&flags)?;
+    let listen = plain_listen(&flags, dtls.is_some(), "0.0.0.0:5683")?;
     let config = config_from_flags(&flags)?;
     for warning in config.validate().map_err(|e| UsageError(e.0))? {
         log::warn!("{warning}");
@@ -200,6 +207,7 @@ pub fn parse(args: &[String]) -> Result<Parsed<ProxyArgs>, UsageError> {
     let http = super::http::from_flags(&flags, &config)?;
     Ok(Parsed::Run(ProxyArgs {
         listen,
+        dtls,
         config,
         wake,
         drain,
@@ -211,6 +219,7 @@ pub fn parse(args: &[String]) -> Result<Parsed<ProxyArgs>, UsageError> {
 fn run(args: ProxyArgs) -> Result<i32, UsageError> {
     let ProxyArgs {
         listen,
+        dtls,
         config,
         wake,
         drain,
@@ -231,7 +240,7 @@ fn run(args: ProxyArgs) -> Result<i32, UsageError> {
         Err(e) => return fail("cannot start the event loop", e),
     };
     let mut sources = Vec::new();
-    let (component, bound) = match super::proxy_part(listen, config, http, &mut sources) {
+    let (component, line) = match super::proxy_part(listen, dtls, config, http, &mut sources) {
         Ok(part) => part,
         Err(e) => {
             eprintln!("backoffd proxy: {e}");
@@ -241,7 +250,7 @@ fn run(args: ProxyArgs) -> Result<i32, UsageError> {
     if let Err(e) = reactor.add(component) {
         return fail("cannot register sockets", e);
     }
-    log::info!("CoAP proxy listening on {bound}");
+    log::info!("{line}");
     if let Err(e) = super::add_metrics(&mut reactor, metrics, sources) {
         eprintln!("backoffd proxy: {e}");
         return Ok(1);
@@ -249,6 +258,20 @@ fn run(args: ProxyArgs) -> Result<i32, UsageError> {
     match reactor.run() {
         Ok(()) => Ok(0),
         Err(e) => fail("event loop failed", e),
+    }
+}
+
+/// `--listen`, or `default` unless coaps is the only listener asked for: a plain socket
+/// beside a coaps one would let clients past its keys, so it is opened only when asked.
+pub(super) fn plain_listen(
+    flags: &Flags,
+    coaps: bool,
+    default: &str,
+) -> Result<Option<SocketAddr>, UsageError> {
+    match flags.get::<SocketAddr>("listen")? {
+        Some(addr) => Ok(Some(addr)),
+        None if coaps => Ok(None),
+        None => Ok(Some(default.parse().expect("literal"))),
     }
 }
 

@@ -53,10 +53,12 @@ const SERVE_ONLY: &[Spec] = &[
     switch("check-config"),
 ];
 
-/// One CoAP proxy listener, and the HTTP cross-proxy in front of it, if any.
+/// One CoAP proxy: its plain and coaps listeners (at least one), and the HTTP cross-proxy
+/// in front of it, if any.
 #[derive(Debug)]
 pub struct ProxyPart {
-    pub listen: SocketAddr,
+    pub listen: Option<SocketAddr>,
+    pub dtls: Option<super::dtls::DtlsPart>,
     pub config: ProxyConfig,
     pub http: Option<super::http::HttpPart>,
 }
@@ -66,8 +68,10 @@ impl ProxyPart {
     fn from_flags(flags: &Flags) -> Result<ProxyPart, UsageError> {
         let config = proxy_config(flags)?;
         warn_all(config.validate().map_err(|e| UsageError(e.0))?);
+        let dtls = super::dtls::from_flags(flags)?;
         Ok(ProxyPart {
-            listen: flags.get_or("listen", default_listen())?,
+            listen: super::proxy::plain_listen(flags, dtls.is_some(), DEFAULT_LISTEN)?,
+            dtls,
             http: super::http::from_flags(flags, &config)?,
             config,
         })
@@ -219,9 +223,7 @@ fn flag_named_in(e: &UsageError) -> String {
         .unwrap_or_default()
 }
 
-fn default_listen() -> SocketAddr {
-    "0.0.0.0:5683".parse().expect("literal")
-}
+const DEFAULT_LISTEN: &str = "0.0.0.0:5683";
 
 fn warn_all(warnings: Vec<String>) {
     for w in warnings {
@@ -234,10 +236,16 @@ pub fn describe(plan: &Plan) -> String {
     let mut out = String::new();
     for ProxyPart {
         listen,
+        dtls,
         config: c,
         http,
     } in &plan.proxies
     {
+        let on = match (listen, dtls) {
+            (Some(plain), _) => plain.to_string(),
+            (None, Some(d)) => format!("coaps://{}", super::dtls::listen_addr(d)),
+            (None, None) => "nothing".into(),
+        };
         let target = match (&c.routing.upstream, c.routing.forward) {
             (Some(u), false) => format!("reverse to {u}"),
             (Some(u), true) => format!(
@@ -248,7 +256,7 @@ pub fn describe(plan: &Plan) -> String {
         };
         let p = &c.policy;
         out += &format!(
-            "proxy on {listen}: {target}; timeout {:?}, {} retries, x{}, +-{}%, total {:?}; \
+            "proxy on {on}: {target}; timeout {:?}, {} retries, x{}, +-{}%, total {:?}; \
              up to {} endpoints per upstream (~{:.0} requests/s sustained){}\n",
             p.timeout,
             p.max_retries,
@@ -259,6 +267,9 @@ pub fn describe(plan: &Plan) -> String {
             c.sustained_rate_per_upstream(),
             describe_cache(c.cache_size)
         );
+        if let Some(d) = dtls {
+            out += &super::dtls::describe(d);
+        }
         if let Some(h) = http {
             out += &format!(
                 "  HTTP cross-proxy on http://{} in front of it\n",
@@ -309,12 +320,13 @@ fn run(plan: Plan, wake: WakeMode, drain: Duration) -> i32 {
     let mut sources = Vec::new();
     for ProxyPart {
         listen,
+        dtls,
         config,
         http,
     } in plan.proxies
     {
-        match super::proxy_part(listen, config, http, &mut sources) {
-            Ok((part, bound)) => parts.push((format!("CoAP proxy listening on {bound}"), part)),
+        match super::proxy_part(listen, dtls, config, http, &mut sources) {
+            Ok((part, line)) => parts.push((line, part)),
             Err(e) => return fail(e),
         }
     }

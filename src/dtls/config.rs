@@ -171,3 +171,10 @@ fn certificate(
     }
     Ok(Certificate::from_signing_key(certified.chain.clone(), key))
 }
+
+/// Whether `credentials` make a working listener (the key imports, the suites exist): the
+/// check `--check-config` runs, without binding anything.
+pub fn check(credentials: &Credentials) -> Result<(), String> {
+    let provider = rtc_dtls::crypto_provider::default_provider().map_err(|e| e.to_string())?;
+    server_handshake(credentials, provider).map(drop)
+}

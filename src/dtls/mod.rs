@@ -18,6 +18,7 @@ pub mod cookie;
 pub mod counters;
 pub mod draws;
 pub mod hello;
+pub mod metrics;
 pub mod server;
 #[cfg(test)]
 mod tests;

@@ -32,6 +32,8 @@ use mio::net::UdpSocket;
 #[cfg(feature = "cache")]
 use super::metrics::write_cache_metrics;
 use super::metrics::{write_proxy_metrics, write_upstream_metrics};
+#[cfg(feature = "dtls")]
+use super::dtls_listener::{DtlsListener, DTLS_KEY};
 use super::report::Report;
 use super::{Destination, EndpointEvent, EndpointId, LocalClient, Peer, Proxy, ProxyConfig, Seeds};
 use crate::metrics::{MetricsSource, MetricsWriter};
@@ -75,19 +77,56 @@ pub struct ProxyComponent {
     /// Datagrams for in-process clients ([`Peer::Local`]), for the component that hosts them
     /// to take ([`poll_local`](Self::poll_local)).
     to_local: VecDeque<(LocalClient, Vec<u8>)>,
+    /// The coaps listener (`--listen-dtls`), if any.
+    #[cfg(feature = "dtls")]
+    dtls: Option<DtlsListener>,
+}
+
+/// Where the proxy takes its clients: plain CoAP over UDP, coaps, or both. With coaps alone
+/// no plain socket is opened: it would let clients past the keys.
+#[derive(Clone, Debug, Default)]
+pub struct Listeners {
+    /// The plain CoAP address (`--listen`).
+    pub plain: Option<SocketAddr>,
+    /// The coaps address and its keys (`--listen-dtls`).
+    #[cfg(feature = "dtls")]
+    pub dtls: Option<(SocketAddr, crate::dtls::DtlsServerConfig)>,
 }
 
 impl ProxyComponent {
     /// Binds the client-facing socket; the upstream sockets open when the component starts.
-    pub fn bind(listen: SocketAddr, mut config: ProxyConfig) -> io::Result<Self> {
-        let listener = UdpSocket::bind(listen)?;
-        let local_addr = listener.local_addr()?;
-        let clients_fd = listener.as_raw_fd();
-        enable_recverr(clients_fd, local_addr.is_ipv6())?;
+    pub fn bind(listen: SocketAddr, config: ProxyConfig) -> io::Result<Self> {
+        let listeners = Listeners {
+            plain: Some(listen),
+            ..Listeners::default()
+        };
+        Self::bind_listeners(&listeners, config)
+    }
+
+    /// Binds the client-facing sockets `listeners` name (at least one).
+    pub fn bind_listeners(listeners: &Listeners, mut config: ProxyConfig) -> io::Result<Self> {
+        let (clients, clients_fd, plain_addr) = match listeners.plain {
+            Some(listen) => {
+                let listener = UdpSocket::bind(listen)?;
+                let fd = listener.as_raw_fd();
+                enable_recverr(fd, listen.is_ipv6())?;
+                let addr = listener.local_addr()?;
+                (Some(ClientSocket::Bound(listener)), fd, Some(addr))
+            }
+            None => (None, -1, None),
+        };
+        #[cfg(feature = "dtls")]
+        let dtls = match &listeners.dtls {
+            Some((addr, dtls)) => Some(DtlsListener::bind(*addr, dtls)?),
+            None => None,
+        };
+        #[cfg(feature = "dtls")]
+        let plain_addr = plain_addr.or(dtls.as_ref().map(DtlsListener::local_addr));
+        let local_addr = plain_addr.ok_or(io::ErrorKind::InvalidInput)?;
         config.local_addr = Some(local_addr);
         Ok(ProxyComponent {
             engine: Proxy::new(config.clone(), seeds(config.seed)),
-            clients: Some(ClientSocket::Bound(listener)),
+            clients,
             clients_fd,
             local_addr,
             endpoints: Vec::new(),
@@ -97,7 +136,17 @@ impl ProxyComponent {
             last_now: Timestamp::ZERO,
             send_drops: 0,
             to_local: VecDeque::new(),
+            #[cfg(feature = "dtls")]
+            dtls,
         })
+    }
+
+    /// The coaps address actually bound, if there is a coaps listener.
+    pub fn dtls_addr(&self) -> Option<SocketAddr> {
+        #[cfg(feature = "dtls")]
+        return self.dtls.as_ref().map(DtlsListener::local_addr);
+        #[cfg(not(feature = "dtls"))]
+        None
     }
 
     /// The client-facing address actually bound (useful with port 0).
@@ -143,6 +192,9 @@ impl ProxyComponent {
     /// Drains the client socket's error queue: each ICMP port unreachable names the client
     /// it came for. Bounded like a receive, and cheap when empty (one `EAGAIN`).
     fn read_client_errors(&mut self, now: Timestamp) {
+        if !matches!(self.clients, Some(ClientSocket::Open(_))) {
+            return;
+        }
         for _ in 0..crate::reactor::datagram::RECV_BUDGET {
             match read_icmp_error(self.clients_fd) {
                 Ok(Some(IcmpError::PortUnreachable(client))) => self
@@ -216,12 +268,19 @@ impl ProxyComponent {
         let _ = self.apply_endpoint_events(ctx, false);
         let (clients, endpoints) = (&self.clients, &self.endpoints);
         let local = std::cell::RefCell::new(&mut self.to_local);
+        #[cfg(feature = "dtls")]
+        let dtls = std::cell::RefCell::new(self.dtls.as_mut());
         let send = |to: Destination, payload: &[u8]| {
             let sent = match (to, clients) {
                 (Destination::Client(Peer::Local(client)), _) => {
                     local.borrow_mut().push_back((client, payload.to_vec()));
                     Ok(())
                 }
+                #[cfg(feature = "dtls")]
+                (Destination::Client(Peer::Dtls(session)), _) => match &mut *dtls.borrow_mut() {
+                    Some(listener) => listener.send(now, session, payload),
+                    None => Err(io::Error::from(io::ErrorKind::NotConnected)),
+                },
                 (Destination::Client(Peer::Udp(addr)), Some(ClientSocket::Open(socket))) => {
                     socket.send_to(payload, addr)
                 }
@@ -262,6 +321,10 @@ impl ProxyComponent {
         if refused_clients {
             self.read_client_errors(now);
         }
+        #[cfg(feature = "dtls")]
+        if let Some(listener) = &mut self.dtls {
+            listener.settle(ctx);
+        }
         // Answering an ICMP error can have asked for sockets too.
         let _ = self.apply_endpoint_events(ctx, false);
     }
@@ -288,10 +351,19 @@ impl Component for ProxyComponent {
             let socket = Datagram::register(ctx, socket, CLIENTS)?;
             self.clients = Some(ClientSocket::Open(socket));
         }
+        #[cfg(feature = "dtls")]
+        if let Some(listener) = &mut self.dtls {
+            listener.start(ctx)?;
+        }
         self.apply_endpoint_events(ctx, true)
     }
 
     fn on_ready(&mut self, ctx: &mut Ctx<'_>, key: u32, _: Readiness) {
+        #[cfg(feature = "dtls")]
+        if let (DTLS_KEY, Some(listener)) = (key, &mut self.dtls) {
+            listener.read(ctx, &mut self.buf, &mut self.engine);
+            return self.settle(ctx);
+        }
         match key.checked_sub(1) {
             None => self.read_clients(ctx),
             Some(id) => self.read_upstream(ctx, EndpointId(id)),
@@ -299,7 +371,13 @@ impl Component for ProxyComponent {
         self.settle(ctx);
     }
 
-    fn on_timer(&mut self, ctx: &mut Ctx<'_>, timer: TimerId, _: u32) {
+    fn on_timer(&mut self, ctx: &mut Ctx<'_>, timer: TimerId, key: u32) {
+        #[cfg(feature = "dtls")]
+        if let (DTLS_KEY, Some(listener)) = (key, &mut self.dtls) {
+            listener.on_timer(ctx.now(), timer, &mut self.engine);
+            return self.settle(ctx);
+        }
+        let _ = key;
         self.timer.fired(timer);
         self.engine.handle_timeout(ctx.now());
         self.settle(ctx);
@@ -319,6 +397,10 @@ impl MetricsSource for ProxyComponent {
     fn write_metrics(&self, out: &mut MetricsWriter) {
         write_proxy_metrics(&self.engine.counters(), self.send_drops, out);
         write_upstream_metrics(&self.engine.upstream_stats(self.last_now), out);
+        #[cfg(feature = "dtls")]
+        if let Some(listener) = &self.dtls {
+            listener.write_metrics(out);
+        }
         #[cfg(feature = "cache")]
         write_cache_metrics(&self.engine, out);
         self.engine.retransmit_lateness().write(

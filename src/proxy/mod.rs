@@ -49,6 +49,8 @@ mod config;
 mod counters;
 mod deliveries;
 mod driver;
+#[cfg(feature = "dtls")]
+mod dtls_listener;
 mod endpoints;
 mod engine;
 mod events;
@@ -89,7 +91,7 @@ pub use config::{
 pub use counters::{
     Counters, KeptAnswers, Load, ObserveCounters, OwnAnswers, Proof, Refusals, Strays, Traffic,
 };
-pub use driver::{ProxyComponent, FIRST_FOREIGN_KEY};
+pub use driver::{Listeners, ProxyComponent, FIRST_FOREIGN_KEY};
 pub use endpoints::{EndpointEvent, EndpointId, UpstreamId};
 pub use engine::{Destination, Proxy, Transmit, UpstreamStats};
 pub use events::{ObserverLoss, ProxyEvent, Source};

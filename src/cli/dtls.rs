@@ -1,0 +1,230 @@
+//! The coaps listener's flags (RFC 7252 §9), shared by `backoffd proxy` and `serve`'s
+//! `[proxy]` sections: `--listen-dtls` turns it on, the others give its keys and bounds. A
+//! build without the `dtls` feature knows the flags and refuses them with a clear error.
+//!
+//! Key and certificate files are read here, at parse time, so that `--check-config` finds a
+//! missing or unreadable file before anything is bound.
+
+use std::net::SocketAddr;
+#[cfg(feature = "dtls")]
+use std::time::Duration;
+
+use super::flags::{value, Flags, Spec, UsageError};
+#[cfg(feature = "dtls")]
+use super::flags::DurationArg;
+#[cfg(feature = "dtls")]
+use backoffd::dtls::{CertifiedKey, Credentials, DtlsServerConfig, SessionLimits};
+
+/// A coaps listener: where, and with which keys.
+#[cfg(feature = "dtls")]
+#[derive(Clone, Debug)]
+pub struct DtlsPart {
+    /// `--listen-dtls`.
+    pub addr: SocketAddr,
+    /// Keys, certificates and bounds.
+    pub config: DtlsServerConfig,
+}
+
+/// Built without the `dtls` feature, there is no coaps listener: no value of this type exists.
+#[cfg(not(feature = "dtls"))]
+#[derive(Clone, Debug)]
+pub enum DtlsPart {}
+
+/// The flags.
+pub const SPEC: &[Spec] = &[
+    value("listen-dtls"),
+    value("psk-identity"),
+    value("psk-key-file"),
+    value("dtls-cert"),
+    value("dtls-key"),
+    value("dtls-client-ca"),
+    value("dtls-max-sessions"),
+    value("dtls-max-sessions-per-source"),
+    value("dtls-handshake-timeout"),
+    value("dtls-idle-timeout"),
+];
+
+/// Where the listener is.
+pub fn listen_addr(part: &DtlsPart) -> SocketAddr {
+    #[cfg(feature = "dtls")]
+    return part.addr;
+    #[cfg(not(feature = "dtls"))]
+    match *part {}
+}
+
+/// One line for `--check-config`: where, and what it takes.
+pub fn describe(part: &DtlsPart) -> String {
+    #[cfg(feature = "dtls")]
+    {
+        let c = &part.config.credentials;
+        let mut takes = Vec::new();
+        if !c.psk.is_empty() {
+            takes.push(format!("{} PSK identities", c.psk.len()));
+        }
+        if c.certificate.is_some() {
+            takes.push("a certificate".to_string());
+        }
+        if !c.client_cas.is_empty() {
+            takes.push("client certificates required".to_string());
+        }
+        let l = &part.config.limits;
+        format!(
+            "  coaps on {}: {}; up to {} sessions, {} per source; handshake {:?}, idle {:?}\n",
+            part.addr,
+            takes.join(", "),
+            l.max_sessions,
+            l.max_sessions_per_source,
+            l.handshake_timeout,
+            l.idle_timeout
+        )
+    }
+    #[cfg(not(feature = "dtls"))]
+    match *part {}
+}
+
+/// Built without the `dtls` feature: any coaps flag is an error.
+#[cfg(not(feature = "dtls"))]
+pub fn from_flags(flags: &Flags) -> Result<Option<DtlsPart>, UsageError> {
+    match SPEC.iter().find(|s| flags.has(s.name)) {
+        Some(s) => Err(UsageError(format!(
+            "--{}: this backoffd was built without coaps (cargo feature `dtls`)",
+            s.name
+        ))),
+        None => Ok(None),
+    }
+}
+
+/// The listener `--listen-dtls` asks for, with its keys read.
+#[cfg(feature = "dtls")]
+pub fn from_flags(flags: &Flags) -> Result<Option<DtlsPart>, UsageError> {
+    let Some(addr) = super::addr_flag(flags, "listen-dtls")? else {
+        return match SPEC[1..].iter().find(|s| flags.has(s.name)) {
+            Some(s) => Err(UsageError(format!("--{}: needs --listen-dtls", s.name))),
+            None => Ok(None),
+        };
+    };
+    let credentials = Credentials {
+        psk: psk_table(flags)?,
+        certificate: certificate(flags)?,
+        client_cas: match flags.get::<String>("dtls-client-ca")? {
+            Some(path) => certificates("dtls-client-ca", &path)?,
+            None => Vec::new(),
+        },
+    };
+    if credentials.psk.is_empty() && credentials.certificate.is_none() {
+        return Err(UsageError(
+            "--listen-dtls: needs keys: --psk-identity with --psk-key-file, or --dtls-cert with --dtls-key".into(),
+        ));
+    }
+    if !credentials.client_cas.is_empty() && credentials.certificate.is_none() {
+        return Err(UsageError(
+            "--dtls-client-ca: needs --dtls-cert and --dtls-key (client certificates go with a server certificate)".into(),
+        ));
+    }
+    let config = DtlsServerConfig {
+        credentials,
+        limits: limits(flags)?,
+    };
+    backoffd::dtls::config::check(&config.credentials).map_err(|e| UsageError(format!("--listen-dtls: {e}")))?;
+    Ok(Some(DtlsPart { addr, config }))
+}
+
+/// `--psk-identity` and `--psk-key-file`, paired in order (both repeat).
+#[cfg(feature = "dtls")]
+fn psk_table(flags: &Flags) -> Result<backoffd::dtls::PskTable, UsageError> {
+    let identities = flags.get_all::<String>("psk-identity")?;
+    let files = flags.get_all::<String>("psk-key-file")?;
+    if identities.len() != files.len() {
+        return Err(UsageError(format!(
+            "--psk-identity: {} identities but {} --psk-key-file (give one key file per identity)",
+            identities.len(),
+            files.len()
+        )));
+    }
+    let mut table = backoffd::dtls::PskTable::new();
+    for (identity, file) in identities.into_iter().zip(files) {
+        let key = std::fs::read(&file)
+            .map_err(|e| UsageError(format!("--psk-key-file: cannot read {file}: {e}")))?;
+        if key.is_empty() || key.len() > 64 {
+            return Err(UsageError(format!(
+                "--psk-key-file: {file} holds {} bytes (the raw key: 1 to 64 bytes)",
+                key.len()
+            )));
+        }
+        if identity.is_empty() || identity.len() > 128 {
+            return Err(UsageError("--psk-identity: 1 to 128 bytes".into()));
+        }
+        if table.insert(identity.clone().into_bytes(), key).is_some() {
+            return Err(UsageError(format!("--psk-identity: {identity:?} given twice")));
+        }
+    }
+    Ok(table)
+}
+
+/// `--dtls-cert` and `--dtls-key`, both or neither.
+#[cfg(feature = "dtls")]
+fn certificate(flags: &Flags) -> Result<Option<CertifiedKey>, UsageError> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::PrivateKeyDer;
+    let (cert, key) = (flags.get::<String>("dtls-cert")?, flags.get::<String>("dtls-key")?);
+    let (cert, key) = match (cert, key) {
+        (None, None) => return Ok(None),
+        (Some(c), Some(k)) => (c, k),
+        (Some(_), None) => return Err(UsageError("--dtls-cert: needs --dtls-key".into())),
+        (None, Some(_)) => return Err(UsageError("--dtls-key: needs --dtls-cert".into())),
+    };
+    let chain = certificates("dtls-cert", &cert)?;
+    let pem = read("dtls-key", &key)?;
+    let key_pkcs8 = match PrivateKeyDer::from_pem_slice(&pem) {
+        Ok(PrivateKeyDer::Pkcs8(k)) => k.secret_pkcs8_der().to_vec(),
+        Ok(_) => {
+            return Err(UsageError(format!(
+                "--dtls-key: {key} is not PKCS#8 (BEGIN PRIVATE KEY); convert it with openssl pkcs8 -topk8 -nocrypt"
+            )))
+        }
+        Err(e) => return Err(UsageError(format!("--dtls-key: {key}: {e}"))),
+    };
+    Ok(Some(CertifiedKey { chain, key_pkcs8 }))
+}
+
+/// The certificates of a PEM file, at least one.
+#[cfg(feature = "dtls")]
+fn certificates(
+    flag: &str,
+    path: &str,
+) -> Result<Vec<rustls::pki_types::CertificateDer<'static>>, UsageError> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::CertificateDer;
+    let pem = read(flag, path)?;
+    let certs = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| UsageError(format!("--{flag}: {path}: {e}")))?;
+    if certs.is_empty() {
+        return Err(UsageError(format!("--{flag}: {path} holds no certificate")));
+    }
+    Ok(certs)
+}
+
+#[cfg(feature = "dtls")]
+fn read(flag: &str, path: &str) -> Result<Vec<u8>, UsageError> {
+    std::fs::read(path).map_err(|e| UsageError(format!("--{flag}: cannot read {path}: {e}")))
+}
+
+#[cfg(feature = "dtls")]
+fn limits(flags: &Flags) -> Result<SessionLimits, UsageError> {
+    let d = SessionLimits::default();
+    let positive = |name: &str, default: usize| match flags.get_or(name, default)? {
+        0 => Err(UsageError(format!("--{name}: must be at least 1"))),
+        n => Ok(n),
+    };
+    let duration = |name: &str, default: Duration| match flags.get_or(name, DurationArg(default))?.0 {
+        t if t.is_zero() => Err(UsageError(format!("--{name}: must be more than 0"))),
+        t => Ok(t),
+    };
+    Ok(SessionLimits {
+        max_sessions: positive("dtls-max-sessions", d.max_sessions)?,
+        max_sessions_per_source: positive("dtls-max-sessions-per-source", d.max_sessions_per_source)?,
+        handshake_timeout: duration("dtls-handshake-timeout", d.handshake_timeout)?,
+        idle_timeout: duration("dtls-idle-timeout", d.idle_timeout)?,
+    })
+}

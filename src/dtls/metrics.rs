@@ -1,0 +1,69 @@
+//! A coaps listener's families in the metrics exposition, under `backoffd_dtls_*`.
+
+use super::DtlsCounters;
+use crate::metrics::MetricsWriter;
+
+/// Writes the listener's counters; `sessions` is (all, handshaking), `send_drops` the
+/// datagrams its socket could not send.
+pub fn write_dtls_metrics(
+    c: &DtlsCounters,
+    sessions: (usize, usize),
+    send_drops: u64,
+    out: &mut MetricsWriter,
+) {
+    out.labelled_gauge(
+        "backoffd_dtls_sessions",
+        "DTLS sessions held now, by phase.",
+        "phase",
+        &[
+            ("handshaking", sessions.1 as f64),
+            ("established", (sessions.0 - sessions.1) as f64),
+        ],
+    );
+    let h = &c.handshakes;
+    out.labelled_counter(
+        "backoffd_dtls_handshakes_total",
+        "ClientHellos by outcome: verify (a stateless HelloVerifyRequest, RFC 6347 §4.2.1), \
+         started (a valid cookie), completed, failed, timed_out, refused (session caps).",
+        "outcome",
+        &[
+            ("verify", h.verify_requests),
+            ("started", h.started),
+            ("completed", h.completed),
+            ("failed", h.failed),
+            ("timed_out", h.timed_out),
+            ("refused", h.refused),
+        ],
+    );
+    let d = &c.drops;
+    out.labelled_counter(
+        "backoffd_dtls_dropped_total",
+        "Datagrams and records dropped, by reason.",
+        "reason",
+        &[
+            ("no_session", d.no_session),
+            ("malformed_hello", d.malformed_hello),
+            ("fragmented_hello", d.fragmented_hello),
+            ("rejected_record", d.rejected_records),
+            ("ended_session", d.ended_session),
+            ("send_failed", send_drops),
+        ],
+    );
+    let e = &c.endings;
+    out.labelled_counter(
+        "backoffd_dtls_sessions_ended_total",
+        "Established sessions ended, by reason.",
+        "reason",
+        &[("closed", e.closed), ("idle", e.idle), ("replaced", e.replaced)],
+    );
+    out.counter(
+        "backoffd_dtls_datagrams_in_total",
+        "CoAP datagrams decrypted and handed to the proxy.",
+        c.datagrams_in,
+    );
+    out.counter(
+        "backoffd_dtls_datagrams_out_total",
+        "CoAP datagrams encrypted and sent.",
+        c.datagrams_out,
+    );
+}
