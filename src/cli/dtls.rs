@@ -9,9 +9,9 @@ use std::net::SocketAddr;
 #[cfg(feature = "dtls")]
 use std::time::Duration;
 
-use super::flags::{value, Flags, Spec, UsageError};
 #[cfg(feature = "dtls")]
 use super::flags::DurationArg;
+use super::flags::{value, Flags, Spec, UsageError};
 #[cfg(feature = "dtls")]
 use backoffd::dtls::{CertifiedKey, Credentials, DtlsServerConfig, SessionLimits};
 
@@ -125,7 +125,8 @@ pub fn from_flags(flags: &Flags) -> Result<Option<DtlsPart>, UsageError> {
         credentials,
         limits: limits(flags)?,
     };
-    backoffd::dtls::config::check(&config.credentials).map_err(|e| UsageError(format!("--listen-dtls: {e}")))?;
+    backoffd::dtls::config::check(&config.credentials)
+        .map_err(|e| UsageError(format!("--listen-dtls: {e}")))?;
     Ok(Some(DtlsPart { addr, config }))
 }
 
@@ -155,7 +156,9 @@ fn psk_table(flags: &Flags) -> Result<backoffd::dtls::PskTable, UsageError> {
             return Err(UsageError("--psk-identity: 1 to 128 bytes".into()));
         }
         if table.insert(identity.clone().into_bytes(), key).is_some() {
-            return Err(UsageError(format!("--psk-identity: {identity:?} given twice")));
+            return Err(UsageError(format!(
+                "--psk-identity: {identity:?} given twice"
+            )));
         }
     }
     Ok(table)
@@ -166,7 +169,10 @@ fn psk_table(flags: &Flags) -> Result<backoffd::dtls::PskTable, UsageError> {
 fn certificate(flags: &Flags) -> Result<Option<CertifiedKey>, UsageError> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::PrivateKeyDer;
-    let (cert, key) = (flags.get::<String>("dtls-cert")?, flags.get::<String>("dtls-key")?);
+    let (cert, key) = (
+        flags.get::<String>("dtls-cert")?,
+        flags.get::<String>("dtls-key")?,
+    );
     let (cert, key) = match (cert, key) {
         (None, None) => return Ok(None),
         (Some(c), Some(k)) => (c, k),
@@ -217,13 +223,17 @@ fn limits(flags: &Flags) -> Result<SessionLimits, UsageError> {
         0 => Err(UsageError(format!("--{name}: must be at least 1"))),
         n => Ok(n),
     };
-    let duration = |name: &str, default: Duration| match flags.get_or(name, DurationArg(default))?.0 {
+    let duration = |name: &str, default: Duration| match flags.get_or(name, DurationArg(default))?.0
+    {
         t if t.is_zero() => Err(UsageError(format!("--{name}: must be more than 0"))),
         t => Ok(t),
     };
     Ok(SessionLimits {
         max_sessions: positive("dtls-max-sessions", d.max_sessions)?,
-        max_sessions_per_source: positive("dtls-max-sessions-per-source", d.max_sessions_per_source)?,
+        max_sessions_per_source: positive(
+            "dtls-max-sessions-per-source",
+            d.max_sessions_per_source,
+        )?,
         handshake_timeout: duration("dtls-handshake-timeout", d.handshake_timeout)?,
         idle_timeout: duration("dtls-idle-timeout", d.idle_timeout)?,
     })

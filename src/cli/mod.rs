@@ -3,8 +3,8 @@
 pub mod config_file;
 #[cfg(feature = "demo")]
 mod demo;
-pub mod flags;
 mod dtls;
+pub mod flags;
 mod http;
 mod proxy;
 pub mod reconnect_client;
@@ -249,13 +249,13 @@ fn proxy_part(
         let at: Vec<String> = listen.iter().map(|a| a.to_string()).collect();
         format!("cannot bind {}: {e}", at.join(" and coaps "))
     })?;
-    let mut line = String::from("CoAP proxy listening");
-    if let Some(plain) = listen.and(proxy.local_addr().ok()) {
-        line += &format!(" on {plain}");
-    }
-    if let Some(secure) = proxy.dtls_addr() {
-        line += &format!(" on coaps://{secure}");
-    }
+    let plain = listen.and(proxy.local_addr().ok());
+    let line = match (plain, proxy.dtls_addr()) {
+        (Some(p), None) => format!("CoAP proxy listening on {p}"),
+        (Some(p), Some(s)) => format!("CoAP proxy listening on {p} and coaps listening on {s}"),
+        (None, Some(s)) => format!("CoAP proxy coaps listening on {s}"),
+        (None, None) => "CoAP proxy listening nowhere".into(),
+    };
     let part = match http {
         None => reported(proxy, sources),
         #[cfg(feature = "http")]

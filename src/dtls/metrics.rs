@@ -54,7 +54,11 @@ pub fn write_dtls_metrics(
         "backoffd_dtls_sessions_ended_total",
         "Established sessions ended, by reason.",
         "reason",
-        &[("closed", e.closed), ("idle", e.idle), ("replaced", e.replaced)],
+        &[
+            ("closed", e.closed),
+            ("idle", e.idle),
+            ("replaced", e.replaced),
+        ],
     );
     out.counter(
         "backoffd_dtls_datagrams_in_total",

@@ -29,11 +29,11 @@ use std::os::fd::{AsRawFd, RawFd};
 
 use mio::net::UdpSocket;
 
+#[cfg(feature = "dtls")]
+use super::dtls_listener::{DtlsListener, DTLS_KEY};
 #[cfg(feature = "cache")]
 use super::metrics::write_cache_metrics;
 use super::metrics::{write_proxy_metrics, write_upstream_metrics};
-#[cfg(feature = "dtls")]
-use super::dtls_listener::{DtlsListener, DTLS_KEY};
 use super::report::Report;
 use super::{Destination, EndpointEvent, EndpointId, LocalClient, Peer, Proxy, ProxyConfig, Seeds};
 use crate::metrics::{MetricsSource, MetricsWriter};
@@ -93,13 +93,21 @@ pub struct Listeners {
     pub dtls: Option<(SocketAddr, crate::dtls::DtlsServerConfig)>,
 }
 
+impl Listeners {
+    /// Plain CoAP at `addr` alone.
+    pub fn plain(addr: SocketAddr) -> Self {
+        Listeners {
+            plain: Some(addr),
+            #[cfg(feature = "dtls")]
+            dtls: None,
+        }
+    }
+}
+
 impl ProxyComponent {
     /// Binds the client-facing socket; the upstream sockets open when the component starts.
     pub fn bind(listen: SocketAddr, config: ProxyConfig) -> io::Result<Self> {
-        let listeners = Listeners {
-            plain: Some(listen),
-            ..Listeners::default()
-        };
+        let listeners = Listeners::plain(listen);
         Self::bind_listeners(&listeners, config)
     }
 

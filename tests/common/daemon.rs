@@ -51,8 +51,10 @@ pub fn spawn_with_fd_limit(args: &[&str], log_level: &str, limit: u64) -> Proc {
 /// A running `backoffd proxy` and the addresses it logged.
 pub struct Proxy {
     pub proc: Proc,
-    /// The CoAP listener (`--listen`).
+    /// The CoAP listener (`--listen`), or the coaps one when that is the only one.
     pub coap: SocketAddr,
+    /// The coaps listener (`--listen-dtls`), when given.
+    pub coaps: Option<SocketAddr>,
     /// The HTTP cross-proxy's listener, when `--http-listen` was given.
     pub http: Option<SocketAddr>,
     /// The metrics endpoint, when `--metrics` was given.
@@ -61,7 +63,8 @@ pub struct Proxy {
 
 /// Starts `backoffd proxy <args>` logging at `log_level` and waits until it logged each
 /// listener its flags ask for, in the order it binds them: the HTTP cross-proxy
-/// (`--http-listen`), the CoAP proxy (always), the metrics endpoint (`--metrics`). Later
+/// (`--http-listen`), the CoAP proxy and its coaps listener (always one line), the metrics
+/// endpoint (`--metrics`). Later
 /// [`Proc::wait_log`] calls see only the lines after those.
 pub fn proxy(log_level: &str, args: &[&str]) -> Proxy {
     let mut argv = vec!["proxy"];
@@ -69,11 +72,20 @@ pub fn proxy(log_level: &str, args: &[&str]) -> Proxy {
     let mut proc = spawn(&argv, log_level);
     let has = |flag: &str| args.contains(&flag);
     let http = has("--http-listen").then(|| proc.wait_addr("HTTP cross-proxy listening on "));
-    let coap = proc.wait_addr("CoAP proxy listening on ");
+    let line = proc.wait_log("CoAP proxy ", std::time::Duration::from_secs(15));
+    let after = |marker: &str| {
+        let rest = line.split(marker).nth(1)?;
+        rest.split_whitespace().next()?.parse::<SocketAddr>().ok()
+    };
+    let coaps = after("coaps listening on ");
+    let coap = after("CoAP proxy listening on ")
+        .or(coaps)
+        .unwrap_or_else(|| panic!("no listener address in {line:?}"));
     let metrics = has("--metrics").then(|| proc.wait_addr("metrics listening on "));
     Proxy {
         proc,
         coap,
+        coaps,
         http,
         metrics,
     }

@@ -3,7 +3,9 @@
 #   - aiocoap (PyPI, pinned) with its `oscore` extra (cbor2, cryptography, filelock, ge25519,
 #     lakers-python, cbor-diag: tests/oscore_interop.rs's OSCORE client and server) in a
 #     virtualenv under the repo's target/ directory;
-#   - Debian's libcoap3-bin (coap-client-notls, coap-server-notls);
+#   - Debian's libcoap3-bin (coap-client-notls, coap-server-notls, and the DTLS builds on
+#     OpenSSL and GnuTLS that tests/coaps_interop.rs runs: coap-client-openssl,
+#     coap-client-gnutls, coap-server-openssl, coap-server-gnutls);
 #   - curl, the HTTP cross-proxy tests' client (tests/http_cross_proxy.rs).
 # Idempotent and quick when both are already there. Never skips: if a peer cannot be
 # installed, it says why and exits non-zero, and the interop tests fail.
@@ -36,9 +38,13 @@ if ! command -v curl >/dev/null; then
 fi
 
 # --- libcoap3-bin --------------------------------------------------------------------------
-if ! command -v coap-client-notls >/dev/null || ! command -v coap-server-notls >/dev/null; then
+LIBCOAP_TOOLS="coap-client-notls coap-server-notls coap-client-openssl coap-client-gnutls coap-server-openssl coap-server-gnutls"
+libcoap_ok() {
+    for tool in $LIBCOAP_TOOLS; do command -v "$tool" >/dev/null || return 1; done
+}
+if ! libcoap_ok; then
     if [ "$(id -u)" != 0 ]; then
-        die "coap-client-notls/coap-server-notls missing and not root: run 'apt-get install libcoap3-bin' as root"
+        die "libcoap's tools ($LIBCOAP_TOOLS) missing and not root: run 'apt-get install libcoap3-bin' as root"
     fi
     echo "interop setup: installing libcoap3-bin" >&2
     export DEBIAN_FRONTEND=noninteractive
@@ -46,10 +52,7 @@ if ! command -v coap-client-notls >/dev/null || ! command -v coap-server-notls >
     apt-get -o DPkg::Lock::Timeout=300 update -q >&2 || die "apt-get update failed"
     apt-get -o DPkg::Lock::Timeout=300 install -y -q --no-install-recommends libcoap3-bin >&2 \
         || die "apt-get install libcoap3-bin failed"
-    command -v coap-client-notls >/dev/null \
-        || die "libcoap3-bin installed but coap-client-notls is not on PATH"
-    command -v coap-server-notls >/dev/null \
-        || die "libcoap3-bin installed but coap-server-notls is not on PATH"
+    libcoap_ok || die "libcoap3-bin installed but one of $LIBCOAP_TOOLS is not on PATH"
 fi
 
 # --- aiocoap in a venv ---------------------------------------------------------------------
