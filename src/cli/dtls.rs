@@ -144,12 +144,10 @@ fn psk_table(flags: &Flags) -> Result<backoffd::dtls::PskTable, UsageError> {
     }
     let mut table = backoffd::dtls::PskTable::new();
     for (identity, file) in identities.into_iter().zip(files) {
-        let key = std::fs::read(&file)
-            .map_err(|e| UsageError(format!("--psk-key-file: cannot read {file}: {e}")))?;
-        if key.is_empty() || key.len() > 64 {
+        let key = read("psk-key-file", &file, 64)?;
+        if key.is_empty() {
             return Err(UsageError(format!(
-                "--psk-key-file: {file} holds {} bytes (the raw key: 1 to 64 bytes)",
-                key.len()
+                "--psk-key-file: {file} is empty (it holds the raw key: 1 to 64 bytes)"
             )));
         }
         if identity.is_empty() || identity.len() > 128 {
@@ -180,7 +178,7 @@ fn certificate(flags: &Flags) -> Result<Option<CertifiedKey>, UsageError> {
         (None, Some(_)) => return Err(UsageError("--dtls-key: needs --dtls-cert".into())),
     };
     let chain = certificates("dtls-cert", &cert)?;
-    let pem = read("dtls-key", &key)?;
+    let pem = read("dtls-key", &key, MAX_PEM)?;
     let key_pkcs8 = match PrivateKeyDer::from_pem_slice(&pem) {
         Ok(PrivateKeyDer::Pkcs8(k)) => k.secret_pkcs8_der().to_vec(),
         Ok(_) => {
@@ -201,7 +199,7 @@ fn certificates(
 ) -> Result<Vec<rustls::pki_types::CertificateDer<'static>>, UsageError> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::CertificateDer;
-    let pem = read(flag, path)?;
+    let pem = read(flag, path, MAX_PEM)?;
     let certs = CertificateDer::pem_slice_iter(&pem)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| UsageError(format!("--{flag}: {path}: {e}")))?;
@@ -211,9 +209,32 @@ fn certificates(
     Ok(certs)
 }
 
+/// The longest certificate or key file read: a chain of a few certificates is a few KiB.
 #[cfg(feature = "dtls")]
-fn read(flag: &str, path: &str) -> Result<Vec<u8>, UsageError> {
-    std::fs::read(path).map_err(|e| UsageError(format!("--{flag}: cannot read {path}: {e}")))
+const MAX_PEM: u64 = 1 << 20;
+
+/// A regular file's bytes, refused past `max` (not a device or a pipe, which could block
+/// or never end). The fuzzed command line reads nothing.
+#[cfg(feature = "dtls")]
+fn read(flag: &str, path: &str, max: u64) -> Result<Vec<u8>, UsageError> {
+    use std::io::Read;
+    let fail = |why: String| UsageError(format!("--{flag}: cannot read {path}: {why}"));
+    if cfg!(fuzzing) {
+        return Err(fail("files are not read while fuzzing".into()));
+    }
+    let file = std::fs::File::open(path).map_err(|e| fail(e.to_string()))?;
+    let meta = file.metadata().map_err(|e| fail(e.to_string()))?;
+    if !meta.is_file() {
+        return Err(fail("not a regular file".into()));
+    }
+    if meta.len() > max {
+        return Err(fail(format!("{} bytes, more than {max}", meta.len())));
+    }
+    let mut bytes = Vec::new();
+    file.take(max + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| fail(e.to_string()))?;
+    Ok(bytes)
 }
 
 #[cfg(feature = "dtls")]

@@ -35,6 +35,34 @@ fn psk_server(limits: SessionLimits) -> DtlsServer {
     .unwrap()
 }
 
+fn certificate_server() -> DtlsServer {
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+    let credentials = Credentials {
+        certificate: Some(CertifiedKey {
+            chain: vec![cert.cert.der().clone()],
+            key_pkcs8: cert.key_pair.serialize_der(),
+        }),
+        ..Credentials::default()
+    };
+    let config = DtlsServerConfig {
+        credentials,
+        limits: SessionLimits::default(),
+    };
+    let clock = (Instant::now(), Timestamp::from_nanos(1_000_000_000));
+    DtlsServer::new(SERVER.parse().unwrap(), &config, 8, default_provider().unwrap(), clock).unwrap()
+}
+
+fn certificate_client(port: u16, suite: CipherSuiteId) -> Client {
+    let config = ConfigBuilder::default()
+        .with_insecure_skip_verify(true)
+        .with_cipher_suites(vec![suite])
+        .with_extended_master_secret(ExtendedMasterSecretType::Require)
+        .with_crypto_provider(default_provider().unwrap())
+        .build(true, None)
+        .unwrap();
+    connect(port, config)
+}
+
 struct Client {
     addr: SocketAddr,
     endpoint: Endpoint,
@@ -50,6 +78,10 @@ fn psk_client(port: u16, key: &'static [u8], suite: CipherSuiteId) -> Client {
         .with_crypto_provider(default_provider().unwrap())
         .build(true, None)
         .unwrap();
+    connect(port, config)
+}
+
+fn connect(port: u16, config: rtc_dtls::config::HandshakeConfig) -> Client {
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let mut endpoint = Endpoint::new(addr, rtc_shared::TransportProtocol::UDP, None);
     endpoint
@@ -225,4 +257,19 @@ fn the_caps_refuse_sessions_and_a_silent_handshake_times_out() {
     server.handle_timeout(later);
     assert_eq!(server.session_counts(), (0, 0));
     assert_eq!(server.counters().endings.idle, 1);
+}
+
+#[test]
+fn a_certificate_client_offering_only_ecdhe_ecdsa_ccm8_gets_it() {
+    let mut server = certificate_server();
+    let now = Timestamp::from_nanos(2_000_000_000);
+    for (port, suite, id) in [
+        (40011, CipherSuiteId::Tls_Ecdhe_Ecdsa_With_Aes_128_Ccm_8, 0xc0ae),
+        (40012, CipherSuiteId::Tls_Ecdhe_Ecdsa_With_Aes_128_Gcm_Sha256, 0xc02b),
+    ] {
+        let mut client = certificate_client(port, suite);
+        let sent = exchange(&mut server, &mut client, now);
+        assert_eq!(client.events, ["complete"], "{suite}");
+        assert_eq!(chosen_suite(&sent), Some(id));
+    }
 }
