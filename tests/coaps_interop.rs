@@ -14,6 +14,7 @@
 //! | certificates_are_verified_by_the_client (one per stack)| openssl, gnutls  |
 //! | a_client_certificate_is_required_with_dtls_client_ca  | openssl          |
 //! | coaps_alone_opens_no_plain_port                        | notls, openssl   |
+//! | a_flood_of_client_hellos_is_answered_statelessly_...   | rtc-dtls hellos, openssl |
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -27,6 +28,8 @@ mod peers;
 mod cases;
 #[path = "coaps_interop/certs.rs"]
 mod certs;
+#[path = "coaps_interop/flood.rs"]
+mod flood;
 
 use peers::*;
 

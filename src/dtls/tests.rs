@@ -49,7 +49,14 @@ fn certificate_server() -> DtlsServer {
         limits: SessionLimits::default(),
     };
     let clock = (Instant::now(), Timestamp::from_nanos(1_000_000_000));
-    DtlsServer::new(SERVER.parse().unwrap(), &config, 8, default_provider().unwrap(), clock).unwrap()
+    DtlsServer::new(
+        SERVER.parse().unwrap(),
+        &config,
+        8,
+        default_provider().unwrap(),
+        clock,
+    )
+    .unwrap()
 }
 
 fn certificate_client(port: u16, suite: CipherSuiteId) -> Client {
@@ -264,8 +271,16 @@ fn a_certificate_client_offering_only_ecdhe_ecdsa_ccm8_gets_it() {
     let mut server = certificate_server();
     let now = Timestamp::from_nanos(2_000_000_000);
     for (port, suite, id) in [
-        (40011, CipherSuiteId::Tls_Ecdhe_Ecdsa_With_Aes_128_Ccm_8, 0xc0ae),
-        (40012, CipherSuiteId::Tls_Ecdhe_Ecdsa_With_Aes_128_Gcm_Sha256, 0xc02b),
+        (
+            40011,
+            CipherSuiteId::Tls_Ecdhe_Ecdsa_With_Aes_128_Ccm_8,
+            0xc0ae,
+        ),
+        (
+            40012,
+            CipherSuiteId::Tls_Ecdhe_Ecdsa_With_Aes_128_Gcm_Sha256,
+            0xc02b,
+        ),
     ] {
         let mut client = certificate_client(port, suite);
         let sent = exchange(&mut server, &mut client, now);

@@ -234,3 +234,40 @@ fn coaps_alone_opens_no_plain_port() {
     p.wait_exit(T20);
     assert_eq!(text(&plain), "");
 }
+
+/// A flood of 2,000 ClientHellos from 2,000 source ports (issue 28): each gets a
+/// HelloVerifyRequest and leaves no state (RSS grows less than 10 MiB), and a legitimate
+/// client right after completes its handshake and gets its answer. How fast, side by side
+/// with libcoap's own server, is `cargo bench --bench coaps` (docs/benchmarks.md).
+#[test]
+fn a_flood_of_client_hellos_is_answered_statelessly_and_a_client_is_served_after_it() {
+    let dir = scratch("coaps-flood");
+    let (_origin, port) = aiocoap_server();
+    let (proxy, coaps) = coaps_proxy(port, &proxy_psk(&dir));
+    let before = proxy.proc.status_kib("VmRSS");
+    let flood = flood::client_hellos(coaps, 2000);
+    assert_eq!(flood.verify_requests, 2000, "{flood:?}");
+    let grown = proxy.proc.status_kib("VmRSS").saturating_sub(before);
+    assert!(grown < 10 << 10, "RSS grew {grown} KiB under the flood");
+    eprintln!("flood: {flood:?}, RSS +{grown} KiB");
+
+    let out = dir.join("after.txt");
+    let mut args = psk(KEY);
+    args.extend(
+        [
+            "-B",
+            "5",
+            "-o",
+            out.to_str().unwrap(),
+            &format!("coaps://{coaps}/hello"),
+        ]
+        .map(String::from),
+    );
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    coaps_client(Stack::Openssl, &argv, T20);
+    assert!(
+        text(&out).contains("hello"),
+        "after the flood: {:?}",
+        text(&out)
+    );
+}

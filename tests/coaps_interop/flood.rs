@@ -1,0 +1,86 @@
+//! A ClientHello flood from many source ports, shared by tests/coaps_interop.rs and the
+//! coaps benchmark: a real first ClientHello (rtc-dtls's client, PSK suites, EMS and the
+//! renegotiation marker) sent once from each of `n` fresh sockets, and the answers counted.
+
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rtc_dtls::cipher_suite::CipherSuiteId;
+use rtc_dtls::config::ConfigBuilder;
+use rtc_dtls::crypto_provider::default_provider;
+use rtc_dtls::endpoint::Endpoint;
+
+/// What a flood saw.
+#[derive(Debug, Clone, Copy)]
+pub struct Flood {
+    /// ClientHellos sent.
+    pub sent: usize,
+    /// HelloVerifyRequests received (one per source at most).
+    pub verify_requests: usize,
+    /// Other answers (a ServerHello would mean state before the cookie).
+    pub other_answers: usize,
+    /// From the first send to the last.
+    pub send_time: Duration,
+    /// Bytes sent and received.
+    pub bytes_in: usize,
+    pub bytes_out: usize,
+}
+
+/// A first ClientHello as rtc-dtls's client sends it.
+pub fn first_hello() -> Vec<u8> {
+    let config = ConfigBuilder::default()
+        .with_psk(Some(Arc::new(|_: &[u8]| Ok(b"secretkey".to_vec()))))
+        .with_psk_identity_hint(Some(b"client1".to_vec()))
+        .with_cipher_suites(vec![CipherSuiteId::Tls_Psk_With_Aes_128_Ccm_8])
+        .with_crypto_provider(default_provider().unwrap())
+        .build(true, None)
+        .unwrap();
+    let local: SocketAddr = "127.0.0.1:9".parse().unwrap();
+    let mut client = Endpoint::new(local, rtc_shared::TransportProtocol::UDP, None);
+    let server: SocketAddr = "127.0.0.1:5684".parse().unwrap();
+    client
+        .connect(Instant::now(), server, Arc::new(config), None)
+        .unwrap();
+    client.poll_transmit().unwrap().message.to_vec()
+}
+
+/// Sends one ClientHello from each of `n` new sockets (in batches that fit the descriptor
+/// limit), then reads each socket's answer.
+pub fn client_hellos(target: SocketAddr, n: usize) -> Flood {
+    let hello = first_hello();
+    let mut flood = Flood {
+        sent: 0,
+        verify_requests: 0,
+        other_answers: 0,
+        send_time: Duration::ZERO,
+        bytes_in: 0,
+        bytes_out: 0,
+    };
+    let start = Instant::now();
+    let mut buf = [0u8; 2048];
+    for batch in (0..n).collect::<Vec<_>>().chunks(250) {
+        let sockets: Vec<UdpSocket> = batch
+            .iter()
+            .map(|_| UdpSocket::bind("127.0.0.1:0").unwrap())
+            .collect();
+        for s in &sockets {
+            s.send_to(&hello, target).unwrap();
+            flood.sent += 1;
+            flood.bytes_out += hello.len();
+        }
+        flood.send_time = start.elapsed();
+        for s in &sockets {
+            s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+            if let Ok(len) = s.recv(&mut buf) {
+                flood.bytes_in += len;
+                // A HelloVerifyRequest: a handshake record whose message is type 3.
+                match (buf[0], buf.get(13)) {
+                    (22, Some(3)) => flood.verify_requests += 1,
+                    _ => flood.other_answers += 1,
+                }
+            }
+        }
+    }
+    flood
+}
