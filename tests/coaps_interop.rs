@@ -16,6 +16,8 @@
 //! | coaps_alone_opens_no_plain_port                        | notls, openssl   |
 //! | a_flood_of_client_hellos_is_answered_statelessly_...   | rtc-dtls hellos, openssl |
 
+#![cfg(feature = "dtls")]
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
