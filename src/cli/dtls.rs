@@ -13,7 +13,9 @@ use std::time::Duration;
 use super::flags::DurationArg;
 use super::flags::{value, Flags, Spec, UsageError};
 #[cfg(feature = "dtls")]
-use backoffd::dtls::{CertifiedKey, Credentials, DtlsServerConfig, SessionLimits};
+use backoffd::dtls::{
+    CertifiedKey, ClientCredentials, Credentials, DtlsClientConfig, DtlsServerConfig, SessionLimits,
+};
 
 /// A coaps listener: where, and with which keys.
 #[cfg(feature = "dtls")]
@@ -42,6 +44,28 @@ pub const SPEC: &[Spec] = &[
     value("dtls-max-sessions-per-source"),
     value("dtls-handshake-timeout"),
     value("dtls-idle-timeout"),
+];
+
+/// A coaps upstream (`--upstream coaps://`): where, and with which keys.
+#[cfg(feature = "dtls")]
+#[derive(Clone, Debug)]
+pub struct UpstreamPart {
+    /// The origin.
+    pub addr: SocketAddr,
+    /// Keys, trust and bounds.
+    pub config: DtlsClientConfig,
+}
+
+/// Built without the `dtls` feature, there is no coaps upstream: no value of this type exists.
+#[cfg(not(feature = "dtls"))]
+#[derive(Clone, Debug)]
+pub enum UpstreamPart {}
+
+/// The coaps upstream's flags.
+pub const UPSTREAM_SPEC: &[Spec] = &[
+    value("upstream-psk-identity"),
+    value("upstream-psk-key-file"),
+    value("upstream-ca"),
 ];
 
 /// Where the listener is.
@@ -258,4 +282,118 @@ fn limits(flags: &Flags) -> Result<SessionLimits, UsageError> {
         handshake_timeout: duration("dtls-handshake-timeout", d.handshake_timeout)?,
         idle_timeout: duration("dtls-idle-timeout", d.idle_timeout)?,
     })
+}
+
+/// One line for `--check-config` on a coaps upstream.
+pub fn describe_upstream(part: &UpstreamPart) -> String {
+    #[cfg(feature = "dtls")]
+    {
+        let c = &part.config.credentials;
+        let mut with = Vec::new();
+        if let Some((identity, _)) = &c.psk {
+            with.push(format!(
+                "PSK identity {:?}",
+                String::from_utf8_lossy(identity)
+            ));
+        }
+        if !c.roots.is_empty() {
+            with.push(format!(
+                "its certificate checked for {:?} against {} CA certificates",
+                c.server_name,
+                c.roots.len()
+            ));
+        }
+        format!(
+            "  upstream coaps://{}: {}; handshake {:?}, idle {:?}\n",
+            part.addr,
+            with.join(", "),
+            part.config.handshake_timeout,
+            part.config.idle_timeout
+        )
+    }
+    #[cfg(not(feature = "dtls"))]
+    match *part {}
+}
+
+/// Built without the `dtls` feature: a coaps upstream is an error.
+#[cfg(not(feature = "dtls"))]
+pub fn upstream_from_flags(flags: &Flags) -> Result<Option<UpstreamPart>, UsageError> {
+    let coaps = super::proxy::upstream_flag(flags)?.is_some_and(|u| u.coaps_host.is_some());
+    let flag = UPSTREAM_SPEC.iter().map(|s| s.name).find(|n| flags.has(n));
+    match (coaps, flag) {
+        (false, None) => Ok(None),
+        (_, f) => Err(UsageError(format!(
+            "--{}: this backoffd was built without coaps (cargo feature `dtls`)",
+            f.unwrap_or("upstream")
+        ))),
+    }
+}
+
+/// The coaps upstream `--upstream coaps://` asks for, with its keys read.
+#[cfg(feature = "dtls")]
+pub fn upstream_from_flags(flags: &Flags) -> Result<Option<UpstreamPart>, UsageError> {
+    let upstream = super::proxy::upstream_flag(flags)?;
+    let Some((addr, host)) = upstream.and_then(|u| Some((u.addr, u.coaps_host?))) else {
+        return match UPSTREAM_SPEC.iter().find(|s| flags.has(s.name)) {
+            Some(s) => Err(UsageError(format!(
+                "--{}: needs --upstream coaps://HOST:PORT",
+                s.name
+            ))),
+            None => Ok(None),
+        };
+    };
+    let psk = match (
+        flags.get::<String>("upstream-psk-identity")?,
+        flags.get::<String>("upstream-psk-key-file")?,
+    ) {
+        (None, None) => None,
+        (Some(identity), Some(file)) => Some(upstream_psk(identity, &file)?),
+        (Some(_), None) => {
+            return Err(UsageError(
+                "--upstream-psk-identity: needs --upstream-psk-key-file".into(),
+            ))
+        }
+        (None, Some(_)) => {
+            return Err(UsageError(
+                "--upstream-psk-key-file: needs --upstream-psk-identity".into(),
+            ))
+        }
+    };
+    let roots = match flags.get::<String>("upstream-ca")? {
+        Some(path) => certificates("upstream-ca", &path)?,
+        None => Vec::new(),
+    };
+    if psk.is_none() && roots.is_empty() {
+        return Err(UsageError(
+            "--upstream coaps://: needs keys: --upstream-psk-identity with --upstream-psk-key-file, or --upstream-ca".into(),
+        ));
+    }
+    let credentials = ClientCredentials {
+        psk,
+        roots,
+        server_name: host,
+    };
+    let provider = rtc_dtls::crypto_provider::default_provider()
+        .map_err(|e| UsageError(format!("--upstream: {e}")))?;
+    backoffd::dtls::config::client_handshake(&credentials, provider)
+        .map_err(|e| UsageError(format!("--upstream coaps://: {e}")))?;
+    Ok(Some(UpstreamPart {
+        addr,
+        config: DtlsClientConfig::new(credentials),
+    }))
+}
+
+/// The upstream's identity and the key its file holds.
+#[cfg(feature = "dtls")]
+fn upstream_psk(identity: String, file: &str) -> Result<(Vec<u8>, Vec<u8>), UsageError> {
+    let key = read("upstream-psk-key-file", file, 64)?;
+    if key.is_empty() {
+        return Err(UsageError(format!(
+            "--upstream-psk-key-file: {file} is empty (it holds the raw key: 1 to 64 bytes)"
+        )));
+    }
+    if identity.is_empty() || identity.len() > 128 {
+        return Err(UsageError("--upstream-psk-identity: 1 to 128 bytes".into()));
+    }
+    Ok((identity.into_bytes(), key))
 }

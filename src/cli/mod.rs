@@ -238,8 +238,8 @@ fn make_room_for_endpoints<'a>(proxies: impl IntoIterator<Item = &'a ProxyConfig
 /// composed in front of it when `http` is given (`--http-listen`), as a component that reports
 /// its metrics; and the line that says where it listens.
 fn proxy_part(
-    listen: Option<SocketAddr>,
-    dtls: Option<dtls::DtlsPart>,
+    ProxyListeners { listen, dtls }: ProxyListeners,
+    coaps_upstream: Option<dtls::UpstreamPart>,
     config: ProxyConfig,
     http: Option<HttpPart>,
     sources: &mut MetricsSources,
@@ -249,6 +249,7 @@ fn proxy_part(
         let at: Vec<String> = listen.iter().map(|a| a.to_string()).collect();
         format!("cannot bind {}: {e}", at.join(" and coaps "))
     })?;
+    let proxy = with_coaps_upstream(proxy, coaps_upstream)?;
     let plain = listen.and(proxy.local_addr().ok());
     let line = match (plain, proxy.dtls_addr()) {
         (Some(p), None) => format!("CoAP proxy listening on {p}"),
@@ -269,6 +270,28 @@ fn proxy_part(
         Some(h) => match h {},
     };
     Ok((part, line))
+}
+
+/// Where a proxy takes its clients: plain CoAP, coaps, or both.
+struct ProxyListeners {
+    listen: Option<SocketAddr>,
+    dtls: Option<dtls::DtlsPart>,
+}
+
+/// `proxy`, speaking coaps to its upstream if `upstream` says so.
+fn with_coaps_upstream(
+    proxy: ProxyComponent,
+    upstream: Option<dtls::UpstreamPart>,
+) -> Result<ProxyComponent, String> {
+    match upstream {
+        None => Ok(proxy),
+        #[cfg(feature = "dtls")]
+        Some(u) => proxy
+            .with_coaps_upstream(u.addr, &u.config)
+            .map_err(|e| format!("coaps upstream {}: {e}", u.addr)),
+        #[cfg(not(feature = "dtls"))]
+        Some(u) => match u {},
+    }
 }
 
 /// The proxy's client-facing sockets.

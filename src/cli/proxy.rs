@@ -163,6 +163,7 @@ pub(super) fn spec() -> Vec<Spec> {
         .iter()
         .chain(super::http::SPEC)
         .chain(super::dtls::SPEC)
+        .chain(super::dtls::UPSTREAM_SPEC)
         .copied()
         .collect()
 }
@@ -172,6 +173,7 @@ pub(super) fn spec() -> Vec<Spec> {
 pub struct ProxyArgs {
     listen: Option<SocketAddr>,
     dtls: Option<super::dtls::DtlsPart>,
+    coaps_upstream: Option<super::dtls::UpstreamPart>,
     config: ProxyConfig,
     wake: WakeMode,
     drain: Duration,
@@ -194,6 +196,7 @@ pub fn parse(args: &[String]) -> Result<Parsed<ProxyArgs>, UsageError> {
         return Ok(Parsed::Help);
     }
     let dtls = super::dtls::from_flags(&flags)?;
+    let coaps_upstream = super::dtls::upstream_from_flags(&flags)?;
     let listen = plain_listen(&flags, dtls.is_some(), "0.0.0.0:5683")?;
     let config = config_from_flags(&flags)?;
     for warning in config.validate().map_err(|e| UsageError(e.0))? {
@@ -208,6 +211,7 @@ pub fn parse(args: &[String]) -> Result<Parsed<ProxyArgs>, UsageError> {
     Ok(Parsed::Run(ProxyArgs {
         listen,
         dtls,
+        coaps_upstream,
         config,
         wake,
         drain,
@@ -220,6 +224,7 @@ fn run(args: ProxyArgs) -> Result<i32, UsageError> {
     let ProxyArgs {
         listen,
         dtls,
+        coaps_upstream,
         config,
         wake,
         drain,
@@ -240,7 +245,13 @@ fn run(args: ProxyArgs) -> Result<i32, UsageError> {
         Err(e) => return fail("cannot start the event loop", e),
     };
     let mut sources = Vec::new();
-    let (component, line) = match super::proxy_part(listen, dtls, config, http, &mut sources) {
+    let (component, line) = match super::proxy_part(
+        super::ProxyListeners { listen, dtls },
+        coaps_upstream,
+        config,
+        http,
+        &mut sources,
+    ) {
         Ok(part) => part,
         Err(e) => {
             eprintln!("backoffd proxy: {e}");
@@ -263,6 +274,48 @@ fn run(args: ProxyArgs) -> Result<i32, UsageError> {
 
 /// `--listen`, or `default` unless coaps is the only listener asked for: a plain socket
 /// beside a coaps one would let clients past its keys, so it is opened only when asked.
+/// `--upstream`'s value: `HOST:PORT`, `coap://HOST[:PORT]` or `coaps://HOST[:PORT]`
+/// (RFC 7252 §6.1, §6.2: default ports 5683 and 5684).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct UpstreamFlag {
+    /// Where it is.
+    pub addr: SocketAddr,
+    /// The host as given (what an origin's certificate must name), if the scheme is coaps.
+    pub coaps_host: Option<String>,
+}
+
+/// `--upstream`, if given.
+pub(super) fn upstream_flag(flags: &Flags) -> Result<Option<UpstreamFlag>, UsageError> {
+    let Some(value) = flags.get::<String>("upstream")? else {
+        return Ok(None);
+    };
+    let (rest, default_port, coaps) = match value.split_once("://") {
+        None => (value.as_str(), None, false),
+        Some(("coap", rest)) => (rest, Some(5683), false),
+        Some(("coaps", rest)) => (rest, Some(5684), true),
+        Some((scheme, _)) => {
+            return Err(UsageError(format!(
+                "--upstream: {scheme}:// is not a scheme the proxy speaks upstream (coap:// or coaps://)"
+            )))
+        }
+    };
+    let rest = rest.strip_suffix('/').unwrap_or(rest);
+    let host = match rest.rsplit_once(':') {
+        Some((host, port)) if !host.ends_with(':') && port.parse::<u16>().is_ok() => host,
+        _ => rest,
+    };
+    let hostport = match (host.len() == rest.len(), default_port) {
+        (true, Some(port)) => format!("{rest}:{port}"),
+        _ => rest.to_string(),
+    };
+    let addr = super::resolve("upstream", &hostport)?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    Ok(Some(UpstreamFlag {
+        addr,
+        coaps_host: coaps.then(|| host.to_string()),
+    }))
+}
+
 pub(super) fn plain_listen(
     flags: &Flags,
     coaps: bool,
@@ -297,7 +350,7 @@ pub fn config_from_flags(flags: &Flags) -> Result<ProxyConfig, UsageError> {
         .iter()
         .map(|a| resolve_allowed(a))
         .collect::<Result<Vec<_>, _>>()?;
-    let upstream = super::addr_flag(flags, "upstream")?;
+    let upstream = upstream_flag(flags)?.map(|u| u.addr);
     Ok(ProxyConfig {
         policy,
         non_idempotent,

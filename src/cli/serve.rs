@@ -59,6 +59,7 @@ const SERVE_ONLY: &[Spec] = &[
 pub struct ProxyPart {
     pub listen: Option<SocketAddr>,
     pub dtls: Option<super::dtls::DtlsPart>,
+    pub coaps_upstream: Option<super::dtls::UpstreamPart>,
     pub config: ProxyConfig,
     pub http: Option<super::http::HttpPart>,
 }
@@ -72,6 +73,7 @@ impl ProxyPart {
         Ok(ProxyPart {
             listen: super::proxy::plain_listen(flags, dtls.is_some(), DEFAULT_LISTEN)?,
             dtls,
+            coaps_upstream: super::dtls::upstream_from_flags(flags)?,
             http: super::http::from_flags(flags, &config)?,
             config,
         })
@@ -237,6 +239,7 @@ pub fn describe(plan: &Plan) -> String {
     for ProxyPart {
         listen,
         dtls,
+        coaps_upstream,
         config: c,
         http,
     } in &plan.proxies
@@ -269,6 +272,9 @@ pub fn describe(plan: &Plan) -> String {
         );
         if let Some(d) = dtls {
             out += &super::dtls::describe(d);
+        }
+        if let Some(u) = coaps_upstream {
+            out += &super::dtls::describe_upstream(u);
         }
         if let Some(h) = http {
             out += &format!(
@@ -321,11 +327,13 @@ fn run(plan: Plan, wake: WakeMode, drain: Duration) -> i32 {
     for ProxyPart {
         listen,
         dtls,
+        coaps_upstream,
         config,
         http,
     } in plan.proxies
     {
-        match super::proxy_part(listen, dtls, config, http, &mut sources) {
+        let listeners = super::ProxyListeners { listen, dtls };
+        match super::proxy_part(listeners, coaps_upstream, config, http, &mut sources) {
             Ok((part, line)) => parts.push((line, part)),
             Err(e) => return fail(e),
         }

@@ -178,3 +178,90 @@ pub fn check(credentials: &Credentials) -> Result<(), String> {
     let provider = rtc_dtls::crypto_provider::default_provider().map_err(|e| e.to_string())?;
     server_handshake(credentials, provider).map(drop)
 }
+
+/// How the proxy proves itself to a coaps origin (`--upstream coaps://`), and how it checks
+/// the origin.
+#[derive(Clone, Default)]
+pub struct ClientCredentials {
+    /// The PSK identity and key (`--upstream-psk-identity`, `--upstream-psk-key-file`).
+    pub psk: Option<(Vec<u8>, Vec<u8>)>,
+    /// The origin's certificate must chain to one of these (`--upstream-ca`); empty: no
+    /// certificate suites are offered.
+    pub roots: Vec<CertificateDer<'static>>,
+    /// The name the origin's certificate must carry: the host of the upstream URI.
+    pub server_name: String,
+}
+
+impl std::fmt::Debug for ClientCredentials {
+    /// Names the identity, never the key.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let identity = self
+            .psk
+            .as_ref()
+            .map(|(i, _)| String::from_utf8_lossy(i).into_owned());
+        f.debug_struct("ClientCredentials")
+            .field("psk_identity", &identity)
+            .field("roots", &self.roots.len())
+            .field("server_name", &self.server_name)
+            .finish()
+    }
+}
+
+/// A coaps upstream's configuration.
+#[derive(Clone, Debug)]
+pub struct DtlsClientConfig {
+    /// Keys and trust.
+    pub credentials: ClientCredentials,
+    /// A handshake not finished in this long is given up, and tried again later.
+    pub handshake_timeout: Duration,
+    /// A session with no record either way for this long is closed; the next request opens
+    /// a new one.
+    pub idle_timeout: Duration,
+}
+
+impl DtlsClientConfig {
+    /// `credentials` with the listener's default bounds.
+    pub fn new(credentials: ClientCredentials) -> Self {
+        let limits = SessionLimits::default();
+        DtlsClientConfig {
+            credentials,
+            handshake_timeout: limits.handshake_timeout,
+            idle_timeout: limits.idle_timeout,
+        }
+    }
+}
+
+/// The library's client configuration for `credentials`, its draws from `provider`: the PSK
+/// suites if there is a key, the certificate suites if there are roots to check against.
+pub fn client_handshake(
+    credentials: &ClientCredentials,
+    provider: Arc<dyn RTCCryptoProvider>,
+) -> Result<HandshakeConfig, String> {
+    let mut suites = Vec::new();
+    let mut builder = ConfigBuilder::default()
+        .with_extended_master_secret(ExtendedMasterSecretType::Request)
+        .with_mtu(MTU);
+    if let Some((identity, key)) = &credentials.psk {
+        let key = key.clone();
+        builder = builder
+            .with_psk(Some(Arc::new(move |_hint: &[u8]| Ok(key.clone()))))
+            .with_psk_identity_hint(Some(identity.clone()));
+        suites.extend(PSK_SUITES);
+    }
+    if !credentials.roots.is_empty() {
+        let mut roots = rustls::RootCertStore::empty();
+        for ca in &credentials.roots {
+            roots
+                .add(ca.clone())
+                .map_err(|e| format!("upstream CA certificate: {e}"))?;
+        }
+        builder = builder.with_roots_cas(roots);
+        suites.extend(CERTIFICATE_SUITES);
+    }
+    builder
+        .with_server_name(credentials.server_name.clone())
+        .with_cipher_suites(suites)
+        .with_crypto_provider(provider)
+        .build(true, None)
+        .map_err(|e| e.to_string())
+}

@@ -60,3 +60,36 @@ pub struct DtlsCounters {
     /// CoAP datagrams sent encrypted.
     pub datagrams_out: u64,
 }
+
+/// What a coaps upstream's sessions count (`backoffd_dtls_upstream_*`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClientCounters {
+    /// Handshakes: `started`, `completed`, `failed` (the origin refused), `timed_out`
+    /// (`verify_requests` and `refused` stay 0: they are a server's).
+    pub handshakes: Handshakes,
+    /// Established sessions' endings (`replaced` stays 0).
+    pub endings: ClientEndings,
+    /// Datagrams that waited for a session and were dropped to make room.
+    pub queue_dropped: u64,
+    /// Datagrams from the origin while no session was up.
+    pub no_session: u64,
+    /// Records of an established session that failed to decrypt or were replayed.
+    pub rejected_records: u64,
+    /// Datagrams the library would not encrypt.
+    pub rejected_writes: u64,
+    /// Decrypted CoAP datagrams handed to the proxy.
+    pub datagrams_in: u64,
+    /// CoAP datagrams sent encrypted.
+    pub datagrams_out: u64,
+}
+
+/// How an upstream's sessions ended.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClientEndings {
+    /// The origin sent close_notify.
+    pub closed: u64,
+    /// No record either way for the idle timeout.
+    pub idle: u64,
+    /// A retransmission found no record from the origin since the first unanswered datagram.
+    pub stale: u64,
+}

@@ -71,3 +71,52 @@ pub fn write_dtls_metrics(
         c.datagrams_out,
     );
 }
+
+/// Writes a coaps upstream's counters (`--upstream coaps://`); `sessions` is
+/// (established, handshaking).
+pub fn write_dtls_upstream_metrics(
+    c: &super::ClientCounters,
+    sessions: (usize, usize),
+    out: &mut MetricsWriter,
+) {
+    out.labelled_gauge(
+        "backoffd_dtls_upstream_sessions",
+        "The proxy's DTLS sessions towards its coaps upstream, by phase.",
+        "phase",
+        &[
+            ("handshaking", sessions.1 as f64),
+            ("established", sessions.0 as f64),
+        ],
+    );
+    let h = &c.handshakes;
+    out.labelled_counter(
+        "backoffd_dtls_upstream_handshakes_total",
+        "The proxy's handshakes with its coaps upstream, by outcome.",
+        "outcome",
+        &[
+            ("started", h.started),
+            ("completed", h.completed),
+            ("failed", h.failed),
+            ("timed_out", h.timed_out),
+        ],
+    );
+    let e = &c.endings;
+    out.labelled_counter(
+        "backoffd_dtls_upstream_sessions_ended_total",
+        "Sessions towards the coaps upstream ended, by reason (stale: a retransmission \
+         found nothing heard from the upstream since; set up again).",
+        "reason",
+        &[("closed", e.closed), ("idle", e.idle), ("stale", e.stale)],
+    );
+    out.labelled_counter(
+        "backoffd_dtls_upstream_dropped_total",
+        "Datagrams and records towards or from the coaps upstream dropped, by reason.",
+        "reason",
+        &[
+            ("queue_full", c.queue_dropped),
+            ("no_session", c.no_session),
+            ("rejected_record", c.rejected_records),
+            ("rejected_write", c.rejected_writes),
+        ],
+    );
+}

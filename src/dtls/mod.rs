@@ -8,11 +8,14 @@
 //! - [`draws`]: the library's randomness, from our seeds;
 //! - [`server`]: the session table, with caps in total and per source, a handshake deadline,
 //!   an idle timeout and one wheel timer per session;
+//! - [`client`]: the proxy's own sessions towards a coaps origin, one per upstream endpoint;
 //! - [`config`]: keys, certificates and bounds, and the library's configuration from them.
 //!
 //! The proxy's driver owns the socket (`crate::proxy::driver`) and hands the decrypted
 //! datagrams to the engine as [`crate::proxy::Peer::Dtls`].
 
+pub mod client;
+pub mod clock;
 pub mod config;
 pub mod cookie;
 pub mod counters;
@@ -23,6 +26,10 @@ pub mod server;
 #[cfg(test)]
 mod tests;
 
-pub use config::{CertifiedKey, Credentials, DtlsServerConfig, PskTable, SessionLimits};
-pub use counters::DtlsCounters;
+pub use client::{ClientEvent, DtlsClients, SessionEnd};
+pub use config::{
+    CertifiedKey, ClientCredentials, Credentials, DtlsClientConfig, DtlsServerConfig, PskTable,
+    SessionLimits,
+};
+pub use counters::{ClientCounters, DtlsCounters};
 pub use server::{DtlsEvent, DtlsServer, Ending, SessionGone};

@@ -31,6 +31,7 @@ use rtc_dtls::crypto_provider::RTCCryptoProvider;
 use rtc_dtls::endpoint::{Endpoint, EndpointEvent};
 use slab::Slab;
 
+use super::clock::Clock;
 use super::config::{server_handshake, DtlsServerConfig, SessionLimits};
 use super::cookie::{CookieJar, COOKIE_LEN};
 use super::counters::DtlsCounters;
@@ -84,23 +85,6 @@ struct Session {
     timer: Option<TimerId>,
 }
 
-/// `Timestamp` (the loop's clock) to `Instant` (the library's), from one pair read together.
-#[derive(Clone, Copy)]
-struct Clock {
-    instant: Instant,
-    at: Timestamp,
-}
-
-impl Clock {
-    fn instant(self, now: Timestamp) -> Instant {
-        self.instant + now.saturating_since(self.at)
-    }
-
-    fn timestamp(self, instant: Instant) -> Timestamp {
-        self.at + instant.saturating_duration_since(self.instant)
-    }
-}
-
 /// The sessions of one coaps listener.
 pub struct DtlsServer {
     handshake: Arc<HandshakeConfig>,
@@ -140,10 +124,7 @@ impl DtlsServer {
             limits: config.limits,
             jar: CookieJar::new(key, crypto),
             rng: Some(rng),
-            clock: Clock {
-                instant: clock.0,
-                at: clock.1,
-            },
+            clock: Clock::new(clock),
             local,
             sessions: Slab::new(),
             by_addr: BTreeMap::new(),

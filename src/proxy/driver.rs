@@ -31,6 +31,8 @@ use mio::net::UdpSocket;
 
 #[cfg(feature = "dtls")]
 use super::dtls_listener::{DtlsListener, DTLS_KEY};
+#[cfg(feature = "dtls")]
+use super::dtls_upstream::{DtlsUpstream, DTLS_UPSTREAM_KEY};
 #[cfg(feature = "cache")]
 use super::metrics::write_cache_metrics;
 use super::metrics::{write_proxy_metrics, write_upstream_metrics};
@@ -80,6 +82,9 @@ pub struct ProxyComponent {
     /// The coaps listener (`--listen-dtls`), if any.
     #[cfg(feature = "dtls")]
     dtls: Option<DtlsListener>,
+    /// The coaps upstream's sessions (`--upstream coaps://`), if the upstream is one.
+    #[cfg(feature = "dtls")]
+    dtls_upstream: Option<DtlsUpstream>,
 }
 
 /// Where the proxy takes its clients: plain CoAP over UDP, coaps, or both. With coaps alone
@@ -146,7 +151,21 @@ impl ProxyComponent {
             to_local: VecDeque::new(),
             #[cfg(feature = "dtls")]
             dtls,
+            #[cfg(feature = "dtls")]
+            dtls_upstream: None,
         })
+    }
+
+    /// Speaks coaps (RFC 7252 §9) to the upstream at `origin`: every endpoint towards it
+    /// carries a DTLS session made with `config`. Call before the component starts.
+    #[cfg(feature = "dtls")]
+    pub fn with_coaps_upstream(
+        mut self,
+        origin: SocketAddr,
+        config: &crate::dtls::DtlsClientConfig,
+    ) -> io::Result<Self> {
+        self.dtls_upstream = Some(DtlsUpstream::new(origin, config)?);
+        Ok(self)
     }
 
     /// The coaps address actually bound, if there is a coaps listener.
@@ -223,6 +242,18 @@ impl ProxyComponent {
             return;
         };
         let (now, engine) = (ctx.now(), &mut self.engine);
+        #[cfg(feature = "dtls")]
+        if let Some(up) = self.dtls_upstream.as_mut().filter(|up| up.carries(id)) {
+            let read = socket.recv(ctx, &mut self.buf, |received| match received {
+                Received::Datagram { data, .. } => up.read(now, id, data),
+                Received::Refused => up.unreachable(now, id, engine),
+            });
+            if let Err(e) = read {
+                log::warn!("upstream endpoint socket {}: {e}", id.0);
+            }
+            up.deliver(now, engine);
+            return;
+        }
         let read = socket.recv(ctx, &mut self.buf, |received| match received {
             Received::Datagram { data, .. } => engine.handle_upstream_datagram(now, id, data),
             Received::Refused => engine.handle_upstream_unreachable(now, id),
@@ -251,6 +282,10 @@ impl ProxyComponent {
                 EndpointEvent::Close { id } => {
                     let slot = self.endpoints.get_mut(id.0 as usize).and_then(Option::take);
                     if let Some(socket) = slot {
+                        #[cfg(feature = "dtls")]
+                        if let Some(up) = self.dtls_upstream.as_mut().filter(|u| u.carries(id)) {
+                            up.close(now, id, &socket);
+                        }
                         socket.close(ctx);
                     }
                 }
@@ -266,6 +301,10 @@ impl ProxyComponent {
         if self.endpoints.len() <= index {
             self.endpoints.resize_with(index + 1, || None);
         }
+        #[cfg(feature = "dtls")]
+        if let Some(up) = self.dtls_upstream.as_mut().filter(|u| u.is_for(peer)) {
+            up.open(id, &socket)?;
+        }
         self.endpoints[index] = Some(socket);
         Ok(())
     }
@@ -274,10 +313,34 @@ impl ProxyComponent {
     fn flush(&mut self, ctx: &mut Ctx<'_>) {
         let now = ctx.now();
         let _ = self.apply_endpoint_events(ctx, false);
+        self.transmit(now);
+        #[cfg(feature = "dtls")]
+        if let Some(listener) = &mut self.dtls {
+            listener.settle(ctx);
+        }
+        // The coaps upstream's records go out; a handshake refused or an ICMP error there
+        // gave the engine answers to send.
+        #[cfg(feature = "dtls")]
+        if let Some(up) = &mut self.dtls_upstream {
+            if up.settle(ctx, &self.endpoints, &mut self.engine) {
+                self.transmit(now);
+                if let Some(up) = &mut self.dtls_upstream {
+                    up.settle(ctx, &self.endpoints, &mut self.engine);
+                }
+            }
+        }
+        // Answering an ICMP error can have asked for sockets too.
+        let _ = self.apply_endpoint_events(ctx, false);
+    }
+
+    /// Hands every datagram the engine queued to its transport.
+    fn transmit(&mut self, now: Timestamp) {
         let (clients, endpoints) = (&self.clients, &self.endpoints);
         let local = std::cell::RefCell::new(&mut self.to_local);
         #[cfg(feature = "dtls")]
         let dtls = std::cell::RefCell::new(self.dtls.as_mut());
+        #[cfg(feature = "dtls")]
+        let dtls_upstream = std::cell::RefCell::new(self.dtls_upstream.as_mut());
         let send = |to: Destination, payload: &[u8]| {
             let sent = match (to, clients) {
                 (Destination::Client(Peer::Local(client)), _) => {
@@ -291,6 +354,18 @@ impl ProxyComponent {
                 },
                 (Destination::Client(Peer::Udp(addr)), Some(ClientSocket::Open(socket))) => {
                     socket.send_to(payload, addr)
+                }
+                #[cfg(feature = "dtls")]
+                (Destination::Upstream(id), _)
+                    if dtls_upstream
+                        .borrow()
+                        .as_ref()
+                        .is_some_and(|u| u.carries(id)) =>
+                {
+                    if let Some(up) = &mut *dtls_upstream.borrow_mut() {
+                        up.send(now, id, payload);
+                    }
+                    Ok(())
                 }
                 (Destination::Upstream(id), _) => match endpoints.get(id.0 as usize) {
                     Some(Some(socket)) => socket.send(payload),
@@ -329,12 +404,6 @@ impl ProxyComponent {
         if refused_clients {
             self.read_client_errors(now);
         }
-        #[cfg(feature = "dtls")]
-        if let Some(listener) = &mut self.dtls {
-            listener.settle(ctx);
-        }
-        // Answering an ICMP error can have asked for sockets too.
-        let _ = self.apply_endpoint_events(ctx, false);
     }
 
     /// Sends what the engine queued, logs its events and arms the timer for its next
@@ -385,6 +454,11 @@ impl Component for ProxyComponent {
             listener.on_timer(ctx.now(), timer, &mut self.engine);
             return self.settle(ctx);
         }
+        #[cfg(feature = "dtls")]
+        if let (DTLS_UPSTREAM_KEY, Some(up)) = (key, &mut self.dtls_upstream) {
+            up.on_timer(ctx.now(), timer, &mut self.engine);
+            return self.settle(ctx);
+        }
         let _ = key;
         self.timer.fired(timer);
         self.engine.handle_timeout(ctx.now());
@@ -408,6 +482,10 @@ impl MetricsSource for ProxyComponent {
         #[cfg(feature = "dtls")]
         if let Some(listener) = &self.dtls {
             listener.write_metrics(out);
+        }
+        #[cfg(feature = "dtls")]
+        if let Some(up) = &self.dtls_upstream {
+            up.write_metrics(out);
         }
         #[cfg(feature = "cache")]
         write_cache_metrics(&self.engine, out);

@@ -51,6 +51,8 @@ mod deliveries;
 mod driver;
 #[cfg(feature = "dtls")]
 mod dtls_listener;
+#[cfg(feature = "dtls")]
+mod dtls_upstream;
 mod endpoints;
 mod engine;
 mod events;

@@ -51,6 +51,16 @@ impl Proxy {
     /// its upstream, so every request still waiting on that upstream, from whichever endpoint,
     /// gets 5.02 (RFC 7252 §5.7.1).
     pub fn handle_upstream_unreachable(&mut self, now: Timestamp, endpoint: EndpointId) {
+        self.fail_endpoint(now, endpoint, "upstream unreachable (ICMP)");
+    }
+
+    /// The coaps upstream behind `endpoint` refused the DTLS handshake (a wrong key, a
+    /// certificate that does not verify): the requests waiting there get 5.02 at once.
+    pub fn handle_upstream_refused(&mut self, now: Timestamp, endpoint: EndpointId) {
+        self.fail_endpoint(now, endpoint, "upstream refused the DTLS handshake");
+    }
+
+    fn fail_endpoint(&mut self, now: Timestamp, endpoint: EndpointId, why: &'static str) {
         self.gate.clock(now);
         let Some(up) = self.upstreams.endpoints().upstream_of(endpoint) else {
             return;
@@ -60,7 +70,7 @@ impl Proxy {
             .map(|(key, _)| key)
             .collect();
         for key in waiting {
-            self.give_up(now, key, Code::BAD_GATEWAY, "upstream unreachable (ICMP)");
+            self.give_up(now, key, Code::BAD_GATEWAY, why);
         }
     }
 
