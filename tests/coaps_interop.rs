@@ -15,6 +15,10 @@
 //! | a_client_certificate_is_required_with_dtls_client_ca  | openssl          |
 //! | coaps_alone_opens_no_plain_port                        | notls, openssl   |
 //! | a_flood_of_client_hellos_is_answered_statelessly_...   | rtc-dtls hellos, openssl |
+//! | upstream_psk_get_put_blockwise_and_observe (per stack) | openssl, gnutls servers |
+//! | a_wrong_upstream_key_gets_5_02                         | openssl server   |
+//! | a_restarted_upstream_gets_a_new_session                | openssl server   |
+//! | the_upstream_certificate_is_verified                   | openssl server   |
 
 #![cfg(feature = "dtls")]
 
@@ -32,6 +36,8 @@ mod cases;
 mod certs;
 #[path = "coaps_interop/flood.rs"]
 mod flood;
+#[path = "coaps_interop/upstream.rs"]
+mod upstream;
 
 use peers::*;
 

@@ -59,14 +59,33 @@ const FIRST_BACKOFF: Duration = Duration::from_secs(1);
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
 /// What happened to an endpoint's session, for the driver to log and the engine to learn.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ClientEvent {
     /// A session is up; the datagrams that waited are sent.
     Established(u32),
     /// The origin refused the handshake: the waiting datagrams are dropped.
-    Refused(u32),
+    Refused(u32, Refusal),
     /// The session ended; the next datagram sets up another.
     Ended(u32, SessionEnd),
+}
+
+/// How a handshake was refused, for the operator's log line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// The origin answered but never finished: it could not decrypt our Finished, which
+    /// is what a wrong PSK looks like (RFC 6347 §4.1.2.7 drops it without an alert).
+    Unfinished,
+    /// The handshake failed on a record: an alert, or a certificate we do not trust.
+    Failed(String),
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refusal::Unfinished => f.write_str("answered but never finished (a wrong key?)"),
+            Refusal::Failed(why) => write!(f, "failed: {why}"),
+        }
+    }
 }
 
 /// Why an endpoint's session ended.
@@ -259,6 +278,10 @@ impl DtlsClients {
 
     /// A datagram from endpoint `key`'s origin.
     pub fn handle_datagram(&mut self, now: Timestamp, key: u32, datagram: &[u8]) {
+        if !super::hello::frames_records(datagram) {
+            self.counters.rejected_records += 1;
+            return;
+        }
         let instant = self.clock.instant(now);
         let Some(leg) = self.legs.get_mut(key as usize).and_then(Option::as_mut) else {
             return;
@@ -286,7 +309,7 @@ impl DtlsClients {
             // A record an established session cannot take is dropped, the session kept: a
             // forged record must not end it (RFC 6347 §4.1.2.1).
             Err(_) if !handshaking => self.counters.rejected_records += 1,
-            Err(_) => self.refused(now, key),
+            Err(e) => self.refused(now, key, Refusal::Failed(e.to_string())),
         }
         self.rearm(key);
     }
@@ -405,8 +428,8 @@ impl DtlsClients {
             heard: false,
         };
         self.drain(key);
-        if started.is_err() {
-            self.refused(now, key);
+        if let Err(e) = started {
+            self.refused(now, key, Refusal::Failed(e.to_string()));
         }
         self.rearm(key);
     }
@@ -523,7 +546,7 @@ impl DtlsClients {
     /// (yet): try again after a pause while datagrams wait.
     fn unfinished(&mut self, now: Timestamp, key: u32, heard: bool) {
         if heard {
-            return self.refused(now, key);
+            return self.refused(now, key, Refusal::Unfinished);
         }
         self.counters.handshakes.timed_out += 1;
         self.events
@@ -533,9 +556,9 @@ impl DtlsClients {
 
     /// The origin refused the handshake: what waits is dropped and reported, and the next
     /// try waits too (refused again at once would only load the origin).
-    fn refused(&mut self, now: Timestamp, key: u32) {
+    fn refused(&mut self, now: Timestamp, key: u32, why: Refusal) {
         self.counters.handshakes.failed += 1;
-        self.events.push_back(ClientEvent::Refused(key));
+        self.events.push_back(ClientEvent::Refused(key, why));
         if let Some(leg) = self.leg_mut(key) {
             leg.queue.clear();
         }

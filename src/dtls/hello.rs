@@ -23,6 +23,50 @@ const DTLS_1_0: [u8; 2] = [0xfe, 0xff];
 /// The longest cookie DTLS 1.2 allows (§4.2.1: `opaque cookie<0..2^8-1>`).
 pub const MAX_COOKIE: usize = 255;
 
+/// Whether `datagram` is one or more whole DTLS records (RFC 6347 §4.1: a known content
+/// type, a DTLS version, a length that fits) and nothing else. What is not cannot be from a
+/// DTLS peer; it is dropped before the library sees it, so that a stray or forged datagram
+/// cannot fail a handshake in progress.
+pub fn frames_records(mut datagram: &[u8]) -> bool {
+    while !datagram.is_empty() {
+        let Some(header) = datagram.get(..RECORD_HEADER) else {
+            return false;
+        };
+        let known_type = (20..=25).contains(&header[0]);
+        let len = usize::from(u16::from_be_bytes([header[11], header[12]]));
+        let Some(rest) = datagram.get(RECORD_HEADER + len..) else {
+            return false;
+        };
+        if !known_type || header[1] != 0xfe {
+            return false;
+        }
+        datagram = rest;
+    }
+    true
+}
+
+/// Moves the record number of every epoch-0 record in `datagram` up by `by` (RFC 6347
+/// §4.1: epoch 0 is plaintext, so no MAC covers the number). A datagram that is not whole
+/// records is left as it is.
+pub fn shift_plaintext_seqs(datagram: &mut [u8], by: u64) {
+    const MAX_SEQ: u64 = (1 << 48) - 1;
+    if by == 0 || !frames_records(datagram) {
+        return;
+    }
+    let mut at = 0;
+    while at < datagram.len() {
+        let header = &mut datagram[at..at + RECORD_HEADER];
+        let len = usize::from(u16::from_be_bytes([header[11], header[12]]));
+        if header[3..5] == [0, 0] {
+            let mut seq = [0u8; 8];
+            seq[2..].copy_from_slice(&header[5..11]);
+            let shifted = u64::from_be_bytes(seq).saturating_add(by).min(MAX_SEQ);
+            header[5..11].copy_from_slice(&shifted.to_be_bytes()[2..]);
+        }
+        at += RECORD_HEADER + len;
+    }
+}
+
 /// Why a datagram is not a ClientHello this front can answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HelloError {
@@ -214,6 +258,31 @@ pub(crate) mod tests {
         push_handshake_header(&mut out, CLIENT_HELLO, message_seq, body.len());
         out.extend_from_slice(&body);
         out
+    }
+
+    #[test]
+    fn plaintext_record_numbers_move_up_and_encrypted_ones_stay() {
+        let plain = hello(1, 1, &[], 0xc0a8);
+        let mut encrypted = hello(0, 0, &[], 0xc0a8);
+        encrypted[4] = 1;
+        let mut datagram = [plain.clone(), encrypted.clone()].concat();
+        shift_plaintext_seqs(&mut datagram, 4);
+        assert_eq!(ClientHello::parse(&datagram).unwrap().record_seq, 5);
+        assert_eq!(&datagram[plain.len()..], &encrypted[..]);
+    }
+
+    #[test]
+    fn only_whole_records_frame() {
+        let record = hello(0, 0, &[], 0xc0a8);
+        assert!(frames_records(&record));
+        assert!(frames_records(&[record.clone(), record.clone()].concat()));
+        assert!(!frames_records(&record[..record.len() - 1]));
+        assert!(!frames_records(&[&record[..], &[0x16]].concat()));
+        let coap_ack = [0x60, 0x45, 0x12, 0x34];
+        assert!(!frames_records(&coap_ack));
+        let mut alien = record.clone();
+        alien[0] = 0x17 + 10;
+        assert!(!frames_records(&alien));
     }
 
     #[test]

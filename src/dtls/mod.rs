@@ -15,6 +15,8 @@
 //! datagrams to the engine as [`crate::proxy::Peer::Dtls`].
 
 pub mod client;
+#[cfg(test)]
+mod client_tests;
 pub mod clock;
 pub mod config;
 pub mod cookie;

@@ -16,6 +16,14 @@
 //! matches. The handshake hash covers only the second ClientHello (§4.2.1), so the
 //! transcript is the client's.
 //!
+//! **Record numbers follow the client's.** The library numbers its plaintext records from
+//! 0, its dropped HelloVerifyRequest first, but the client has already seen ours, which
+//! carry the numbers of the hellos they answer (§4.2.1). A client whose first hello was
+//! lost or repeated saw a HelloVerifyRequest numbered 1 or more, and would drop the
+//! library's ServerHello flight as a replay. So, as OpenSSL does, the flight is numbered on
+//! from the verified hello's record number: each session's epoch-0 records are moved up
+//! by that number less one.
+//!
 //! **Each session has one wheel timer**, at the earliest of the library's retransmission
 //! (§4.2.4), the handshake deadline and the idle deadline.
 
@@ -36,7 +44,7 @@ use super::config::{server_handshake, DtlsServerConfig, SessionLimits};
 use super::cookie::{CookieJar, COOKIE_LEN};
 use super::counters::DtlsCounters;
 use super::draws::{lend, SeededProvider};
-use super::hello::{ClientHello, HelloError};
+use super::hello::{shift_plaintext_seqs, ClientHello, HelloError};
 use crate::proxy::SessionId;
 use crate::time::Timestamp;
 use crate::timer::{TimerId, TimerWheel};
@@ -81,6 +89,8 @@ struct Session {
     endpoint: Endpoint,
     /// The verified ClientHello's random: a hello repeating it is a retransmission.
     hello_random: [u8; 32],
+    /// What the library's epoch-0 record numbers are moved up by (see the module doc).
+    seq_shift: u64,
     phase: Phase,
     timer: Option<TimerId>,
 }
@@ -292,7 +302,7 @@ impl DtlsServer {
             self.counters.handshakes.refused += 1;
             return;
         }
-        let index = self.open(now, from, hello.random());
+        let index = self.open(now, from, hello);
         self.counters.handshakes.started += 1;
         // The library's own cookie exchange, on the hello the client sent first: its
         // HelloVerifyRequest carries our cookie and is not sent (the client has ours).
@@ -340,7 +350,7 @@ impl DtlsServer {
     }
 
     /// A new session for `from` in the handshake phase.
-    fn open(&mut self, now: Timestamp, from: SocketAddr, hello_random: [u8; 32]) -> usize {
+    fn open(&mut self, now: Timestamp, from: SocketAddr, hello: &ClientHello<'_>) -> usize {
         self.next_generation = self.next_generation.wrapping_add(1);
         let endpoint = Endpoint::new(
             self.local,
@@ -351,7 +361,8 @@ impl DtlsServer {
             addr: from,
             generation: self.next_generation,
             endpoint,
-            hello_random,
+            hello_random: hello.random(),
+            seq_shift: hello.record_seq.saturating_sub(1),
             phase: Phase::Handshaking {
                 until: now + self.limits.handshake_timeout,
             },
@@ -418,7 +429,9 @@ impl DtlsServer {
         let s = &mut self.sessions[index];
         while let Some(t) = s.endpoint.poll_transmit() {
             if send {
-                self.transmits.push_back((s.addr, t.message.to_vec()));
+                let mut record = t.message.to_vec();
+                shift_plaintext_seqs(&mut record, s.seq_shift);
+                self.transmits.push_back((s.addr, record));
             }
         }
     }

@@ -13,9 +13,9 @@ use rtc_dtls::endpoint::{Endpoint, EndpointEvent};
 use super::*;
 use crate::time::Timestamp;
 
-const SERVER: &str = "127.0.0.1:5684";
+pub(super) const SERVER: &str = "127.0.0.1:5684";
 
-fn psk_server(limits: SessionLimits) -> DtlsServer {
+pub(super) fn psk_server(limits: SessionLimits) -> DtlsServer {
     let mut credentials = Credentials::default();
     credentials
         .psk
@@ -287,4 +287,32 @@ fn a_certificate_client_offering_only_ecdhe_ecdsa_ccm8_gets_it() {
         assert_eq!(client.events, ["complete"], "{suite}");
         assert_eq!(chosen_suite(&sent), Some(id));
     }
+}
+
+/// A first ClientHello lost and sent again: our HelloVerifyRequest carries record number 1
+/// (§4.2.1), so the ServerHello flight must be numbered past it or the client drops it as a
+/// replay and the handshake stalls until its deadline.
+#[test]
+fn a_client_whose_first_hello_was_lost_completes() {
+    let mut server = psk_server(SessionLimits::default());
+    let mut client = psk_client(
+        40005,
+        b"secretkey",
+        CipherSuiteId::Tls_Psk_With_Aes_128_Ccm_8,
+    );
+    let lost = client.endpoint.poll_transmit().unwrap();
+    assert_eq!(&lost.message[3..11], &[0; 8], "epoch 0, record 0");
+    let later = Instant::now() + Duration::from_secs(2);
+    client
+        .endpoint
+        .handle_timeout(SERVER.parse().unwrap(), later)
+        .unwrap();
+    let sent = exchange(
+        &mut server,
+        &mut client,
+        Timestamp::from_nanos(2_000_000_000),
+    );
+    assert_eq!(client.events, ["complete"]);
+    assert_eq!(sent[0][10], 1, "the HelloVerifyRequest echoes record 1");
+    assert!(sent[1][10] > 1, "the ServerHello is numbered past it");
 }

@@ -117,10 +117,8 @@ impl DtlsUpstream {
                 ClientEvent::Established(key) => {
                     log::debug!("coaps upstream {origin}: endpoint {key}'s session is up")
                 }
-                ClientEvent::Refused(key) => {
-                    log::warn!(
-                        "coaps upstream {origin} refused the DTLS handshake (keys or certificate?)"
-                    );
+                ClientEvent::Refused(key, why) => {
+                    log::warn!("coaps upstream {origin} refused the DTLS handshake: {why}");
                     engine.handle_upstream_refused(now, EndpointId(key));
                     told = true;
                 }

@@ -27,23 +27,42 @@ pub use proc::Proc;
 pub fn free_ports_on<const N: usize>(host: &str) -> [u16; N] {
     let mut held: Vec<UdpSocket> = Vec::new();
     while held.len() < N {
-        let Ok(udp) = UdpSocket::bind((host, next_candidate())) else {
-            continue;
-        };
-        let port = udp.local_addr().expect("bound").port();
-        if TcpListener::bind((host, port)).is_ok() {
+        if let Some(udp) = hold(host, next_candidates(1)) {
             held.push(udp);
         }
     }
     std::array::from_fn(|i| held[i].local_addr().expect("bound").port())
 }
 
+/// The first of two consecutive ports, `P` and `P + 1`, free a moment ago on `host` for UDP
+/// and TCP: libcoap's servers take coaps on the port after their plain one. Both are taken
+/// from this process's walk at once, so a concurrent pick in this process gets neither.
+pub fn free_port_pair_on(host: &str) -> u16 {
+    loop {
+        let Some(udp) = hold(host, next_candidates(2)) else {
+            continue;
+        };
+        let port = udp.local_addr().expect("bound").port();
+        if port < u16::MAX && hold(host, port + 1).is_some() {
+            return port;
+        }
+    }
+}
+
+/// A UDP socket on `host:port` if both UDP and TCP could bind that port.
+fn hold(host: &str, port: u16) -> Option<UdpSocket> {
+    let udp = UdpSocket::bind((host, port)).ok()?;
+    let port = udp.local_addr().expect("bound").port();
+    TcpListener::bind((host, port)).ok().map(|_| udp)
+}
+
 /// The lowest port tried, and the ports tried per process before starting over.
 const FIRST_CANDIDATE: u32 = 10_000;
 
-/// The next port to try: from a start drawn from the process id, in turn, below the
-/// ephemeral range (or 0, the kernel's choice, where that range leaves no room below it).
-fn next_candidate() -> u16 {
+/// The first of the next `count` ports to try: from a start drawn from the process id, in
+/// turn, below the ephemeral range (or 0, the kernel's choice, where that range leaves no
+/// room below it).
+fn next_candidates(count: u32) -> u16 {
     static NEXT: AtomicU32 = AtomicU32::new(0);
     static EPHEMERAL: OnceLock<u32> = OnceLock::new();
     let ephemeral = *EPHEMERAL.get_or_init(|| {
@@ -59,8 +78,13 @@ fn next_candidate() -> u16 {
         return 0;
     };
     let start = std::process::id().wrapping_mul(2_654_435_761) % span;
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    (FIRST_CANDIDATE + (start + n) % span) as u16
+    let n = NEXT.fetch_add(count, Ordering::Relaxed);
+    let offset = (start + n) % span;
+    // A run that would wrap past the range's end is skipped: its ports are not consecutive.
+    if offset + count > span {
+        return next_candidates(count);
+    }
+    (FIRST_CANDIDATE + offset) as u16
 }
 
 /// A loopback port free a moment ago (see [`free_ports_on`]).
