@@ -20,7 +20,8 @@ request gets the proxy's own Message ID and token.
 
 Routing:
   --listen ADDR                  client-facing address (default 0.0.0.0:5683; [::]:5683 is dual-stack)
-  --upstream HOST:PORT           reverse proxy: where requests without Proxy-Uri go
+  --upstream HOST:PORT           reverse proxy: where requests without Proxy-Uri go; also
+                                 coap://HOST[:PORT] (5683) or coaps://HOST[:PORT] (5684, DTLS)
   --forward                      also act as a forward proxy (Proxy-Uri / Proxy-Scheme, coap only)
   --allow HOST:PORT              a forward-proxy target (repeat); nothing else is reachable
 
@@ -107,6 +108,24 @@ HTTP cross-proxy (RFC 8075), off unless --http-listen is given:
   --http-max-inflight-bytes BYTES
                                  what HTTP request bodies in flight may hold together; past
                                  it, 503 + Retry-After (default 8MiB, at least --http-max-body)
+
+coaps (DTLS 1.2, RFC 7252 §9; cargo feature `dtls`, on by default):
+  --listen-dtls ADDR             a coaps listener; without --listen no plain port is opened
+  --psk-identity ID              a PSK identity (repeat, each with its --psk-key-file)
+  --psk-key-file FILE            its key: the file's raw bytes (1 to 64)
+  --dtls-cert FILE, --dtls-key FILE
+                                 certificate chain and key (PEM) for the ECDHE_ECDSA suites
+  --dtls-client-ca FILE          require client certificates chaining to these CAs (PEM)
+  --dtls-max-sessions N          sessions at once, handshaking or established (default 10000)
+  --dtls-max-sessions-per-source N
+                                 of those, from one IP address (default 64)
+  --dtls-handshake-timeout D     from the verified ClientHello to Finished (default 10s)
+  --dtls-idle-timeout D          a session with no record either way is dropped (default 300s)
+  --upstream-psk-identity ID, --upstream-psk-key-file FILE
+                                 with --upstream coaps://: the PSK the proxy offers the origin
+  --upstream-ca FILE             with --upstream coaps://: the origin's certificate must chain
+                                 to these CAs (PEM) and name the URI's host
+
 Durations: 500ms, 2s, 1.5s, 250us, 1m. Sizes: 65536, 64KiB, 4MiB (bytes, or 1024-based
 units). Invalid configuration exits 2 naming the flag.
 ";
