@@ -2,7 +2,8 @@
 //! two independent DTLS stacks and a plain CoAP origin.
 //!
 //! Clients: Debian's libcoap 4.3.1 built on OpenSSL (`coap-client-openssl`) and on GnuTLS
-//! (`coap-client-gnutls`), installed by tests/interop/setup.sh. Origin: the aiocoap server of
+//! (`coap-client-gnutls`), and aiocoap 0.4.17 over tinydtls (the DTLSSocket package),
+//! installed by tests/interop/setup.sh. Origin: the aiocoap server of
 //! tests/interop/aiocoap_server.py, over plain CoAP. Keys: a PSK (`-k KEY -u IDENTITY`), and
 //! certificates made here with rcgen (a CA, a server certificate for 127.0.0.1, a client
 //! certificate).
@@ -15,6 +16,8 @@
 //! | a_client_certificate_is_required_with_dtls_client_ca  | openssl          |
 //! | coaps_alone_opens_no_plain_port                        | notls, openssl   |
 //! | a_flood_of_client_hellos_is_answered_statelessly_...   | rtc-dtls hellos, openssl |
+//! | aiocoap_over_dtls_get_post_blockwise_and_observe      | aiocoap (tinydtls) |
+//! | aiocoap_with_a_wrong_key_gets_nothing_and_the_next_... | aiocoap (tinydtls) |
 //! | upstream_psk_get_put_blockwise_and_observe (per stack) | openssl, gnutls servers |
 //! | a_wrong_upstream_key_gets_5_02                         | openssl server   |
 //! | a_restarted_upstream_gets_a_new_session                | openssl server   |
@@ -30,6 +33,8 @@ use std::time::Duration;
 mod common;
 mod peers;
 
+#[path = "coaps_interop/aiocoap_dtls.rs"]
+mod aiocoap_dtls;
 #[path = "coaps_interop/cases.rs"]
 mod cases;
 #[path = "coaps_interop/certs.rs"]

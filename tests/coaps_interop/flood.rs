@@ -45,8 +45,10 @@ pub fn first_hello() -> Vec<u8> {
     client.poll_transmit().unwrap().message.to_vec()
 }
 
-/// Sends one ClientHello from each of `n` new sockets (in batches that fit the descriptor
-/// limit), then reads each socket's answer.
+/// Sends one ClientHello from each of `n` new sockets, all before reading any answer (so
+/// a slow server cannot stretch the flood), then reads each socket's first answer within
+/// 2 s. Only if the descriptor limit stops the sockets from being opened at once does it
+/// go in rounds of as many as it could open.
 pub fn client_hellos(target: SocketAddr, n: usize) -> Flood {
     let hello = first_hello();
     let mut flood = Flood {
@@ -58,40 +60,58 @@ pub fn client_hellos(target: SocketAddr, n: usize) -> Flood {
         bytes_out: 0,
     };
     let start = Instant::now();
-    let mut buf = [0u8; 2048];
-    for batch in (0..n).collect::<Vec<_>>().chunks(250) {
-        let sockets: Vec<UdpSocket> = batch
-            .iter()
-            .map(|_| UdpSocket::bind("127.0.0.1:0").unwrap())
-            .collect();
+    while flood.sent < n {
+        let sockets = open_up_to(n - flood.sent);
         for s in &sockets {
             s.send_to(&hello, target).unwrap();
             flood.sent += 1;
             flood.bytes_out += hello.len();
         }
         flood.send_time = start.elapsed();
-        // Each socket's first answer, within 2 s for the batch (a server that answers few
-        // must not make the flood wait 2 s per socket).
-        let deadline = Instant::now() + Duration::from_secs(2);
-        let mut waiting: Vec<&UdpSocket> = sockets.iter().collect();
-        for s in &waiting {
-            s.set_nonblocking(true).unwrap();
-        }
-        while !waiting.is_empty() && Instant::now() < deadline {
-            waiting.retain(|s| match s.recv(&mut buf) {
-                Ok(len) => {
-                    flood.bytes_in += len;
-                    // A HelloVerifyRequest: a handshake record whose message is type 3.
-                    match (buf[0], buf.get(13)) {
-                        (22, Some(3)) => flood.verify_requests += 1,
-                        _ => flood.other_answers += 1,
-                    }
-                    false
-                }
-                Err(_) => true,
-            });
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        read_answers(&sockets, &mut flood);
     }
     flood
+}
+
+/// Up to `n` nonblocking sockets on loopback, fewer if the descriptor limit is reached
+/// (at least one).
+fn open_up_to(n: usize) -> Vec<UdpSocket> {
+    let mut sockets = Vec::with_capacity(n);
+    while sockets.len() < n {
+        match UdpSocket::bind("127.0.0.1:0") {
+            Ok(s) => sockets.push(s),
+            Err(e) if sockets.is_empty() => panic!("no socket for the flood: {e}"),
+            Err(_) => break,
+        }
+    }
+    // Leave room for the rest of the process (the answer file, a child's pipes).
+    if sockets.len() < n {
+        sockets.truncate(sockets.len().saturating_sub(32).max(1));
+    }
+    for s in &sockets {
+        s.set_nonblocking(true).unwrap();
+    }
+    sockets
+}
+
+/// Each socket's first answer, within 2 s for them all.
+fn read_answers(sockets: &[UdpSocket], flood: &mut Flood) {
+    let mut buf = [0u8; 2048];
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let mut waiting: Vec<&UdpSocket> = sockets.iter().collect();
+    while !waiting.is_empty() && Instant::now() < deadline {
+        waiting.retain(|s| match s.recv(&mut buf) {
+            Ok(len) => {
+                flood.bytes_in += len;
+                // A HelloVerifyRequest: a handshake record whose message is type 3.
+                match (buf[0], buf.get(13)) {
+                    (22, Some(3)) => flood.verify_requests += 1,
+                    _ => flood.other_answers += 1,
+                }
+                false
+            }
+            Err(_) => true,
+        });
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }

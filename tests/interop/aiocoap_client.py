@@ -19,7 +19,8 @@ Subcommands (every stdout line is flushed at once; the exit code is 0 only on su
       `FAIL <tag> <reason>` (`TimeoutError` after --request-timeout, queueing included), then
       `DONE`.
 
---timeout bounds the whole run (exit 3 when it is exceeded).
+--timeout bounds the whole run (exit 3 when it is exceeded). --dtls-psk IDENTITY:KEY adds
+aiocoap's tinydtls transport (the DTLSSocket package) for coaps:// URIs, with that PSK.
 """
 
 import argparse
@@ -128,6 +129,7 @@ async def post_many(ctx, args):
 async def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--timeout", type=float, default=20.0)
+    parser.add_argument("--dtls-psk", metavar="IDENTITY:KEY", help="PSK for coaps:// URIs")
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("request")
     p.add_argument("method")
@@ -150,7 +152,12 @@ async def main():
     p.add_argument("--max-retransmit", type=int, default=4)
     args = parser.parse_args()
 
-    ctx = await aiocoap.Context.create_client_context(transports=["udp6"])
+    transports = ["udp6"] + (["tinydtls"] if args.dtls_psk else [])
+    ctx = await aiocoap.Context.create_client_context(transports=transports)
+    if args.dtls_psk:
+        identity, key = args.dtls_psk.split(":", 1)
+        psk = {"psk": {"ascii": key}, "client-identity": {"ascii": identity}}
+        ctx.client_credentials.load_from_dict({"coaps://*": {"dtls": psk}})
     run = {"request": request, "observe": observe, "post-many": post_many}[args.cmd]
     try:
         return await asyncio.wait_for(run(ctx, args), args.timeout)
