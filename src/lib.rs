@@ -94,6 +94,8 @@
 )]
 
 pub mod coap;
+#[cfg(feature = "tcp")]
+pub mod coap_tcp;
 #[cfg(feature = "dtls")]
 pub mod dtls;
 pub mod grpc;

@@ -20,6 +20,7 @@ macro_rules! error_enum {
         impl std::error::Error for $name {}
     };
 }
+pub(crate) use error_enum;
 
 mod builder;
 mod code;

@@ -1,0 +1,19 @@
+//! CoAP over reliable transports (RFC 8323): TCP, TLS and WebSockets.
+//!
+//! - [`frame`]: the message format on a stream (§3.2) and in a WebSocket frame (§4.4), and
+//!   its mapping to the UDP format the engine speaks;
+//! - [`signal`]: the signalling messages (§5): CSM, Ping/Pong, Release, Abort;
+//! - [`conn`]: one connection as a client of the engine, with its CSM and keepalive
+//!   deadlines.
+//!
+//! The proxy's driver owns the sockets (`crate::proxy::tcp_listener`) and hands the requests
+//! to the engine as [`crate::proxy::Peer::Stream`].
+
+pub mod conn;
+pub mod frame;
+pub mod signal;
+#[cfg(test)]
+mod tests;
+
+pub use conn::{ConnCounters, ConnLimits, Ending, StreamConn};
+pub use frame::{FrameError, Framing};
