@@ -20,6 +20,7 @@ macro_rules! error_enum {
         impl std::error::Error for $name {}
     };
 }
+#[cfg(feature = "tcp")]
 pub(crate) use error_enum;
 
 mod builder;
