@@ -4,7 +4,7 @@
 //!
 //! Past the header the formats agree: token, options (the same delta encoding) and payload are
 //! byte for byte what a UDP datagram carries after its Message ID. So a message converts to a
-//! datagram by swapping the header, and the datagram's own validation ([`Message::parse`])
+//! datagram by swapping the header, and the datagram's own validation ([`crate::coap::Message::parse`])
 //! is the one that checks options.
 //!
 //! ```text

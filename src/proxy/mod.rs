@@ -98,4 +98,4 @@ pub use endpoints::{EndpointEvent, EndpointId, UpstreamId};
 pub use engine::{Destination, Proxy, Transmit, UpstreamStats};
 pub use events::{ObserverLoss, ProxyEvent, Source};
 pub use exchange::{Relay, State, UpstreamLeg};
-pub use peer::{LocalClient, Peer, SessionId};
+pub use peer::{ConnectionId, LocalClient, Peer, SessionId, SlotId};

@@ -19,11 +19,12 @@
 //!   table, a sans-IO state machine per session beside the client socket. The engine sees
 //!   decrypted datagrams from the session and hands answers back to it; the cookie exchange
 //!   (RFC 6347 §4.2.1) has proven the address, so no allowance applies.
-//! - *CoAP over TCP, TLS and WebSockets* (RFC 8323): `Stream(ConnectionId)`. The connection's
-//!   framing and its CSM state (Max-Message-Size, Block-Wise-Transfer, RFC 8323 §5.3) live
-//!   in the stream driver's connection table; it turns frames into messages for the engine
-//!   and back. A reliable transport does not retransmit (§3), so the engine will ask the
-//!   peer's kind before it arms a retransmission to it.
+//! - [`Peer::Stream`] (RFC 8323, CoAP over TCP, TLS and WebSockets): `Stream(ConnectionId)`.
+//!   The connection's framing and its CSM state (Max-Message-Size, Block-Wise-Transfer,
+//!   §5.3) live in the stream listener's connection table (`crate::coap_tcp`); it turns
+//!   frames into datagrams for the engine and back, and acknowledges the engine's CON
+//!   answers itself, since the transport delivered them. Like an in-process client it never
+//!   loses an answer, so the engine keeps no copy of one for replay.
 
 use std::fmt;
 use std::hash::{Hash, Hasher};
@@ -39,18 +40,26 @@ pub enum Peer {
     /// A coaps client (RFC 7252 §9): a DTLS session of the listener's session table
     /// (`crate::dtls`). Its address was proven by the cookie exchange (RFC 6347 §4.2.1).
     Dtls(SessionId),
+    /// A CoAP client over TCP, TLS or WebSockets (RFC 8323): a connection of the stream
+    /// listener's table. The TCP handshake proved its address.
+    Stream(ConnectionId),
 }
 
-/// A DTLS session's name: its slot in the session table and that slot's generation, so that
-/// an answer for a session that has ended cannot reach the one that took its slot. Two u32
+/// A DTLS session's name ([`Peer::Dtls`]).
+pub type SessionId = SlotId;
+/// A stream connection's name ([`Peer::Stream`]).
+pub type ConnectionId = SlotId;
+
+/// A session's or connection's name: its slot in its table and that slot's generation, so
+/// that an answer for one that has ended cannot reach the one that took its slot. Two u32
 /// halves, like [`LocalClient`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct SessionId([u32; 2]);
+pub struct SlotId([u32; 2]);
 
-impl SessionId {
+impl SlotId {
     /// Slot `index` in its `generation`.
     pub fn new(index: u32, generation: u32) -> Self {
-        SessionId([index, generation])
+        SlotId([index, generation])
     }
 
     /// The slot.
@@ -90,18 +99,19 @@ impl Peer {
     pub fn claimed_address(&self) -> Option<SocketAddr> {
         match self {
             Peer::Udp(addr) => Some(*addr),
-            Peer::Local(_) | Peer::Dtls(_) => None,
+            Peer::Local(_) | Peer::Dtls(_) | Peer::Stream(_) => None,
         }
     }
 }
 
 impl Peer {
-    /// Whether every datagram handed to the peer's transport arrives (an in-process client):
+    /// Whether every datagram handed to the peer's transport arrives (an in-process client, a
+    /// stream connection):
     /// such a peer never asks again for an answer it was given.
     pub fn is_reliable(&self) -> bool {
         match self {
             Peer::Udp(_) | Peer::Dtls(_) => false,
-            Peer::Local(_) => true,
+            Peer::Local(_) | Peer::Stream(_) => true,
         }
     }
 }
@@ -114,7 +124,7 @@ impl Hash for Peer {
         match self {
             Peer::Udp(addr) => addr.hash(state),
             Peer::Local(client) => client.hash(state),
-            Peer::Dtls(session) => session.hash(state),
+            Peer::Dtls(session) | Peer::Stream(session) => session.hash(state),
         }
     }
 }
@@ -135,6 +145,12 @@ impl fmt::Display for Peer {
                 "DTLS session {}.{}",
                 session.index(),
                 session.generation()
+            ),
+            Peer::Stream(conn) => write!(
+                f,
+                "stream connection {}.{}",
+                conn.index(),
+                conn.generation()
             ),
         }
     }
@@ -160,6 +176,10 @@ mod tests {
             (None, false)
         );
         assert_eq!(session.to_string(), "DTLS session 3.9");
+        let conn = Peer::Stream(ConnectionId::new(4, 1));
+        assert_eq!((conn.claimed_address(), conn.is_reliable()), (None, true));
+        assert_eq!(conn.to_string(), "stream connection 4.1");
+        assert_ne!(conn, Peer::Dtls(SessionId::new(4, 1)));
     }
 
     #[test]
