@@ -11,6 +11,7 @@ pub mod reconnect_client;
 pub mod reconnect_server;
 mod relay;
 mod serve;
+mod stream;
 #[cfg(feature = "timer-bench")]
 mod timer_bench;
 
@@ -238,24 +239,31 @@ fn make_room_for_endpoints<'a>(proxies: impl IntoIterator<Item = &'a ProxyConfig
 /// composed in front of it when `http` is given (`--http-listen`), as a component that reports
 /// its metrics; and the line that says where it listens.
 fn proxy_part(
-    ProxyListeners { listen, dtls }: ProxyListeners,
+    ProxyListeners { listen, dtls, tcp }: ProxyListeners,
     coaps_upstream: Option<dtls::UpstreamPart>,
     config: ProxyConfig,
     http: Option<HttpPart>,
     sources: &mut MetricsSources,
 ) -> Result<(Box<dyn Component>, String), String> {
-    let listeners = listeners(listen, dtls)?;
+    let listeners = listeners(listen, dtls, tcp)?;
     let proxy = ProxyComponent::bind_listeners(&listeners, config).map_err(|e| {
         let at: Vec<String> = listen.iter().map(|a| a.to_string()).collect();
         format!("cannot bind {}: {e}", at.join(" and coaps "))
     })?;
     let proxy = with_coaps_upstream(proxy, coaps_upstream)?;
     let plain = listen.and(proxy.local_addr().ok());
-    let line = match (plain, proxy.dtls_addr()) {
-        (Some(p), None) => format!("CoAP proxy listening on {p}"),
-        (Some(p), Some(s)) => format!("CoAP proxy listening on {p} and coaps listening on {s}"),
-        (None, Some(s)) => format!("CoAP proxy coaps listening on {s}"),
-        (None, None) => "CoAP proxy listening nowhere".into(),
+    // "CoAP proxy listening on P and coaps listening on S and coap+tcp listening on T": the
+    // words scripts (and the tests) look for before each address.
+    let mut on: Vec<String> = plain.iter().map(|p| format!("listening on {p}")).collect();
+    on.extend(proxy.dtls_addr().map(|s| format!("coaps listening on {s}")));
+    on.extend(
+        proxy
+            .tcp_addr()
+            .map(|s| format!("coap+tcp listening on {s}")),
+    );
+    let line = match on.is_empty() {
+        true => "CoAP proxy listening nowhere".into(),
+        false => format!("CoAP proxy {}", on.join(" and ")),
     };
     let part = match http {
         None => reported(proxy, sources),
@@ -276,6 +284,7 @@ fn proxy_part(
 struct ProxyListeners {
     listen: Option<SocketAddr>,
     dtls: Option<dtls::DtlsPart>,
+    tcp: Option<stream::StreamPart>,
 }
 
 /// `proxy`, speaking coaps to its upstream if `upstream` says so.
@@ -298,17 +307,23 @@ fn with_coaps_upstream(
 fn listeners(
     plain: Option<SocketAddr>,
     dtls: Option<dtls::DtlsPart>,
+    tcp: Option<stream::StreamPart>,
 ) -> Result<backoffd::proxy::Listeners, String> {
-    #[cfg(feature = "dtls")]
-    return Ok(backoffd::proxy::Listeners {
-        plain,
-        dtls: dtls.map(|d| (d.addr, d.config)),
-    });
     #[cfg(not(feature = "dtls"))]
-    match dtls {
-        Some(d) => match d {},
-        None => Ok(backoffd::proxy::Listeners { plain }),
+    if let Some(d) = dtls {
+        match d {}
     }
+    #[cfg(not(feature = "tcp"))]
+    if let Some(t) = tcp {
+        match t {}
+    }
+    Ok(backoffd::proxy::Listeners {
+        plain,
+        #[cfg(feature = "dtls")]
+        dtls: dtls.map(|d| (d.addr, d.config)),
+        #[cfg(feature = "tcp")]
+        tcp: tcp.map(|t| (t.addr, t.limits)),
+    })
 }
 
 fn reported<T: Component + MetricsSource>(

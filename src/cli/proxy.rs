@@ -183,6 +183,7 @@ pub(super) fn spec() -> Vec<Spec> {
         .chain(super::http::SPEC)
         .chain(super::dtls::SPEC)
         .chain(super::dtls::UPSTREAM_SPEC)
+        .chain(super::stream::SPEC)
         .copied()
         .collect()
 }
@@ -193,6 +194,7 @@ pub struct ProxyArgs {
     listen: Option<SocketAddr>,
     dtls: Option<super::dtls::DtlsPart>,
     coaps_upstream: Option<super::dtls::UpstreamPart>,
+    tcp: Option<super::stream::StreamPart>,
     config: ProxyConfig,
     wake: WakeMode,
     drain: Duration,
@@ -216,6 +218,7 @@ pub fn parse(args: &[String]) -> Result<Parsed<ProxyArgs>, UsageError> {
     }
     let dtls = super::dtls::from_flags(&flags)?;
     let coaps_upstream = super::dtls::upstream_from_flags(&flags)?;
+    let tcp = super::stream::from_flags(&flags)?;
     let listen = plain_listen(&flags, dtls.is_some(), "0.0.0.0:5683")?;
     let config = config_from_flags(&flags)?;
     for warning in config.validate().map_err(|e| UsageError(e.0))? {
@@ -231,6 +234,7 @@ pub fn parse(args: &[String]) -> Result<Parsed<ProxyArgs>, UsageError> {
         listen,
         dtls,
         coaps_upstream,
+        tcp,
         config,
         wake,
         drain,
@@ -244,6 +248,7 @@ fn run(args: ProxyArgs) -> Result<i32, UsageError> {
         listen,
         dtls,
         coaps_upstream,
+        tcp,
         config,
         wake,
         drain,
@@ -265,7 +270,7 @@ fn run(args: ProxyArgs) -> Result<i32, UsageError> {
     };
     let mut sources = Vec::new();
     let (component, line) = match super::proxy_part(
-        super::ProxyListeners { listen, dtls },
+        super::ProxyListeners { listen, dtls, tcp },
         coaps_upstream,
         config,
         http,

@@ -60,6 +60,7 @@ pub struct ProxyPart {
     pub listen: Option<SocketAddr>,
     pub dtls: Option<super::dtls::DtlsPart>,
     pub coaps_upstream: Option<super::dtls::UpstreamPart>,
+    pub tcp: Option<super::stream::StreamPart>,
     pub config: ProxyConfig,
     pub http: Option<super::http::HttpPart>,
 }
@@ -74,6 +75,7 @@ impl ProxyPart {
             listen: super::proxy::plain_listen(flags, dtls.is_some(), DEFAULT_LISTEN)?,
             dtls,
             coaps_upstream: super::dtls::upstream_from_flags(flags)?,
+            tcp: super::stream::from_flags(flags)?,
             http: super::http::from_flags(flags, &config)?,
             config,
         })
@@ -240,14 +242,16 @@ pub fn describe(plan: &Plan) -> String {
         listen,
         dtls,
         coaps_upstream,
+        tcp,
         config: c,
         http,
     } in &plan.proxies
     {
-        let on = match (listen, dtls) {
-            (Some(plain), _) => plain.to_string(),
-            (None, Some(d)) => format!("coaps://{}", super::dtls::listen_addr(d)),
-            (None, None) => "nothing".into(),
+        let on = match (listen, dtls, tcp) {
+            (Some(plain), _, _) => plain.to_string(),
+            (None, Some(d), _) => format!("coaps://{}", super::dtls::listen_addr(d)),
+            (None, None, Some(t)) => format!("coap+tcp://{}", super::stream::listen_addr(t)),
+            (None, None, None) => "nothing".into(),
         };
         let target = match (&c.routing.upstream, c.routing.forward) {
             (Some(u), false) => format!("reverse to {u}"),
@@ -275,6 +279,9 @@ pub fn describe(plan: &Plan) -> String {
         }
         if let Some(u) = coaps_upstream {
             out += &super::dtls::describe_upstream(u);
+        }
+        if let Some(t) = tcp {
+            out += &super::stream::describe(t);
         }
         if let Some(h) = http {
             out += &format!(
@@ -328,11 +335,12 @@ fn run(plan: Plan, wake: WakeMode, drain: Duration) -> i32 {
         listen,
         dtls,
         coaps_upstream,
+        tcp,
         config,
         http,
     } in plan.proxies
     {
-        let listeners = super::ProxyListeners { listen, dtls };
+        let listeners = super::ProxyListeners { listen, dtls, tcp };
         match super::proxy_part(listeners, coaps_upstream, config, http, &mut sources) {
             Ok((part, line)) => parts.push((line, part)),
             Err(e) => return fail(e),

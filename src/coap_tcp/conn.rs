@@ -28,7 +28,9 @@ pub struct ConnLimits {
     pub csm_timeout: Duration,
     /// How long a connection may be quiet before it is pinged.
     pub idle_timeout: Duration,
-    /// Output bytes waiting for the socket past which no more input is read.
+    /// Output bytes waiting for the socket past which no more input is read. Answers still
+    /// come (notifications, late responses); past twice this the peer is a reader too slow
+    /// to keep, and the connection ends ([`Ending::SlowReader`]).
     pub max_output: usize,
 }
 
@@ -38,7 +40,7 @@ impl Default for ConnLimits {
             max_message_size: signal::DEFAULT_MAX_MESSAGE_SIZE,
             csm_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(300),
-            max_output: 256 * 1024,
+            max_output: 64 * 1024,
         }
     }
 }
@@ -58,6 +60,9 @@ pub enum Ending {
     Released,
     /// The peer closed its side.
     Closed,
+    /// Answers piled up past twice `max_output`: the peer reads too slowly. What was
+    /// queued is dropped.
+    SlowReader,
 }
 
 /// Where the connection is.
@@ -112,9 +117,11 @@ impl StreamConn {
     /// A new connection at `now`: our CSM is queued (§5.3).
     pub fn new(now: Timestamp, framing: Framing, limits: ConnLimits) -> Self {
         let mut output = Vec::new();
+        // No BERT (§6): the engine's other legs speak UDP, where a block size exponent of
+        // 7 is reserved (RFC 7959 §2.2), so a BERT request could not be forwarded as it is.
         let ours = Settings {
             max_message_size: limits.max_message_size,
-            block_wise: true,
+            block_wise: false,
         };
         signal::encode_csm(&mut output, framing, ours);
         StreamConn {
@@ -266,6 +273,12 @@ impl StreamConn {
         let f = frame::from_datagram(datagram)?;
         if f.size() > peer.max_message_size as usize {
             self.counters.oversized_answers += 1;
+            return ack;
+        }
+        if self.output.len() + f.size() > 2 * self.limits.max_output {
+            self.output.clear();
+            self.to_engine.clear();
+            self.phase = Phase::Ended(Ending::SlowReader);
             return ack;
         }
         frame::encode(&mut self.output, self.framing, &f);

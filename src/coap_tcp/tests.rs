@@ -81,7 +81,7 @@ fn our_csm_is_the_first_thing_written() {
         read,
         Signal::Csm(Settings {
             max_message_size: 1152,
-            block_wise: true
+            block_wise: false
         })
     );
 }

@@ -108,6 +108,24 @@ impl MetricsWriter {
         }
     }
 
+    /// A gauge family with several labels: each row is its label values, in the order of
+    /// `labels`, and its value.
+    pub fn multi_labelled_gauge(
+        &mut self,
+        name: &str,
+        help: &str,
+        labels: &[&str],
+        rows: &[(Vec<String>, f64)],
+    ) {
+        self.family(name, help, "gauge");
+        for (values, value) in rows {
+            let pairs: Vec<String> = (labels.iter().zip(values))
+                .map(|(l, v)| format!("{l}=\"{}\"", escape(v)))
+                .collect();
+            let _ = writeln!(self.out, "{name}{{{}}} {value}", pairs.join(","));
+        }
+    }
+
     /// A gauge family with one label, e.g. endpoints per upstream.
     pub fn labelled_gauge(&mut self, name: &str, help: &str, label: &str, values: &[(&str, f64)]) {
         self.family(name, help, "gauge");

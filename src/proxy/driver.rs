@@ -37,6 +37,8 @@ use super::dtls_upstream::{DtlsUpstream, DTLS_UPSTREAM_KEY};
 use super::metrics::write_cache_metrics;
 use super::metrics::{write_proxy_metrics, write_upstream_metrics};
 use super::report::Report;
+#[cfg(feature = "tcp")]
+use super::stream_listener::{StreamLimits, StreamListener};
 use super::{Destination, EndpointEvent, EndpointId, LocalClient, Peer, Proxy, ProxyConfig, Seeds};
 use crate::metrics::{MetricsSource, MetricsWriter};
 use crate::net::{connected_udp, MAX_UDP_DATAGRAM};
@@ -85,6 +87,9 @@ pub struct ProxyComponent {
     /// The coaps upstream's sessions (`--upstream coaps://`), if the upstream is one.
     #[cfg(feature = "dtls")]
     dtls_upstream: Option<DtlsUpstream>,
+    /// The CoAP-over-TCP listener (`--listen-tcp`), if any.
+    #[cfg(feature = "tcp")]
+    tcp: Option<StreamListener>,
 }
 
 /// Where the proxy takes its clients: plain CoAP over UDP, coaps, or both. With coaps alone
@@ -96,6 +101,9 @@ pub struct Listeners {
     /// The coaps address and its keys (`--listen-dtls`).
     #[cfg(feature = "dtls")]
     pub dtls: Option<(SocketAddr, crate::dtls::DtlsServerConfig)>,
+    /// The CoAP-over-TCP address and its bounds (`--listen-tcp`).
+    #[cfg(feature = "tcp")]
+    pub tcp: Option<(SocketAddr, StreamLimits)>,
 }
 
 impl Listeners {
@@ -105,6 +113,8 @@ impl Listeners {
             plain: Some(addr),
             #[cfg(feature = "dtls")]
             dtls: None,
+            #[cfg(feature = "tcp")]
+            tcp: None,
         }
     }
 }
@@ -135,6 +145,13 @@ impl ProxyComponent {
         };
         #[cfg(feature = "dtls")]
         let plain_addr = plain_addr.or(dtls.as_ref().map(DtlsListener::local_addr));
+        #[cfg(feature = "tcp")]
+        let tcp = match &listeners.tcp {
+            Some((addr, limits)) => Some(StreamListener::bind(*addr, *limits)?),
+            None => None,
+        };
+        #[cfg(feature = "tcp")]
+        let plain_addr = plain_addr.or(tcp.as_ref().map(StreamListener::local_addr));
         let local_addr = plain_addr.ok_or(io::ErrorKind::InvalidInput)?;
         config.local_addr = Some(local_addr);
         Ok(ProxyComponent {
@@ -153,6 +170,8 @@ impl ProxyComponent {
             dtls,
             #[cfg(feature = "dtls")]
             dtls_upstream: None,
+            #[cfg(feature = "tcp")]
+            tcp,
         })
     }
 
@@ -173,6 +192,14 @@ impl ProxyComponent {
         #[cfg(feature = "dtls")]
         return self.dtls.as_ref().map(DtlsListener::local_addr);
         #[cfg(not(feature = "dtls"))]
+        None
+    }
+
+    /// The CoAP-over-TCP address actually bound, if there is a TCP listener.
+    pub fn tcp_addr(&self) -> Option<SocketAddr> {
+        #[cfg(feature = "tcp")]
+        return self.tcp.as_ref().map(StreamListener::local_addr);
+        #[cfg(not(feature = "tcp"))]
         None
     }
 
@@ -329,6 +356,16 @@ impl ProxyComponent {
                 }
             }
         }
+        // A stream connection's ACKs and requests go to the engine after its answers are
+        // framed; what the engine says to them goes out in another round.
+        #[cfg(feature = "tcp")]
+        for round in 0..4 {
+            let fed = (self.tcp.as_mut()).is_some_and(|tcp| tcp.settle(ctx, &mut self.engine));
+            if !fed || round == 3 {
+                break;
+            }
+            self.transmit(now);
+        }
         // Answering an ICMP error can have asked for sockets too.
         let _ = self.apply_endpoint_events(ctx, false);
     }
@@ -341,6 +378,8 @@ impl ProxyComponent {
         let dtls = std::cell::RefCell::new(self.dtls.as_mut());
         #[cfg(feature = "dtls")]
         let dtls_upstream = std::cell::RefCell::new(self.dtls_upstream.as_mut());
+        #[cfg(feature = "tcp")]
+        let tcp = std::cell::RefCell::new(self.tcp.as_mut());
         let send = |to: Destination, payload: &[u8]| {
             let sent = match (to, clients) {
                 (Destination::Client(Peer::Local(client)), _) => {
@@ -350,6 +389,11 @@ impl ProxyComponent {
                 #[cfg(feature = "dtls")]
                 (Destination::Client(Peer::Dtls(session)), _) => match &mut *dtls.borrow_mut() {
                     Some(listener) => listener.send(now, session, payload),
+                    None => Err(io::Error::from(io::ErrorKind::NotConnected)),
+                },
+                #[cfg(feature = "tcp")]
+                (Destination::Client(Peer::Stream(id)), _) => match &mut *tcp.borrow_mut() {
+                    Some(listener) => listener.send(id, payload),
                     None => Err(io::Error::from(io::ErrorKind::NotConnected)),
                 },
                 (Destination::Client(Peer::Udp(addr)), Some(ClientSocket::Open(socket))) => {
@@ -432,10 +476,20 @@ impl Component for ProxyComponent {
         if let Some(listener) = &mut self.dtls {
             listener.start(ctx)?;
         }
+        #[cfg(feature = "tcp")]
+        if let Some(listener) = &mut self.tcp {
+            listener.start(ctx)?;
+        }
         self.apply_endpoint_events(ctx, true)
     }
 
-    fn on_ready(&mut self, ctx: &mut Ctx<'_>, key: u32, _: Readiness) {
+    fn on_ready(&mut self, ctx: &mut Ctx<'_>, key: u32, ready: Readiness) {
+        #[cfg(feature = "tcp")]
+        if let Some(listener) = self.tcp.as_mut().filter(|l| l.owns(key)) {
+            listener.on_ready(ctx, key, ready, &mut self.engine);
+            return self.settle(ctx);
+        }
+        let _ = ready;
         #[cfg(feature = "dtls")]
         if let (DTLS_KEY, Some(listener)) = (key, &mut self.dtls) {
             listener.read(ctx, &mut self.buf, &mut self.engine);
@@ -459,6 +513,11 @@ impl Component for ProxyComponent {
             up.on_timer(ctx.now(), timer, &mut self.engine);
             return self.settle(ctx);
         }
+        #[cfg(feature = "tcp")]
+        if let Some(listener) = self.tcp.as_mut().filter(|l| l.owns(key)) {
+            listener.on_timer(ctx, timer, key, &mut self.engine);
+            return self.settle(ctx);
+        }
         let _ = key;
         self.timer.fired(timer);
         self.engine.handle_timeout(ctx.now());
@@ -467,6 +526,10 @@ impl Component for ProxyComponent {
 
     fn on_shutdown(&mut self, ctx: &mut Ctx<'_>) {
         self.engine.begin_drain();
+        #[cfg(feature = "tcp")]
+        if let Some(listener) = &mut self.tcp {
+            listener.shutdown(ctx, &mut self.engine);
+        }
         self.settle(ctx);
     }
 
@@ -486,6 +549,10 @@ impl MetricsSource for ProxyComponent {
         #[cfg(feature = "dtls")]
         if let Some(up) = &self.dtls_upstream {
             up.write_metrics(out);
+        }
+        #[cfg(feature = "tcp")]
+        if let Some(listener) = &self.tcp {
+            listener.write_metrics(out);
         }
         #[cfg(feature = "cache")]
         write_cache_metrics(&self.engine, out);

@@ -76,6 +76,10 @@ mod outbox;
 mod peer;
 mod report;
 pub mod route;
+#[cfg(feature = "tcp")]
+mod stream_listener;
+#[cfg(feature = "tcp")]
+mod stream_metrics;
 mod table;
 #[cfg(test)]
 mod tests;
@@ -99,3 +103,5 @@ pub use engine::{Destination, Proxy, Transmit, UpstreamStats};
 pub use events::{ObserverLoss, ProxyEvent, Source};
 pub use exchange::{Relay, State, UpstreamLeg};
 pub use peer::{ConnectionId, LocalClient, Peer, SessionId, SlotId};
+#[cfg(feature = "tcp")]
+pub use stream_listener::{StreamLimits, MAX_CONNECTIONS};

@@ -55,6 +55,8 @@ pub struct Proxy {
     pub coap: SocketAddr,
     /// The coaps listener (`--listen-dtls`), when given.
     pub coaps: Option<SocketAddr>,
+    /// The CoAP-over-TCP listener (`--listen-tcp`), when given.
+    pub tcp: Option<SocketAddr>,
     /// The HTTP cross-proxy's listener, when `--http-listen` was given.
     pub http: Option<SocketAddr>,
     /// The metrics endpoint, when `--metrics` was given.
@@ -78,14 +80,17 @@ pub fn proxy(log_level: &str, args: &[&str]) -> Proxy {
         rest.split_whitespace().next()?.parse::<SocketAddr>().ok()
     };
     let coaps = after("coaps listening on ");
+    let tcp = after("coap+tcp listening on ");
     let coap = after("CoAP proxy listening on ")
         .or(coaps)
+        .or(tcp)
         .unwrap_or_else(|| panic!("no listener address in {line:?}"));
     let metrics = has("--metrics").then(|| proc.wait_addr("metrics listening on "));
     Proxy {
         proc,
         coap,
         coaps,
+        tcp,
         http,
         metrics,
     }

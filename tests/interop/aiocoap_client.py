@@ -19,6 +19,9 @@ Subcommands (every stdout line is flushed at once; the exit code is 0 only on su
       `FAIL <tag> <reason>` (`TimeoutError` after --request-timeout, queueing included), then
       `DONE`.
 
+URIs may be coap+tcp:// and coap+ws:// (RFC 8323): the client then adds aiocoap's TCP or
+WebSocket client transport.
+
 --timeout bounds the whole run (exit 3 when it is exceeded). --dtls-psk IDENTITY:KEY adds
 aiocoap's tinydtls transport (the DTLSSocket package) for coaps:// URIs, with that PSK.
 """
@@ -30,6 +33,11 @@ import sys
 import aiocoap
 import aiocoap.proxy.client
 from aiocoap.numbers.constants import TransportTuning
+
+
+# The aiocoap transport that speaks each RFC 8323 scheme (coap+ws needs the `websockets`
+# package, aiocoap's `ws` extra).
+RELIABLE_TRANSPORTS = {"coap+tcp": "tcpclient", "coaps+tcp": "tlsclient", "coap+ws": "ws"}
 
 
 def say(*words):
@@ -153,6 +161,10 @@ async def main():
     args = parser.parse_args()
 
     transports = ["udp6"] + (["tinydtls"] if args.dtls_psk else [])
+    # RFC 8323's schemes need aiocoap's client transports for them.
+    for scheme, transport in RELIABLE_TRANSPORTS.items():
+        if args.uri.startswith(scheme + "://") and transport not in transports:
+            transports.append(transport)
     ctx = await aiocoap.Context.create_client_context(transports=transports)
     if args.dtls_psk:
         identity, key = args.dtls_psk.split(":", 1)
