@@ -291,9 +291,12 @@ fn the_first_message_on_a_connection_is_the_proxys_csm() {
     assert!(String::from_utf8_lossy(&answer.payload()).contains("hello"));
 }
 
+/// A datagram, and when it came.
+type Arrival = (Instant, Vec<u8>);
+
 /// A UDP origin that drops the first datagram and answers the second (piggybacked 2.05
 /// "late"); it reports both datagrams and when they came.
-fn dropping_origin() -> (u16, std::thread::JoinHandle<Vec<(Instant, Vec<u8>)>>) {
+fn dropping_origin() -> (u16, std::thread::JoinHandle<Vec<Arrival>>) {
     let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
     let port = socket.local_addr().unwrap().port();
     socket
