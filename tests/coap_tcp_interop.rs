@@ -110,7 +110,11 @@ fn libcoap_get_post_4kib_and_observe() {
     let values: Vec<u64> = (observed.stdout().iter())
         .filter_map(|l| l.trim().parse().ok())
         .collect();
-    assert!(values.len() >= 3, "Observe gave {values:?}\n{}", observed.dump());
+    assert!(
+        values.len() >= 3,
+        "Observe gave {values:?}\n{}",
+        observed.dump()
+    );
     assert!(values.windows(2).all(|w| w[0] < w[1]), "{values:?}");
 }
 

@@ -95,7 +95,7 @@ fn settle(
             moved = true;
             match t.to {
                 Destination::Client(Peer::Local(to)) => front.from_engine(now, to, &t.payload),
-                Destination::Client(Peer::Udp(_) | Peer::Dtls(_)) => {}
+                Destination::Client(Peer::Udp(_) | Peer::Dtls(_) | Peer::Stream(_)) => {}
                 Destination::Upstream(ep) => {
                     let Ok(request) = Message::parse(&t.payload) else {
                         continue;
