@@ -54,8 +54,63 @@ fn a_build_without_the_cache_refuses_cache_size() {
     refused_for_lack_of(("--cache-size", "100"), "cache");
 }
 
+/// Without the `tcp` feature, `--listen-tcp` is refused in one line naming the feature.
+#[test]
+#[cfg(not(feature = "tcp"))]
+fn a_build_without_tcp_refuses_listen_tcp() {
+    refused_for_lack_of(("--listen-tcp", "127.0.0.1:0"), "tcp");
+}
+
+/// The CoAP-over-TCP bounds are checked, and need the listener they bound.
+#[test]
+#[cfg(feature = "tcp")]
+fn tcp_flags_are_checked_in_one_line() {
+    let on = [
+        "proxy",
+        "--upstream",
+        "127.0.0.1:5683",
+        "--listen-tcp",
+        "127.0.0.1:0",
+    ];
+    for (extra, says) in [
+        (
+            &["--tcp-max-connections", "0"][..],
+            "--tcp-max-connections: must be at least 1",
+        ),
+        (
+            &["--tcp-max-connections-per-source", "x"][..],
+            "--tcp-max-connections-per-source",
+        ),
+        (
+            &["--tcp-csm-timeout", "0s"][..],
+            "--tcp-csm-timeout: must be more than 0",
+        ),
+        (&["--tcp-idle-timeout", "soon"][..], "--tcp-idle-timeout"),
+    ] {
+        let args: Vec<&str> = on.iter().chain(extra).copied().collect();
+        let out = backoffd(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+    let out = backoffd(&[
+        "proxy",
+        "--upstream",
+        "127.0.0.1:5683",
+        "--tcp-csm-timeout",
+        "5s",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.contains("--tcp-csm-timeout: needs --listen-tcp"),
+        "{err}"
+    );
+}
+
 /// `proxy` with `flag` exits 2 with one line naming the flag and the feature it needs.
-#[cfg(not(all(feature = "http", feature = "cache")))]
+#[cfg(not(all(feature = "http", feature = "cache", feature = "tcp")))]
 fn refused_for_lack_of((flag, value): (&str, &str), feature: &str) {
     let out = backoffd(&["proxy", "--upstream", "127.0.0.1:5683", flag, value]);
     assert_eq!(out.status.code(), Some(2));

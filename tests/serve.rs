@@ -218,3 +218,32 @@ fn sigterm_under_load_answers_everything_in_flight_then_exits_0() {
     let status = daemon.expect_exit(Duration::from_secs(60));
     assert_eq!(status.code(), Some(0));
 }
+
+/// A `[proxy]` section takes the CoAP-over-TCP flags, and `--check-config` shows them.
+#[test]
+#[cfg(feature = "tcp")]
+fn a_proxy_section_takes_the_tcp_listener() {
+    let dir = std::env::temp_dir().join(format!("backoffd-serve-tcp-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("tcp.conf");
+    let text = "[proxy]\nlisten-tcp = 127.0.0.1:5683\ntcp-csm-timeout = 5s\n\
+                tcp-max-connections-per-source = 8\nupstream = 127.0.0.1:5684\n";
+    std::fs::write(&file, text).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_backoffd"))
+        .args([
+            "serve",
+            "--config",
+            file.to_str().unwrap(),
+            "--check-config",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(
+        stdout.contains(
+            "coap+tcp on 127.0.0.1:5683: up to 512 connections, 8 per source; CSM within 5s"
+        ),
+        "{stdout}"
+    );
+}

@@ -126,6 +126,15 @@ coaps (DTLS 1.2, RFC 7252 §9; cargo feature `dtls`, on by default):
   --upstream-ca FILE             with --upstream coaps://: the origin's certificate must chain
                                  to these CAs (PEM) and name the URI's host
 
+CoAP over TCP (RFC 8323; cargo feature `tcp`, on by default):
+  --listen-tcp ADDR              a coap+tcp listener (the plain UDP port stays open)
+  --tcp-max-connections N        connections at once; at the cap the oldest without a CSM
+                                 is closed for a new one, else the new one is (default 512)
+  --tcp-max-connections-per-source N
+                                 of those, from one IP address (default 64)
+  --tcp-csm-timeout D            the peer's CSM must come within it, and a Pong (default 10s)
+  --tcp-idle-timeout D           a quiet connection is pinged after it (default 300s)
+
 Durations: 500ms, 2s, 1.5s, 250us, 1m. Sizes: 65536, 64KiB, 4MiB (bytes, or 1024-based
 units). Invalid configuration exits 2 naming the flag.
 ";
