@@ -1,8 +1,10 @@
-//! CoAP over TCP (RFC 8323, issue 29): the real `backoffd proxy --listen-tcp` between
+//! CoAP over TCP, TLS and WebSockets (RFC 8323, issue 29): the real `backoffd proxy
+//! --listen-tcp` (and `--listen-tls`, `--listen-ws`) between
 //! independently written clients and a UDP origin.
 //!
-//! Clients: Debian's libcoap 4.3.1 (`coap-client-notls` with `coap+tcp://` URIs) and aiocoap
-//! 0.4.17 (its `tcpclient` transport), installed by tests/interop/setup.sh, and a raw client
+//! Clients: Debian's libcoap 4.3.1 (`coap-client-notls` with `coap+tcp://` URIs,
+//! `coap-client-openssl` with `coaps+tcp://`) and aiocoap 0.4.17 (its `tcpclient` and `ws`
+//! transports), installed by tests/interop/setup.sh, and a raw client
 //! written here on `backoffd::coap_tcp`'s framing for what the others cannot show (the first
 //! bytes on the wire, a connection that never sends its CSM). Origins: the aiocoap server of
 //! tests/interop/aiocoap_server.py over UDP, and a UDP origin written here that drops the
@@ -15,7 +17,12 @@
 //! | the_first_message_on_a_connection_is_the_proxys_csm       | raw                     |
 //! | a_tcp_request_is_retransmitted_to_a_udp_origin_that_...   | raw, dropping origin    |
 //! | connections_without_a_csm_are_closed_and_clients_served   | raw x200, libcoap notls |
-//! | at_the_cap_a_connection_without_a_csm_makes_room          | raw, libcoap notls      |
+//! | at_the_caps_a_connection_without_a_csm_makes_room         | raw, libcoap notls      |
+//! | libcoap_over_tls_get_post_4kib_and_observe                | libcoap openssl (`-R` our CA) |
+//! | a_client_trusting_another_ca_gets_nothing                 | libcoap openssl         |
+//! | tls_alone_opens_no_plain_port                              | libcoap notls, openssl  |
+//! | aiocoap_over_websockets_get_post_4kib_and_observe         | aiocoap ws              |
+//! | a_websocket_handshake_not_for_coap_is_refused             | raw HTTP                |
 
 #![cfg(feature = "tcp")]
 
@@ -32,8 +39,13 @@ use backoffd::coap_tcp::signal::{self, Settings};
 mod common;
 mod peers;
 
+#[allow(dead_code)]
+#[path = "coaps_interop/certs.rs"]
+mod certs;
 #[path = "coap_tcp_interop/hostile.rs"]
 mod hostile;
+#[path = "coap_tcp_interop/tls_ws.rs"]
+mod tls_ws;
 
 use common::exposition::scrape;
 use peers::*;

@@ -6,6 +6,8 @@ mod demo;
 mod dtls;
 pub mod flags;
 mod http;
+#[cfg(any(feature = "dtls", feature = "tcp"))]
+mod pem;
 mod proxy;
 pub mod reconnect_client;
 pub mod reconnect_server;
@@ -239,13 +241,17 @@ fn make_room_for_endpoints<'a>(proxies: impl IntoIterator<Item = &'a ProxyConfig
 /// composed in front of it when `http` is given (`--http-listen`), as a component that reports
 /// its metrics; and the line that says where it listens.
 fn proxy_part(
-    ProxyListeners { listen, dtls, tcp }: ProxyListeners,
+    ProxyListeners {
+        listen,
+        dtls,
+        streams,
+    }: ProxyListeners,
     coaps_upstream: Option<dtls::UpstreamPart>,
     config: ProxyConfig,
     http: Option<HttpPart>,
     sources: &mut MetricsSources,
 ) -> Result<(Box<dyn Component>, String), String> {
-    let listeners = listeners(listen, dtls, tcp)?;
+    let listeners = listeners(listen, dtls, streams)?;
     let proxy = ProxyComponent::bind_listeners(&listeners, config).map_err(|e| {
         let at: Vec<String> = listen.iter().map(|a| a.to_string()).collect();
         format!("cannot bind {}: {e}", at.join(" and coaps "))
@@ -256,11 +262,9 @@ fn proxy_part(
     // words scripts (and the tests) look for before each address.
     let mut on: Vec<String> = plain.iter().map(|p| format!("listening on {p}")).collect();
     on.extend(proxy.dtls_addr().map(|s| format!("coaps listening on {s}")));
-    on.extend(
-        proxy
-            .tcp_addr()
-            .map(|s| format!("coap+tcp listening on {s}")),
-    );
+    for (scheme, addr) in proxy.stream_addrs() {
+        on.push(format!("{scheme} listening on {addr}"));
+    }
     let line = match on.is_empty() {
         true => "CoAP proxy listening nowhere".into(),
         false => format!("CoAP proxy {}", on.join(" and ")),
@@ -284,7 +288,7 @@ fn proxy_part(
 struct ProxyListeners {
     listen: Option<SocketAddr>,
     dtls: Option<dtls::DtlsPart>,
-    tcp: Option<stream::StreamPart>,
+    streams: Option<stream::StreamPart>,
 }
 
 /// `proxy`, speaking coaps to its upstream if `upstream` says so.
@@ -307,14 +311,14 @@ fn with_coaps_upstream(
 fn listeners(
     plain: Option<SocketAddr>,
     dtls: Option<dtls::DtlsPart>,
-    tcp: Option<stream::StreamPart>,
+    streams: Option<stream::StreamPart>,
 ) -> Result<backoffd::proxy::Listeners, String> {
     #[cfg(not(feature = "dtls"))]
     if let Some(d) = dtls {
         match d {}
     }
     #[cfg(not(feature = "tcp"))]
-    if let Some(t) = tcp {
+    if let Some(t) = streams {
         match t {}
     }
     Ok(backoffd::proxy::Listeners {
@@ -322,7 +326,7 @@ fn listeners(
         #[cfg(feature = "dtls")]
         dtls: dtls.map(|d| (d.addr, d.config)),
         #[cfg(feature = "tcp")]
-        tcp: tcp.map(|t| (t.addr, t.limits)),
+        streams: streams.map(|t| t.listens).unwrap_or_default(),
     })
 }
 

@@ -203,7 +203,7 @@ pub struct ProxyArgs {
     listen: Option<SocketAddr>,
     dtls: Option<super::dtls::DtlsPart>,
     coaps_upstream: Option<super::dtls::UpstreamPart>,
-    tcp: Option<super::stream::StreamPart>,
+    streams: Option<super::stream::StreamPart>,
     config: ProxyConfig,
     wake: WakeMode,
     drain: Duration,
@@ -227,8 +227,9 @@ pub fn parse(args: &[String]) -> Result<Parsed<ProxyArgs>, UsageError> {
     }
     let dtls = super::dtls::from_flags(&flags)?;
     let coaps_upstream = super::dtls::upstream_from_flags(&flags)?;
-    let tcp = super::stream::from_flags(&flags)?;
-    let listen = plain_listen(&flags, dtls.is_some(), "0.0.0.0:5683")?;
+    let streams = super::stream::from_flags(&flags)?;
+    let secure = dtls.is_some() || streams.as_ref().is_some_and(super::stream::is_secure);
+    let listen = plain_listen(&flags, secure, "0.0.0.0:5683")?;
     let config = config_from_flags(&flags)?;
     for warning in config.validate().map_err(|e| UsageError(e.0))? {
         log::warn!("{warning}");
@@ -243,7 +244,7 @@ pub fn parse(args: &[String]) -> Result<Parsed<ProxyArgs>, UsageError> {
         listen,
         dtls,
         coaps_upstream,
-        tcp,
+        streams,
         config,
         wake,
         drain,
@@ -257,7 +258,7 @@ fn run(args: ProxyArgs) -> Result<i32, UsageError> {
         listen,
         dtls,
         coaps_upstream,
-        tcp,
+        streams,
         config,
         wake,
         drain,
@@ -279,7 +280,11 @@ fn run(args: ProxyArgs) -> Result<i32, UsageError> {
     };
     let mut sources = Vec::new();
     let (component, line) = match super::proxy_part(
-        super::ProxyListeners { listen, dtls, tcp },
+        super::ProxyListeners {
+            listen,
+            dtls,
+            streams,
+        },
         coaps_upstream,
         config,
         http,

@@ -60,7 +60,7 @@ pub struct ProxyPart {
     pub listen: Option<SocketAddr>,
     pub dtls: Option<super::dtls::DtlsPart>,
     pub coaps_upstream: Option<super::dtls::UpstreamPart>,
-    pub tcp: Option<super::stream::StreamPart>,
+    pub streams: Option<super::stream::StreamPart>,
     pub config: ProxyConfig,
     pub http: Option<super::http::HttpPart>,
 }
@@ -71,11 +71,13 @@ impl ProxyPart {
         let config = proxy_config(flags)?;
         warn_all(config.validate().map_err(|e| UsageError(e.0))?);
         let dtls = super::dtls::from_flags(flags)?;
+        let streams = super::stream::from_flags(flags)?;
+        let secure = dtls.is_some() || streams.as_ref().is_some_and(super::stream::is_secure);
         Ok(ProxyPart {
-            listen: super::proxy::plain_listen(flags, dtls.is_some(), DEFAULT_LISTEN)?,
+            listen: super::proxy::plain_listen(flags, secure, DEFAULT_LISTEN)?,
             dtls,
             coaps_upstream: super::dtls::upstream_from_flags(flags)?,
-            tcp: super::stream::from_flags(flags)?,
+            streams,
             http: super::http::from_flags(flags, &config)?,
             config,
         })
@@ -242,15 +244,15 @@ pub fn describe(plan: &Plan) -> String {
         listen,
         dtls,
         coaps_upstream,
-        tcp,
+        streams,
         config: c,
         http,
     } in &plan.proxies
     {
-        let on = match (listen, dtls, tcp) {
+        let on = match (listen, dtls, streams) {
             (Some(plain), _, _) => plain.to_string(),
             (None, Some(d), _) => format!("coaps://{}", super::dtls::listen_addr(d)),
-            (None, None, Some(t)) => format!("coap+tcp://{}", super::stream::listen_addr(t)),
+            (None, None, Some(t)) => super::stream::listen_uri(t),
             (None, None, None) => "nothing".into(),
         };
         let target = match (&c.routing.upstream, c.routing.forward) {
@@ -280,7 +282,7 @@ pub fn describe(plan: &Plan) -> String {
         if let Some(u) = coaps_upstream {
             out += &super::dtls::describe_upstream(u);
         }
-        if let Some(t) = tcp {
+        if let Some(t) = streams {
             out += &super::stream::describe(t);
         }
         if let Some(h) = http {
@@ -335,12 +337,16 @@ fn run(plan: Plan, wake: WakeMode, drain: Duration) -> i32 {
         listen,
         dtls,
         coaps_upstream,
-        tcp,
+        streams,
         config,
         http,
     } in plan.proxies
     {
-        let listeners = super::ProxyListeners { listen, dtls, tcp };
+        let listeners = super::ProxyListeners {
+            listen,
+            dtls,
+            streams,
+        };
         match super::proxy_part(listeners, coaps_upstream, config, http, &mut sources) {
             Ok((part, line)) => parts.push((line, part)),
             Err(e) => return fail(e),

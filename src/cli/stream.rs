@@ -1,8 +1,9 @@
-//! The CoAP-over-TCP listener's flags (RFC 8323), shared by `backoffd proxy` and `serve`'s
-//! `[proxy]` sections: `--listen-tcp` turns it on, the `--tcp-*` flags bound it. A build
-//! without the `tcp` feature knows the flags and refuses them with a clear error.
+//! The RFC 8323 listeners' flags, shared by `backoffd proxy` and `serve`'s `[proxy]`
+//! sections: `--listen-tcp` (coap+tcp), `--listen-tls` with `--tls-cert` and `--tls-key`
+//! (coaps+tcp) and `--listen-ws` (coap+ws) turn them on; the `--tcp-*` flags bound each of
+//! them. A build without the `tcp` feature knows the flags and refuses them with a clear
+//! error.
 
-use std::net::SocketAddr;
 #[cfg(feature = "tcp")]
 use std::time::Duration;
 
@@ -10,16 +11,14 @@ use std::time::Duration;
 use super::flags::DurationArg;
 use super::flags::{value, Flags, Spec, UsageError};
 #[cfg(feature = "tcp")]
-use backoffd::proxy::StreamLimits;
+use backoffd::proxy::{StreamLimits, StreamListen, Transport};
 
-/// A CoAP-over-TCP listener: where, and its bounds.
+/// The RFC 8323 listeners asked for (at least one): where, carried how, their bounds.
 #[cfg(feature = "tcp")]
 #[derive(Clone, Debug)]
 pub struct StreamPart {
-    /// `--listen-tcp`.
-    pub addr: SocketAddr,
-    /// Connections, CSM and idle deadlines.
-    pub limits: StreamLimits,
+    /// In the order TCP, TLS, WebSocket.
+    pub listens: Vec<StreamListen>,
 }
 
 /// Built without the `tcp` feature, there is no TCP listener: no value of this type exists.
@@ -30,16 +29,31 @@ pub enum StreamPart {}
 /// The flags.
 pub const SPEC: &[Spec] = &[
     value("listen-tcp"),
+    value("listen-tls"),
+    value("tls-cert"),
+    value("tls-key"),
+    value("listen-ws"),
     value("tcp-max-connections"),
     value("tcp-max-connections-per-source"),
     value("tcp-csm-timeout"),
     value("tcp-idle-timeout"),
 ];
 
-/// Where the listener is.
-pub fn listen_addr(part: &StreamPart) -> SocketAddr {
+/// Where the first listener is, as a URI authority with its scheme.
+pub fn listen_uri(part: &StreamPart) -> String {
     #[cfg(feature = "tcp")]
-    return part.addr;
+    return (part.listens.first())
+        .map(|l| format!("{}://{}", l.transport.scheme(), l.addr))
+        .unwrap_or_default();
+    #[cfg(not(feature = "tcp"))]
+    match *part {}
+}
+
+/// Whether a listener asked for is secure (coaps+tcp): then no plain UDP port opens unless
+/// asked for.
+pub fn is_secure(part: &StreamPart) -> bool {
+    #[cfg(feature = "tcp")]
+    return (part.listens.iter()).any(|l| matches!(l.transport, Transport::Tls(_)));
     #[cfg(not(feature = "tcp"))]
     match *part {}
 }
@@ -48,15 +62,20 @@ pub fn listen_addr(part: &StreamPart) -> SocketAddr {
 pub fn describe(part: &StreamPart) -> String {
     #[cfg(feature = "tcp")]
     {
-        let l = &part.limits;
-        format!(
-            "  coap+tcp on {}: up to {} connections, {} per source; CSM within {:?}, pinged after {:?} idle\n",
-            part.addr,
-            l.max_connections,
-            l.max_connections_per_source,
-            l.conn.csm_timeout,
-            l.conn.idle_timeout
-        )
+        let mut out = String::new();
+        for listen in &part.listens {
+            let l = &listen.limits;
+            out += &format!(
+                "  {} on {}: up to {} connections, {} per source; CSM within {:?}, pinged after {:?} idle\n",
+                listen.transport.scheme(),
+                listen.addr,
+                l.max_connections,
+                l.max_connections_per_source,
+                l.conn.csm_timeout,
+                l.conn.idle_timeout
+            );
+        }
+        out
     }
     #[cfg(not(feature = "tcp"))]
     match *part {}
@@ -74,19 +93,61 @@ pub fn from_flags(flags: &Flags) -> Result<Option<StreamPart>, UsageError> {
     }
 }
 
-/// The listener `--listen-tcp` asks for.
+/// The listeners `--listen-tcp`, `--listen-tls` and `--listen-ws` ask for.
 #[cfg(feature = "tcp")]
 pub fn from_flags(flags: &Flags) -> Result<Option<StreamPart>, UsageError> {
-    let Some(addr) = super::addr_flag(flags, "listen-tcp")? else {
-        return match SPEC[1..].iter().find(|s| flags.has(s.name)) {
-            Some(s) => Err(UsageError(format!("--{}: needs --listen-tcp", s.name))),
+    let tcp = super::addr_flag(flags, "listen-tcp")?;
+    let tls = super::addr_flag(flags, "listen-tls")?;
+    let ws = super::addr_flag(flags, "listen-ws")?;
+    let config = tls_config(flags, tls.is_some())?;
+    if tcp.is_none() && tls.is_none() && ws.is_none() {
+        return match SPEC.iter().find(|s| flags.has(s.name)) {
+            Some(s) => Err(UsageError(format!(
+                "--{}: needs --listen-tcp, --listen-tls or --listen-ws",
+                s.name
+            ))),
             None => Ok(None),
         };
-    };
-    Ok(Some(StreamPart {
+    }
+    let limits = limits(flags)?;
+    let listen = |addr, transport| StreamListen {
         addr,
-        limits: limits(flags)?,
-    }))
+        transport,
+        limits,
+    };
+    let mut listens = Vec::new();
+    listens.extend(tcp.map(|a| listen(a, Transport::Tcp)));
+    listens.extend(tls.zip(config).map(|(a, c)| listen(a, Transport::Tls(c))));
+    listens.extend(ws.map(|a| listen(a, Transport::Ws)));
+    Ok(Some(StreamPart { listens }))
+}
+
+/// The certificate `--listen-tls` needs (`--tls-cert`, `--tls-key`), read and checked.
+#[cfg(feature = "tcp")]
+fn tls_config(
+    flags: &Flags,
+    listening: bool,
+) -> Result<Option<std::sync::Arc<rustls::ServerConfig>>, UsageError> {
+    let (cert, key) = (
+        flags.get::<String>("tls-cert")?,
+        flags.get::<String>("tls-key")?,
+    );
+    let (cert, key) = match (listening, cert, key) {
+        (false, None, None) => return Ok(None),
+        (false, Some(_), _) => return Err(UsageError("--tls-cert: needs --listen-tls".into())),
+        (false, None, Some(_)) => return Err(UsageError("--tls-key: needs --listen-tls".into())),
+        (true, Some(c), Some(k)) => (c, k),
+        (true, _, _) => {
+            return Err(UsageError(
+                "--listen-tls: needs --tls-cert FILE and --tls-key FILE".into(),
+            ))
+        }
+    };
+    let chain = super::pem::certificates("tls-cert", &cert)?;
+    let key = super::pem::private_key("tls-key", &key)?;
+    let config = backoffd::coap_tcp::tls::server_config(chain, key)
+        .map_err(|e| UsageError(format!("--tls-key: {e}")))?;
+    Ok(Some(config))
 }
 
 #[cfg(feature = "tcp")]

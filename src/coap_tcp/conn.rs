@@ -63,6 +63,8 @@ pub enum Ending {
     /// Answers piled up past twice `max_output`: the peer reads too slowly. What was
     /// queued is dropped.
     SlowReader,
+    /// What carries the messages (TLS, WebSocket) failed or closed, saying why.
+    Transport(&'static str),
 }
 
 /// Where the connection is.
@@ -107,7 +109,7 @@ pub struct StreamConn {
     limits: ConnLimits,
     phase: Phase,
     input: Vec<u8>,
-    output: Vec<u8>,
+    output: Outgoing,
     next_mid: u16,
     to_engine: VecDeque<Vec<u8>>,
     counters: ConnCounters,
@@ -116,14 +118,14 @@ pub struct StreamConn {
 impl StreamConn {
     /// A new connection at `now`: our CSM is queued (§5.3).
     pub fn new(now: Timestamp, framing: Framing, limits: ConnLimits) -> Self {
-        let mut output = Vec::new();
+        let mut output = Outgoing::default();
         // No BERT (§6): the engine's other legs speak UDP, where a block size exponent of
         // 7 is reserved (RFC 7959 §2.2), so a BERT request could not be forwarded as it is.
         let ours = Settings {
             max_message_size: limits.max_message_size,
             block_wise: false,
         };
-        signal::encode_csm(&mut output, framing, ours);
+        output.push(|o| signal::encode_csm(o, framing, ours));
         StreamConn {
             framing,
             limits,
@@ -233,7 +235,11 @@ impl StreamConn {
                     },
                 }
             }
-            Signal::Ping(token) => signal::encode_pong(&mut self.output, self.framing, &token),
+            Signal::Ping(token) => {
+                let framing = self.framing;
+                self.output
+                    .push(|o| signal::encode_pong(o, framing, &token))
+            }
             Signal::Pong => {}
             Signal::Release => self.phase = Phase::Ended(Ending::Released),
             Signal::Abort(why) => self.phase = Phase::Ended(Ending::PeerAborted(why)),
@@ -243,7 +249,8 @@ impl StreamConn {
 
     /// Sends Abort saying `why` and ends the connection (§5.6).
     fn abort(&mut self, why: &'static str, bad_option: Option<u16>) {
-        signal::encode_abort(&mut self.output, self.framing, why, bad_option);
+        let framing = self.framing;
+        (self.output).push(|o| signal::encode_abort(o, framing, why, bad_option));
         self.phase = Phase::Ended(Ending::Aborted(why));
         self.to_engine.clear();
     }
@@ -275,20 +282,19 @@ impl StreamConn {
             self.counters.oversized_answers += 1;
             return ack;
         }
-        if self.output.len() + f.size() > 2 * self.limits.max_output {
-            self.output.clear();
-            self.to_engine.clear();
-            self.phase = Phase::Ended(Ending::SlowReader);
+        if self.output.bytes.len() + f.size() > 2 * self.limits.max_output {
+            self.cut_off(Ending::SlowReader);
             return ack;
         }
-        frame::encode(&mut self.output, self.framing, &f);
+        let framing = self.framing;
+        self.output.push(|o| frame::encode(o, framing, &f));
         self.counters.answers += 1;
         ack
     }
 
     /// Whether input should be read now: not once ended, not while output is backed up.
     pub fn wants_input(&self) -> bool {
-        self.ended().is_none() && self.output.len() < self.limits.max_output
+        self.ended().is_none() && self.output.bytes.len() < self.limits.max_output
     }
 
     /// When [`handle_timeout`](Self::handle_timeout) is next needed.
@@ -307,14 +313,16 @@ impl StreamConn {
     pub fn handle_timeout(&mut self, now: Timestamp) {
         match self.phase {
             Phase::AwaitingCsm { deadline } if now >= deadline => {
-                signal::encode_abort(&mut self.output, self.framing, "no CSM in time", None);
+                let framing = self.framing;
+                (self.output).push(|o| signal::encode_abort(o, framing, "no CSM in time", None));
                 self.phase = Phase::Ended(Ending::NoCsm);
             }
             Phase::Open {
                 ref mut keepalive, ..
             } => match *keepalive {
                 Keepalive::Quiet { ping_at } if now >= ping_at => {
-                    signal::encode_ping(&mut self.output, self.framing, &[]);
+                    let framing = self.framing;
+                    self.output.push(|o| signal::encode_ping(o, framing, &[]));
                     *keepalive = Keepalive::Pinged {
                         give_up_at: now + self.limits.csm_timeout,
                     };
@@ -344,19 +352,34 @@ impl StreamConn {
     /// Sends Release (§5.5) and ends: the proxy is shutting down.
     pub fn release(&mut self) {
         if self.ended().is_none() {
-            signal::encode_release(&mut self.output, self.framing);
+            let framing = self.framing;
+            self.output.push(|o| signal::encode_release(o, framing));
             self.phase = Phase::Ended(Ending::Released);
         }
     }
 
     /// Bytes waiting for the socket.
     pub fn pending_output(&self) -> &[u8] {
-        &self.output
+        &self.output.bytes
     }
 
     /// The first `n` of them were written.
     pub fn consume_output(&mut self, n: usize) {
-        self.output.drain(..n.min(self.output.len()));
+        self.output.consume(n);
+    }
+
+    /// The next whole message written, taken out: what a WebSocket frame carries (§4.4),
+    /// since that format has no length of its own.
+    pub fn pop_message(&mut self) -> Option<Vec<u8>> {
+        self.output.pop_message()
+    }
+
+    /// Ends the connection for `why`, dropping what it has not written and the requests not
+    /// yet taken: what carries it failed, or its reader is too slow ([`Ending::SlowReader`]).
+    pub fn cut_off(&mut self, why: Ending) {
+        self.output = Outgoing::default();
+        self.to_engine.clear();
+        self.phase = Phase::Ended(why);
     }
 
     /// What it counted.
@@ -366,7 +389,42 @@ impl StreamConn {
 
     /// Bytes it holds: input not yet a whole message, and output not yet written.
     pub fn buffered(&self) -> usize {
-        self.input.len() + self.output.len()
+        self.input.len() + self.output.bytes.len()
+    }
+}
+
+/// What the connection writes, and where each message ends (a WebSocket frame carries one
+/// message, and that format has no length to find the end by).
+#[derive(Default)]
+struct Outgoing {
+    bytes: Vec<u8>,
+    ends: VecDeque<usize>,
+}
+
+impl Outgoing {
+    fn push(&mut self, write: impl FnOnce(&mut Vec<u8>)) {
+        write(&mut self.bytes);
+        self.ends.push_back(self.bytes.len());
+    }
+
+    fn consume(&mut self, n: usize) {
+        let n = n.min(self.bytes.len());
+        self.bytes.drain(..n);
+        for end in &mut self.ends {
+            *end = end.saturating_sub(n);
+        }
+        while self.ends.front() == Some(&0) {
+            self.ends.pop_front();
+        }
+    }
+
+    fn pop_message(&mut self) -> Option<Vec<u8>> {
+        let end = self.ends.pop_front()?;
+        let message = self.bytes.drain(..end).collect();
+        for e in &mut self.ends {
+            *e -= end;
+        }
+        Some(message)
     }
 }
 

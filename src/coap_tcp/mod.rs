@@ -4,16 +4,22 @@
 //!   its mapping to the UDP format the engine speaks;
 //! - [`signal`]: the signalling messages (§5): CSM, Ping/Pong, Release, Abort;
 //! - [`conn`]: one connection as a client of the engine, with its CSM and keepalive
-//!   deadlines.
+//!   deadlines;
+//! - [`tls`] and [`ws`]: what carries the messages on coaps+tcp (rustls over bytes) and
+//!   coap+ws (RFC 6455's handshake and framing), both sans-IO.
 //!
 //! The proxy's driver owns the sockets (`crate::proxy::tcp_listener`) and hands the requests
 //! to the engine as [`crate::proxy::Peer::Stream`].
 
+pub mod carried;
 pub mod conn;
 pub mod frame;
+mod sha1;
 pub mod signal;
 #[cfg(test)]
 mod tests;
+pub mod tls;
+pub mod ws;
 
 pub use conn::{ConnCounters, ConnLimits, Ending, StreamConn};
 pub use frame::{FrameError, Framing};

@@ -38,7 +38,7 @@ use super::metrics::write_cache_metrics;
 use super::metrics::{write_proxy_metrics, write_upstream_metrics};
 use super::report::Report;
 #[cfg(feature = "tcp")]
-use super::stream_listener::{StreamLimits, StreamListener};
+use super::stream_listener::{StreamListen, StreamListener};
 use super::{Destination, EndpointEvent, EndpointId, LocalClient, Peer, Proxy, ProxyConfig, Seeds};
 use crate::metrics::{MetricsSource, MetricsWriter};
 use crate::net::{connected_udp, MAX_UDP_DATAGRAM};
@@ -87,9 +87,9 @@ pub struct ProxyComponent {
     /// The coaps upstream's sessions (`--upstream coaps://`), if the upstream is one.
     #[cfg(feature = "dtls")]
     dtls_upstream: Option<DtlsUpstream>,
-    /// The CoAP-over-TCP listener (`--listen-tcp`), if any.
+    /// The RFC 8323 listeners (`--listen-tcp`, `--listen-tls`, `--listen-ws`).
     #[cfg(feature = "tcp")]
-    tcp: Option<StreamListener>,
+    streams: Vec<StreamListener>,
 }
 
 /// Where the proxy takes its clients: plain CoAP over UDP, coaps, or both. With coaps alone
@@ -101,9 +101,9 @@ pub struct Listeners {
     /// The coaps address and its keys (`--listen-dtls`).
     #[cfg(feature = "dtls")]
     pub dtls: Option<(SocketAddr, crate::dtls::DtlsServerConfig)>,
-    /// The CoAP-over-TCP address and its bounds (`--listen-tcp`).
+    /// The RFC 8323 listeners (`--listen-tcp`, `--listen-tls`, `--listen-ws`), at most 4.
     #[cfg(feature = "tcp")]
-    pub tcp: Option<(SocketAddr, StreamLimits)>,
+    pub streams: Vec<StreamListen>,
 }
 
 impl Listeners {
@@ -114,7 +114,7 @@ impl Listeners {
             #[cfg(feature = "dtls")]
             dtls: None,
             #[cfg(feature = "tcp")]
-            tcp: None,
+            streams: Vec::new(),
         }
     }
 }
@@ -146,12 +146,11 @@ impl ProxyComponent {
         #[cfg(feature = "dtls")]
         let plain_addr = plain_addr.or(dtls.as_ref().map(DtlsListener::local_addr));
         #[cfg(feature = "tcp")]
-        let tcp = match &listeners.tcp {
-            Some((addr, limits)) => Some(StreamListener::bind(*addr, *limits)?),
-            None => None,
-        };
+        let streams = (listeners.streams.iter().zip(0..))
+            .map(|(listen, number)| StreamListener::bind(listen, number))
+            .collect::<io::Result<Vec<_>>>()?;
         #[cfg(feature = "tcp")]
-        let plain_addr = plain_addr.or(tcp.as_ref().map(StreamListener::local_addr));
+        let plain_addr = plain_addr.or(streams.first().map(StreamListener::local_addr));
         let local_addr = plain_addr.ok_or(io::ErrorKind::InvalidInput)?;
         config.local_addr = Some(local_addr);
         Ok(ProxyComponent {
@@ -171,7 +170,7 @@ impl ProxyComponent {
             #[cfg(feature = "dtls")]
             dtls_upstream: None,
             #[cfg(feature = "tcp")]
-            tcp,
+            streams,
         })
     }
 
@@ -195,12 +194,15 @@ impl ProxyComponent {
         None
     }
 
-    /// The CoAP-over-TCP address actually bound, if there is a TCP listener.
-    pub fn tcp_addr(&self) -> Option<SocketAddr> {
+    /// The RFC 8323 listeners' schemes (`coap+tcp`, `coaps+tcp`, `coap+ws`) and the
+    /// addresses actually bound.
+    pub fn stream_addrs(&self) -> Vec<(&'static str, SocketAddr)> {
         #[cfg(feature = "tcp")]
-        return self.tcp.as_ref().map(StreamListener::local_addr);
+        return (self.streams.iter())
+            .map(|l| (l.transport().scheme(), l.local_addr()))
+            .collect();
         #[cfg(not(feature = "tcp"))]
-        None
+        Vec::new()
     }
 
     /// The client-facing address actually bound (useful with port 0).
@@ -360,7 +362,10 @@ impl ProxyComponent {
         // framed; what the engine says to them goes out in another round.
         #[cfg(feature = "tcp")]
         for round in 0..4 {
-            let fed = (self.tcp.as_mut()).is_some_and(|tcp| tcp.settle(ctx, &mut self.engine));
+            let mut fed = false;
+            for listener in &mut self.streams {
+                fed |= listener.settle(ctx, &mut self.engine);
+            }
             if !fed || round == 3 {
                 break;
             }
@@ -379,7 +384,7 @@ impl ProxyComponent {
         #[cfg(feature = "dtls")]
         let dtls_upstream = std::cell::RefCell::new(self.dtls_upstream.as_mut());
         #[cfg(feature = "tcp")]
-        let tcp = std::cell::RefCell::new(self.tcp.as_mut());
+        let streams = std::cell::RefCell::new(&mut self.streams);
         let send = |to: Destination, payload: &[u8]| {
             let sent = match (to, clients) {
                 (Destination::Client(Peer::Local(client)), _) => {
@@ -392,10 +397,12 @@ impl ProxyComponent {
                     None => Err(io::Error::from(io::ErrorKind::NotConnected)),
                 },
                 #[cfg(feature = "tcp")]
-                (Destination::Client(Peer::Stream(id)), _) => match &mut *tcp.borrow_mut() {
-                    Some(listener) => listener.send(id, payload),
-                    None => Err(io::Error::from(io::ErrorKind::NotConnected)),
-                },
+                (Destination::Client(Peer::Stream(id)), _) => {
+                    match streams.borrow_mut().iter_mut().find(|l| l.carries(id)) {
+                        Some(listener) => listener.send(id, payload),
+                        None => Err(io::Error::from(io::ErrorKind::NotConnected)),
+                    }
+                }
                 (Destination::Client(Peer::Udp(addr)), Some(ClientSocket::Open(socket))) => {
                     socket.send_to(payload, addr)
                 }
@@ -477,7 +484,7 @@ impl Component for ProxyComponent {
             listener.start(ctx)?;
         }
         #[cfg(feature = "tcp")]
-        if let Some(listener) = &mut self.tcp {
+        for listener in &mut self.streams {
             listener.start(ctx)?;
         }
         self.apply_endpoint_events(ctx, true)
@@ -485,7 +492,7 @@ impl Component for ProxyComponent {
 
     fn on_ready(&mut self, ctx: &mut Ctx<'_>, key: u32, ready: Readiness) {
         #[cfg(feature = "tcp")]
-        if let Some(listener) = self.tcp.as_mut().filter(|l| l.owns(key)) {
+        if let Some(listener) = self.streams.iter_mut().find(|l| l.owns(key)) {
             listener.on_ready(ctx, key, ready, &mut self.engine);
             return self.settle(ctx);
         }
@@ -514,7 +521,7 @@ impl Component for ProxyComponent {
             return self.settle(ctx);
         }
         #[cfg(feature = "tcp")]
-        if let Some(listener) = self.tcp.as_mut().filter(|l| l.owns(key)) {
+        if let Some(listener) = self.streams.iter_mut().find(|l| l.owns(key)) {
             listener.on_timer(ctx, timer, key, &mut self.engine);
             return self.settle(ctx);
         }
@@ -527,7 +534,7 @@ impl Component for ProxyComponent {
     fn on_shutdown(&mut self, ctx: &mut Ctx<'_>) {
         self.engine.begin_drain();
         #[cfg(feature = "tcp")]
-        if let Some(listener) = &mut self.tcp {
+        for listener in &mut self.streams {
             listener.shutdown(ctx, &mut self.engine);
         }
         self.settle(ctx);
@@ -551,9 +558,14 @@ impl MetricsSource for ProxyComponent {
             up.write_metrics(out);
         }
         #[cfg(feature = "tcp")]
-        if let Some(listener) = &self.tcp {
-            listener.write_metrics(out);
-        }
+        super::stream_metrics::write(
+            &self
+                .streams
+                .iter()
+                .map(StreamListener::snapshot)
+                .collect::<Vec<_>>(),
+            out,
+        );
         #[cfg(feature = "cache")]
         write_cache_metrics(&self.engine, out);
         self.engine.retransmit_lateness().write(

@@ -104,4 +104,4 @@ pub use events::{ObserverLoss, ProxyEvent, Source};
 pub use exchange::{Relay, State, UpstreamLeg};
 pub use peer::{ConnectionId, LocalClient, Peer, SessionId, SlotId};
 #[cfg(feature = "tcp")]
-pub use stream_listener::{StreamLimits, MAX_CONNECTIONS};
+pub use stream_listener::{StreamLimits, StreamListen, Transport, MAX_CONNECTIONS};

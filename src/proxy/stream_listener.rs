@@ -1,7 +1,8 @@
-//! The proxy's CoAP-over-TCP listener (RFC 8323 §3): its listening socket and its
-//! connections, each a sans-IO [`StreamConn`] on the stream driver, inside the proxy's
-//! component. Requests go to the engine as [`Peer::Stream`]; the engine's answers for such a
-//! peer come back here to be framed.
+//! The proxy's RFC 8323 listeners: CoAP over TCP (§3), over TLS (§3, §9.2) or over
+//! WebSockets (§4). Each is a listening socket and its connections, each connection a
+//! sans-IO [`Carried`] (the CoAP connection and its carrier) on the stream driver, inside the
+//! proxy's component. Requests go to the engine as [`Peer::Stream`]; the engine's answers for
+//! such a peer come back here to be framed.
 //!
 //! Bounds, so that connections that ask for nothing cannot lock out ones that do:
 //! - connections in total and per source address, and at either cap the oldest connection
@@ -22,14 +23,15 @@
 use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 
 use mio::net::{TcpListener, TcpStream};
 use slab::Slab;
 
-use super::stream_metrics::{CloseReason, StreamCounters};
+use super::stream_metrics::{CloseReason, Snapshot, StreamCounters};
 use super::{ConnectionId, Peer, Proxy};
-use crate::coap_tcp::{ConnLimits, Ending, Framing, StreamConn};
-use crate::metrics::MetricsWriter;
+use crate::coap_tcp::carried::{Carried, Carrier};
+use crate::coap_tcp::{ConnLimits, Ending};
 use crate::net::Outbox;
 use crate::reactor::listener::Listening;
 use crate::reactor::stream::{Stream, StreamCore, READ_CHUNK};
@@ -37,11 +39,66 @@ use crate::reactor::{Ctx, Readiness};
 use crate::time::Timestamp;
 use crate::timer::TimerId;
 
-/// The TCP listener's registration key (and its accept-retry timer's); connection slot `i`
-/// has `TCP_KEY + 1 + i`. Above every upstream endpoint's key, below the coaps keys.
+/// The first stream listener's registration key (and its accept-retry timer's); listener
+/// `n`'s is `TCP_KEY + n * KEY_SPAN`, and its connection slot `i` has that plus `1 + i`.
+/// Above every upstream endpoint's key, below the coaps keys.
 pub const TCP_KEY: u32 = 1 << 30;
-/// The most connections a listener may be given: their keys stay below the coaps keys.
+/// The keys of one listener.
+const KEY_SPAN: u32 = 1 << 21;
+/// The most connections a listener may be given: their keys stay within its span.
 pub const MAX_CONNECTIONS: usize = 1 << 20;
+/// A [`ConnectionId`]'s index is the listener's number in its top byte, the slot below.
+const SLOT_BITS: u32 = 24;
+
+/// What a listener's connections are carried by.
+#[derive(Clone, Debug)]
+pub enum Transport {
+    /// coap+tcp.
+    Tcp,
+    /// coaps+tcp, with this certificate.
+    Tls(Arc<rustls::ServerConfig>),
+    /// coap+ws.
+    Ws,
+}
+
+impl Transport {
+    /// The `transport` label of its metrics.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Transport::Tcp => "tcp",
+            Transport::Tls(_) => "tls",
+            Transport::Ws => "ws",
+        }
+    }
+
+    /// Its URI scheme (RFC 8323 §8).
+    pub fn scheme(&self) -> &'static str {
+        match self {
+            Transport::Tcp => "coap+tcp",
+            Transport::Tls(_) => "coaps+tcp",
+            Transport::Ws => "coap+ws",
+        }
+    }
+
+    fn carrier(&self, limits: &ConnLimits) -> Option<Carrier> {
+        match self {
+            Transport::Tcp => Some(Carrier::Tcp),
+            Transport::Tls(config) => Carrier::tls(Arc::clone(config)).ok(),
+            Transport::Ws => Some(Carrier::ws(limits)),
+        }
+    }
+}
+
+/// A stream listener to open: where, carried how, with which bounds.
+#[derive(Clone, Debug)]
+pub struct StreamListen {
+    /// The address to bind.
+    pub addr: SocketAddr,
+    /// What carries its connections.
+    pub transport: Transport,
+    /// Its bounds.
+    pub limits: StreamLimits,
+}
 
 /// A stream listener's bounds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,7 +126,7 @@ struct Conn {
     id: ConnectionId,
     source: IpAddr,
     accepted_at: Timestamp,
-    conn: StreamConn,
+    conn: Carried,
 }
 
 impl Outbox for Conn {
@@ -99,9 +156,12 @@ impl StreamCore for Conn {
     }
 }
 
-/// A CoAP-over-TCP listener and its connections. See the module docs.
+/// A stream listener and its connections. See the module docs.
 pub struct StreamListener {
     listening: Listening,
+    transport: Transport,
+    /// Its number among the proxy's stream listeners: its keys and connection ids say it.
+    number: u32,
     local_addr: SocketAddr,
     conns: Slab<Stream<Conn>>,
     /// Each slot's generation: bumped when its connection closes, so that a [`ConnectionId`]
@@ -121,12 +181,21 @@ pub struct StreamListener {
 }
 
 impl StreamListener {
-    /// Binds `addr`.
-    pub fn bind(addr: SocketAddr, limits: StreamLimits) -> io::Result<Self> {
-        let socket = TcpListener::bind(addr)?;
+    /// Binds `listen.addr` as the proxy's stream listener number `number` (0 to 3).
+    pub fn bind(listen: &StreamListen, number: u32) -> io::Result<Self> {
+        if number > 3 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "at most 4 stream listeners",
+            ));
+        }
+        let socket = TcpListener::bind(listen.addr)?;
         let local_addr = socket.local_addr()?;
+        let limits = listen.limits;
         Ok(StreamListener {
             listening: Listening::Bound(socket),
+            transport: listen.transport.clone(),
+            number,
             local_addr,
             conns: Slab::new(),
             generations: Vec::new(),
@@ -145,19 +214,38 @@ impl StreamListener {
         self.local_addr
     }
 
+    /// What carries its connections.
+    pub fn transport(&self) -> &Transport {
+        &self.transport
+    }
+
     /// Registers the listening socket with the loop.
     pub fn start(&mut self, ctx: &mut Ctx<'_>) -> io::Result<()> {
-        self.listening.start(ctx, TCP_KEY, "coap+tcp listener")
+        let name = match self.transport {
+            Transport::Tcp => "coap+tcp listener",
+            Transport::Tls(_) => "coaps+tcp listener",
+            Transport::Ws => "coap+ws listener",
+        };
+        self.listening.start(ctx, self.key_base(), name)
+    }
+
+    fn key_base(&self) -> u32 {
+        TCP_KEY + self.number * KEY_SPAN
     }
 
     /// Whether `key` is the listener's or one of its connections'.
     pub fn owns(&self, key: u32) -> bool {
-        (TCP_KEY..=TCP_KEY + MAX_CONNECTIONS as u32).contains(&key)
+        (self.key_base()..=self.key_base() + MAX_CONNECTIONS as u32).contains(&key)
+    }
+
+    /// Whether connection `id` is (or was) one of this listener's.
+    pub fn carries(&self, id: ConnectionId) -> bool {
+        id.index() >> SLOT_BITS == self.number
     }
 
     /// Readiness of the listener or a connection.
     pub fn on_ready(&mut self, ctx: &mut Ctx<'_>, key: u32, ready: Readiness, engine: &mut Proxy) {
-        let Some(slot) = (key - TCP_KEY).checked_sub(1) else {
+        let Some(slot) = (key - self.key_base()).checked_sub(1) else {
             if let Some(listener) = self.listening.driven() {
                 listener.on_ready();
             }
@@ -175,7 +263,7 @@ impl StreamListener {
 
     /// A timer of the listener (its accept pause) or of a connection.
     pub fn on_timer(&mut self, ctx: &mut Ctx<'_>, timer: TimerId, key: u32, engine: &mut Proxy) {
-        let Some(slot) = (key - TCP_KEY).checked_sub(1) else {
+        let Some(slot) = (key - self.key_base()).checked_sub(1) else {
             if self.listening.driven().is_some_and(|l| l.on_timer(timer)) {
                 self.accept(ctx, engine);
             }
@@ -191,7 +279,7 @@ impl StreamListener {
 
     /// Frames a datagram the engine sent to connection `id`; an error if it has closed.
     pub fn send(&mut self, id: ConnectionId, datagram: &[u8]) -> io::Result<()> {
-        let slot = id.index() as usize;
+        let slot = (id.index() & ((1 << SLOT_BITS) - 1)) as usize;
         let conn = match self.conns.get_mut(slot) {
             Some(c) if c.core().id == id => c,
             _ => return Err(io::ErrorKind::NotConnected.into()),
@@ -270,19 +358,27 @@ impl StreamListener {
 
     fn add(&mut self, ctx: &mut Ctx<'_>, socket: TcpStream, from: SocketAddr, engine: &mut Proxy) {
         let _ = socket.set_nodelay(true);
+        let key_base = self.key_base();
         let entry = self.conns.vacant_entry();
         let slot = entry.key();
         if self.generations.len() <= slot {
             self.generations.resize(slot + 1, 0);
         }
         let now = ctx.now();
+        let Some(carrier) = self.transport.carrier(&self.limits.conn) else {
+            return;
+        };
         let core = Conn {
-            id: ConnectionId::new(slot as u32, self.generations[slot]),
+            id: ConnectionId::new(
+                self.number << SLOT_BITS | slot as u32,
+                self.generations[slot],
+            ),
             source: from.ip(),
             accepted_at: now,
-            conn: StreamConn::new(now, Framing::Stream, self.limits.conn),
+            conn: Carried::new(now, carrier, self.limits.conn),
         };
-        let Ok(stream) = Stream::accepted(ctx, socket, TCP_KEY + 1 + slot as u32, core) else {
+        let key = key_base + 1 + slot as u32;
+        let Ok(stream) = Stream::accepted(ctx, socket, key, core) else {
             return;
         };
         entry.insert(stream);
@@ -335,23 +431,24 @@ impl StreamListener {
             }
         }
         self.counters.closed(why, &core.conn.counters());
-        log::debug!("coap+tcp: connection {} closed: {why:?}", core.id.index());
+        let scheme = self.transport.scheme();
+        log::debug!("{scheme}: connection {slot} closed: {why:?}");
         engine.handle_client_unreachable(ctx.now(), Peer::Stream(core.id));
         self.fed = true;
     }
 
-    /// The listener's metrics (`backoffd_coap_stream_*`, transport `tcp`).
-    pub fn write_metrics(&self, out: &mut MetricsWriter) {
-        let waiting = (self.conns.iter())
-            .filter(|(_, s)| !s.core().conn.is_open())
-            .count();
-        let open = self.conns.iter().map(|(_, s)| s.core().conn.counters());
-        let buffered: usize = (self.conns.iter())
-            .map(|(_, s)| s.core().conn.buffered())
-            .sum();
-        let totals = self.counters.with_open(open);
-        let gauges = (self.conns.len() - waiting, waiting, buffered);
-        super::stream_metrics::write("tcp", &totals, gauges, self.listening.failures(), out);
+    /// The listener's figures for the metrics (`backoffd_coap_stream_*`).
+    pub fn snapshot(&self) -> Snapshot {
+        let cores = || self.conns.iter().map(|(_, s)| &s.core().conn);
+        let awaiting_csm = cores().filter(|c| !c.is_open()).count();
+        Snapshot {
+            transport: self.transport.label(),
+            counters: self.counters.with_open(cores().map(Carried::counters)),
+            open: self.conns.len() - awaiting_csm,
+            awaiting_csm,
+            buffered: cores().map(Carried::buffered).sum(),
+            accept_failures: self.listening.failures(),
+        }
     }
 }
 
@@ -365,6 +462,7 @@ impl From<&Ending> for CloseReason {
             Ending::Released => CloseReason::Released,
             Ending::Closed => CloseReason::PeerClosed,
             Ending::SlowReader => CloseReason::SlowReader,
+            Ending::Transport(_) => CloseReason::Transport,
         }
     }
 }

@@ -21,6 +21,8 @@ pub enum CloseReason {
     PeerClosed,
     /// Answers piled up faster than the peer read them.
     SlowReader,
+    /// TLS failed, or the WebSocket was refused or closed.
+    Transport,
     /// Output waited the write-stall timeout with the socket taking none of it.
     WriteStall,
     /// CloseReason at a cap for a new connection, having sent no CSM.
@@ -30,7 +32,7 @@ pub enum CloseReason {
 }
 
 impl CloseReason {
-    const ALL: [CloseReason; 10] = [
+    const ALL: [CloseReason; 11] = [
         CloseReason::NoCsm,
         CloseReason::NoPong,
         CloseReason::Aborted,
@@ -38,6 +40,7 @@ impl CloseReason {
         CloseReason::Released,
         CloseReason::PeerClosed,
         CloseReason::SlowReader,
+        CloseReason::Transport,
         CloseReason::WriteStall,
         CloseReason::Evicted,
         CloseReason::Error,
@@ -52,6 +55,7 @@ impl CloseReason {
             CloseReason::Released => "released",
             CloseReason::PeerClosed => "peer_closed",
             CloseReason::SlowReader => "slow_reader",
+            CloseReason::Transport => "transport",
             CloseReason::WriteStall => "write_stall",
             CloseReason::Evicted => "evicted",
             CloseReason::Error => "error",
@@ -67,7 +71,7 @@ pub struct StreamCounters {
     /// Connections closed at once: a cap was reached and none could be closed for them.
     pub refused: u64,
     /// Connections closed, by reason (in [`CloseReason::ALL`]'s order).
-    closed: [u64; 10],
+    closed: [u64; 11],
     /// What the connections counted: closed ones, and open ones once added
     /// ([`with_open`](Self::with_open)).
     conns: ConnCounters,
@@ -97,61 +101,90 @@ fn add(total: &mut ConnCounters, c: &ConnCounters) {
     total.ignored += c.ignored;
 }
 
-/// Writes a listener's families: `c` its counts (open connections' included), `gauges` its
-/// (open, awaiting CSM, buffered bytes), `accept_failures` its failed accepts.
-pub fn write(
-    transport: &str,
-    c: &StreamCounters,
-    gauges: (usize, usize, usize),
-    accept_failures: u64,
-    out: &mut MetricsWriter,
-) {
-    let with = |v: &str| vec![transport.to_string(), v.to_string()];
-    let (open, waiting, buffered) = gauges;
+/// One listener's figures for a scrape.
+pub struct Snapshot {
+    /// Its `transport` label.
+    pub transport: &'static str,
+    /// Its counts, open connections' included.
+    pub counters: StreamCounters,
+    /// Connections open (CSMs exchanged).
+    pub open: usize,
+    /// Connections awaiting the peer's CSM.
+    pub awaiting_csm: usize,
+    /// Bytes the connections hold.
+    pub buffered: usize,
+    /// Failed accepts.
+    pub accept_failures: u64,
+}
+
+/// Writes the listeners' families, a row per listener in each.
+pub fn write(listeners: &[Snapshot], out: &mut MetricsWriter) {
+    if listeners.is_empty() {
+        return;
+    }
+    let rows = |f: &dyn Fn(&Snapshot) -> Vec<(&'static str, u64)>| -> Vec<(Vec<String>, u64)> {
+        (listeners.iter())
+            .flat_map(|l| {
+                f(l).into_iter()
+                    .map(|(v, n)| (vec![l.transport.to_string(), v.to_string()], n))
+            })
+            .collect()
+    };
+    let gauges: Vec<(Vec<String>, f64)> = (listeners.iter())
+        .flat_map(|l| {
+            [("open", l.open), ("awaiting_csm", l.awaiting_csm)]
+                .map(|(phase, n)| (vec![l.transport.to_string(), phase.to_string()], n as f64))
+        })
+        .collect();
     out.multi_labelled_gauge(
         "backoffd_coap_stream_connections",
         "CoAP connections (RFC 8323) open now, by transport and phase (awaiting_csm: the peer's CSM has not come).",
         &["transport", "phase"],
-        &[
-            (with("open"), open as f64),
-            (with("awaiting_csm"), waiting as f64),
-        ],
+        &gauges,
     );
+    let buffered: Vec<(&str, f64)> = (listeners.iter())
+        .map(|l| (l.transport, l.buffered as f64))
+        .collect();
     out.labelled_gauge(
         "backoffd_coap_stream_buffered_bytes",
         "Bytes the connections hold: input short of a whole message, output not yet written.",
         "transport",
-        &[(transport, buffered as f64)],
+        &buffered,
     );
     out.multi_labelled_counter(
         "backoffd_coap_stream_accepted_total",
         "Connections accepted, and refused at a cap (with none awaiting its CSM to close for them).",
         &["transport", "outcome"],
-        &[
-            (with("accepted"), c.accepted),
-            (with("refused"), c.refused),
-            (with("accept_failed"), accept_failures),
-        ],
+        &rows(&|l| {
+            vec![
+                ("accepted", l.counters.accepted),
+                ("refused", l.counters.refused),
+                ("accept_failed", l.accept_failures),
+            ]
+        }),
     );
-    let closed: Vec<(Vec<String>, u64)> = (CloseReason::ALL.iter())
-        .map(|why| (with(why.label()), c.closed[*why as usize]))
-        .collect();
     out.multi_labelled_counter(
         "backoffd_coap_stream_closed_total",
         "Connections closed, by reason.",
         &["transport", "reason"],
-        &closed,
+        &rows(&|l| {
+            (CloseReason::ALL.iter())
+                .map(|why| (why.label(), l.counters.closed[*why as usize]))
+                .collect()
+        }),
     );
-    let m = &c.conns;
     out.multi_labelled_counter(
         "backoffd_coap_stream_messages_total",
         "Messages: requests handed to the proxy, answers written, answers dropped as larger than the peer's Max-Message-Size, messages ignored.",
         &["transport", "kind"],
-        &[
-            (with("request"), m.requests),
-            (with("answer"), m.answers),
-            (with("oversized_answer"), m.oversized_answers),
-            (with("ignored"), m.ignored),
-        ],
+        &rows(&|l| {
+            let m = &l.counters.conns;
+            vec![
+                ("request", m.requests),
+                ("answer", m.answers),
+                ("oversized_answer", m.oversized_answers),
+                ("ignored", m.ignored),
+            ]
+        }),
     );
 }

@@ -57,6 +57,10 @@ pub struct Proxy {
     pub coaps: Option<SocketAddr>,
     /// The CoAP-over-TCP listener (`--listen-tcp`), when given.
     pub tcp: Option<SocketAddr>,
+    /// The CoAP-over-TLS listener (`--listen-tls`), when given.
+    pub tls: Option<SocketAddr>,
+    /// The CoAP-over-WebSockets listener (`--listen-ws`), when given.
+    pub ws: Option<SocketAddr>,
     /// The HTTP cross-proxy's listener, when `--http-listen` was given.
     pub http: Option<SocketAddr>,
     /// The metrics endpoint, when `--metrics` was given.
@@ -81,9 +85,13 @@ pub fn proxy(log_level: &str, args: &[&str]) -> Proxy {
     };
     let coaps = after("coaps listening on ");
     let tcp = after("coap+tcp listening on ");
+    let tls = after("coaps+tcp listening on ");
+    let ws = after("coap+ws listening on ");
     let coap = after("CoAP proxy listening on ")
         .or(coaps)
         .or(tcp)
+        .or(tls)
+        .or(ws)
         .unwrap_or_else(|| panic!("no listener address in {line:?}"));
     let metrics = has("--metrics").then(|| proc.wait_addr("metrics listening on "));
     Proxy {
@@ -91,6 +99,8 @@ pub fn proxy(log_level: &str, args: &[&str]) -> Proxy {
         coap,
         coaps,
         tcp,
+        tls,
+        ws,
         http,
         metrics,
     }

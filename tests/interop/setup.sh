@@ -3,7 +3,8 @@
 #   - aiocoap (PyPI, pinned) with its `oscore` extra (cbor2, cryptography, filelock, ge25519,
 #     lakers-python, cbor-diag: tests/oscore_interop.rs's OSCORE client and server) and its
 #     `tinydtls` extra (DTLSSocket, built from source: tests/coaps_interop.rs's aiocoap
-#     client over DTLS) in a virtualenv under the repo's target/ directory;
+#     client over DTLS) and its `ws` extra (websockets: tests/coap_tcp_interop.rs's coap+ws
+#     client) in a virtualenv under the repo's target/ directory;
 #   - autoconf, automake and libtool, which DTLSSocket's build runs on tinydtls;
 #   - Debian's libcoap3-bin (coap-client-notls, coap-server-notls, and the DTLS builds on
 #     OpenSSL and GnuTLS that tests/coaps_interop.rs runs: coap-client-openssl,
@@ -77,17 +78,18 @@ import sys, aiocoap.meta
 import cbor2, cryptography, filelock, lakers
 import aiocoap.oscore, aiocoap.oscore_sitewrapper, aiocoap.transports.oscore
 import DTLSSocket, aiocoap.transports.tinydtls
+import websockets, aiocoap.transports.ws
 sys.exit(0 if aiocoap.meta.version == sys.argv[1] else 1)
 PY
 }
 
 pip_install() {
-    "$VENV/bin/python" -m pip install -q --disable-pip-version-check "aiocoap[oscore,tinydtls]==$AIOCOAP_VERSION" >&2
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check "aiocoap[oscore,tinydtls,ws]==$AIOCOAP_VERSION" >&2
 }
 
 # A venv whose interpreter runs but lacks the pin or the extra: install into it.
 if ! venv_ok && "$VENV/bin/python" -c 'import sys' >/dev/null 2>&1; then
-    echo "interop setup: installing aiocoap[oscore,tinydtls]==$AIOCOAP_VERSION into $VENV" >&2
+    echo "interop setup: installing aiocoap[oscore,tinydtls,ws]==$AIOCOAP_VERSION into $VENV" >&2
     pip_install || echo "interop setup: pip install into $VENV failed; rebuilding it" >&2
 fi
 
@@ -106,11 +108,11 @@ if ! venv_ok; then
         done
         [ -n "$PYTHON" ] || die "no Python >= 3.10 with venv/ensurepip found (tried python3.11, python3, /usr/bin/python3; on Debian: apt-get install python3-venv)"
     fi
-    echo "interop setup: creating $VENV with $("$PYTHON" --version 2>&1), aiocoap[oscore,tinydtls]==$AIOCOAP_VERSION" >&2
+    echo "interop setup: creating $VENV with $("$PYTHON" --version 2>&1), aiocoap[oscore,tinydtls,ws]==$AIOCOAP_VERSION" >&2
     # --clear: a half-made or stale venv (e.g. its interpreter was removed) is rebuilt.
     "$PYTHON" -m venv --clear "$VENV" >&2 || die "$PYTHON -m venv $VENV failed (python3-venv missing?)"
-    pip_install || die "pip install aiocoap[oscore,tinydtls]==$AIOCOAP_VERSION failed"
+    pip_install || die "pip install aiocoap[oscore,tinydtls,ws]==$AIOCOAP_VERSION failed"
     venv_ok || die "aiocoap $AIOCOAP_VERSION with its oscore and tinydtls extras still not importable from $VENV/bin/python"
 fi
 
-echo "interop setup: ok (libcoap $(dpkg-query -W -f='${Version}' libcoap3-bin 2>/dev/null || echo '?'), aiocoap[oscore,tinydtls] $AIOCOAP_VERSION in $VENV)" >&2
+echo "interop setup: ok (libcoap $(dpkg-query -W -f='${Version}' libcoap3-bin 2>/dev/null || echo '?'), aiocoap[oscore,tinydtls,ws] $AIOCOAP_VERSION in $VENV)" >&2

@@ -1,0 +1,207 @@
+//! A CoAP connection with what carries it: TCP as it is (coap+tcp), TLS (coaps+tcp) or a
+//! WebSocket (coap+ws). The connection ([`StreamConn`]) speaks CoAP's framing; the carrier
+//! turns the socket's bytes into that framing and back. Sans-IO, like both.
+
+use std::sync::Arc;
+
+use super::conn::{ConnCounters, ConnLimits, Ending, StreamConn};
+use super::frame::Framing;
+use super::tls::TlsSession;
+use super::ws::WsSession;
+use crate::time::Timestamp;
+
+/// What carries a connection.
+pub enum Carrier {
+    /// The TCP byte stream itself (RFC 8323 §3).
+    Tcp,
+    /// TLS over TCP (§3, §9.2).
+    Tls(Box<TlsSession>),
+    /// A WebSocket over TCP (§4).
+    Ws(Box<WsSession>),
+}
+
+impl Carrier {
+    /// A TLS carrier for a new connection.
+    pub fn tls(config: Arc<rustls::ServerConfig>) -> Result<Self, rustls::Error> {
+        Ok(Carrier::Tls(Box::new(TlsSession::new(config)?)))
+    }
+
+    /// A WebSocket carrier for a new connection, whose messages are at most `limits`'s.
+    pub fn ws(limits: &ConnLimits) -> Self {
+        Carrier::Ws(Box::new(WsSession::new(limits.max_message_size as usize)))
+    }
+}
+
+/// A connection and its carrier. See the module docs.
+pub struct Carried {
+    carrier: Carrier,
+    conn: StreamConn,
+    limits: ConnLimits,
+    /// The carrier's close (close_notify, WebSocket Close) has been sent.
+    carrier_closed: bool,
+}
+
+impl Carried {
+    /// A new connection at `now`; its CSM goes out once the carrier is ready.
+    pub fn new(now: Timestamp, carrier: Carrier, limits: ConnLimits) -> Self {
+        let framing = match carrier {
+            Carrier::Ws(_) => Framing::WebSocket,
+            _ => Framing::Stream,
+        };
+        let mut carried = Carried {
+            carrier,
+            conn: StreamConn::new(now, framing, limits),
+            limits,
+            carrier_closed: false,
+        };
+        carried.seal();
+        carried
+    }
+
+    /// Bytes from the socket.
+    pub fn handle_input(&mut self, now: Timestamp, data: &[u8]) {
+        let conn = &mut self.conn;
+        match &mut self.carrier {
+            Carrier::Tcp => conn.handle_input(now, data),
+            Carrier::Tls(tls) => {
+                let mut plaintext = Vec::new();
+                let read = tls.handle_input(data, &mut plaintext);
+                conn.handle_input(now, &plaintext);
+                if read.is_err() {
+                    // rustls queued the alert; the connection ends once it is out.
+                    self.carrier_closed = true;
+                    conn.cut_off(Ending::Transport("a TLS error"));
+                }
+            }
+            Carrier::Ws(ws) => {
+                ws.handle_input(data, |message| conn.handle_ws_message(now, message));
+                if let Some(why) = ws.closed() {
+                    self.carrier_closed = true;
+                    conn.cut_off(Ending::Transport(why));
+                }
+            }
+        }
+        self.seal();
+    }
+
+    /// The peer closed its side.
+    pub fn handle_eof(&mut self) {
+        self.conn.handle_eof();
+    }
+
+    /// A datagram the engine sent this peer; what the engine must hear back (see
+    /// [`StreamConn::deliver`]).
+    pub fn deliver(&mut self, datagram: &[u8]) -> Option<Vec<u8>> {
+        if self.carrier_output().len() > 2 * self.limits.max_output {
+            self.conn.cut_off(Ending::SlowReader);
+        }
+        let ack = self.conn.deliver(datagram);
+        self.seal();
+        ack
+    }
+
+    /// The next request for the engine.
+    pub fn poll_to_engine(&mut self) -> Option<Vec<u8>> {
+        self.conn.poll_to_engine()
+    }
+
+    /// Whether to read now: the connection takes input and the carrier's output is not
+    /// backed up.
+    pub fn wants_input(&self) -> bool {
+        self.conn.wants_input() && self.carrier_output().len() < self.limits.max_output
+    }
+
+    /// The connection's next deadline.
+    pub fn poll_timeout(&self) -> Option<Timestamp> {
+        self.conn.poll_timeout()
+    }
+
+    /// Runs the connection's deadlines.
+    pub fn handle_timeout(&mut self, now: Timestamp) {
+        self.conn.handle_timeout(now);
+        self.seal();
+    }
+
+    /// Sends Release and ends (shutdown).
+    pub fn release(&mut self) {
+        self.conn.release();
+        self.seal();
+    }
+
+    /// Why the connection ended, once it has.
+    pub fn ended(&self) -> Option<&Ending> {
+        self.conn.ended()
+    }
+
+    /// Whether the peer's CSM has come.
+    pub fn is_open(&self) -> bool {
+        self.conn.is_open()
+    }
+
+    /// Bytes for the socket.
+    pub fn pending_output(&self) -> &[u8] {
+        self.carrier_output()
+    }
+
+    /// The first `n` of them were written.
+    pub fn consume_output(&mut self, n: usize) {
+        match &mut self.carrier {
+            Carrier::Tcp => self.conn.consume_output(n),
+            Carrier::Tls(tls) => tls.consume_output(n),
+            Carrier::Ws(ws) => ws.consume_output(n),
+        }
+    }
+
+    /// What the connection counted.
+    pub fn counters(&self) -> ConnCounters {
+        self.conn.counters()
+    }
+
+    /// Bytes held: the connection's and the carrier's.
+    pub fn buffered(&self) -> usize {
+        let carrier = match &self.carrier {
+            Carrier::Tcp => 0,
+            Carrier::Tls(tls) => tls.buffered(),
+            Carrier::Ws(ws) => ws.buffered(),
+        };
+        self.conn.buffered() + carrier
+    }
+
+    fn carrier_output(&self) -> &[u8] {
+        match &self.carrier {
+            Carrier::Tcp => self.conn.pending_output(),
+            Carrier::Tls(tls) => tls.pending_output(),
+            Carrier::Ws(ws) => ws.pending_output(),
+        }
+    }
+
+    /// Moves what the connection wrote into the carrier, and closes the carrier after the
+    /// connection's last words.
+    fn seal(&mut self) {
+        let ended = self.conn.ended().is_some();
+        match &mut self.carrier {
+            Carrier::Tcp => {}
+            Carrier::Tls(tls) => {
+                let n = self.conn.pending_output().len();
+                if n > 0 {
+                    tls.send(self.conn.pending_output());
+                    self.conn.consume_output(n);
+                }
+                if ended && !self.carrier_closed {
+                    tls.close();
+                    self.carrier_closed = true;
+                }
+            }
+            Carrier::Ws(ws) if ws.is_open() => {
+                while let Some(message) = self.conn.pop_message() {
+                    ws.send(&message);
+                }
+                if ended && !self.carrier_closed {
+                    ws.close(1000, "the CoAP connection ended");
+                    self.carrier_closed = true;
+                }
+            }
+            Carrier::Ws(_) => {}
+        }
+    }
+}
