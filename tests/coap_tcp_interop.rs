@@ -7,8 +7,8 @@
 //! transports), installed by tests/interop/setup.sh, and a raw client
 //! written here on `backoffd::coap_tcp`'s framing for what the others cannot show (the first
 //! bytes on the wire, a connection that never sends its CSM). Origins: the aiocoap server of
-//! tests/interop/aiocoap_server.py over UDP, and a UDP origin written here that drops the
-//! first datagram.
+//! tests/interop/aiocoap_server.py over UDP, a UDP origin written here that drops the
+//! first datagram, and libcoap's `coap-server-notls` over TCP (`--upstream coap+tcp://`).
 //!
 //! | test                                                      | peers                   |
 //! |-----------------------------------------------------------|-------------------------|
@@ -23,6 +23,8 @@
 //! | tls_alone_opens_no_plain_port                              | libcoap notls, openssl  |
 //! | aiocoap_over_websockets_get_post_4kib_and_observe         | aiocoap ws              |
 //! | a_websocket_handshake_not_for_coap_is_refused             | raw HTTP                |
+//! | udp_and_tcp_clients_reach_libcoap_over_tcp                | libcoap notls both ends |
+//! | a_gone_tcp_origin_gets_5_02_and_is_reconnected            | libcoap notls both ends |
 
 #![cfg(feature = "tcp")]
 
@@ -46,6 +48,8 @@ mod certs;
 mod hostile;
 #[path = "coap_tcp_interop/tls_ws.rs"]
 mod tls_ws;
+#[path = "coap_tcp_interop/upstream.rs"]
+mod upstream;
 
 use common::exposition::scrape;
 use peers::*;

@@ -1,6 +1,8 @@
 //! One CoAP-over-TCP connection's untrusted input (`backoffd::coap_tcp`, RFC 8323): the
 //! peer's bytes (stream framing, split anywhere) and WebSocket messages, the engine's
-//! datagrams for the peer, and time, interleaved.
+//! datagrams for the peer, and time, interleaved. The same steps drive an upstream
+//! connection (`coap_tcp::client`), whose peer is an origin: what it hands the engine must be
+//! well-formed ACKs, NONs or RSTs.
 //!
 //! The input is a list of steps, each a tag byte and, for bytes, a length byte. Invariants:
 //! nothing panics; what reaches the engine is a well-formed CON request, each with a Message
@@ -12,6 +14,7 @@ use std::time::Duration;
 
 use backoffd::coap::{Message, MessageType};
 use backoffd::coap_tcp::frame::decode_stream;
+use backoffd::coap_tcp::client::UpstreamConn;
 use backoffd::coap_tcp::{ConnLimits, Ending, Framing, StreamConn};
 use backoffd::time::Timestamp;
 use libfuzzer_sys::fuzz_target;
@@ -24,6 +27,7 @@ fuzz_target!(|data: &[u8]| {
     };
     let mut now = Timestamp::ZERO;
     let mut conn = StreamConn::new(now, framing, limits);
+    let mut upstream = UpstreamConn::new(now, limits);
     let mut next_mid: Option<u16> = None;
     let mut rest = data.get(1..).unwrap_or_default();
     while let [tag, tail @ ..] = rest {
@@ -34,6 +38,16 @@ fuzz_target!(|data: &[u8]| {
         let (chunk, tail) = tail.split_at(len);
         rest = tail;
         let was_open = conn.is_open();
+        match tag % 5 {
+            0 => upstream.handle_input(now, chunk),
+            2 => upstream.send(now, chunk),
+            3 => upstream.handle_timeout(now),
+            _ => upstream.consume_output(usize::from(*tag)),
+        }
+        while let Some(datagram) = upstream.poll_to_engine() {
+            let msg = Message::parse(&datagram).expect("the engine gets well-formed datagrams");
+            assert!(matches!(msg.msg_type(), MessageType::Ack | MessageType::Non | MessageType::Rst));
+        }
         match tag % 5 {
             0 => conn.handle_input(now, chunk),
             1 => conn.handle_ws_message(now, chunk),

@@ -251,12 +251,19 @@ fn proxy_part(
     http: Option<HttpPart>,
     sources: &mut MetricsSources,
 ) -> Result<(Box<dyn Component>, String), String> {
+    #[cfg(feature = "tcp")]
+    let tcp_upstream = streams.as_ref().and_then(|s| s.upstream);
     let listeners = listeners(listen, dtls, streams)?;
     let proxy = ProxyComponent::bind_listeners(&listeners, config).map_err(|e| {
         let at: Vec<String> = listen.iter().map(|a| a.to_string()).collect();
         format!("cannot bind {}: {e}", at.join(" and coaps "))
     })?;
     let proxy = with_coaps_upstream(proxy, coaps_upstream)?;
+    #[cfg(feature = "tcp")]
+    let proxy = match tcp_upstream {
+        Some((origin, limits)) => proxy.with_tcp_upstream(origin, limits),
+        None => proxy,
+    };
     let plain = listen.and(proxy.local_addr().ok());
     // "CoAP proxy listening on P and coaps listening on S and coap+tcp listening on T": the
     // words scripts (and the tests) look for before each address.

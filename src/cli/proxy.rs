@@ -21,7 +21,8 @@ request gets the proxy's own Message ID and token.
 Routing:
   --listen ADDR                  client-facing address (default 0.0.0.0:5683; [::]:5683 is dual-stack)
   --upstream HOST:PORT           reverse proxy: where requests without Proxy-Uri go; also
-                                 coap://HOST[:PORT] (5683) or coaps://HOST[:PORT] (5684, DTLS)
+                                 coap://HOST[:PORT] (5683), coaps://HOST[:PORT] (5684, DTLS)
+                                 or coap+tcp://HOST[:PORT] (5683, RFC 8323: never resent)
   --forward                      also act as a forward proxy (Proxy-Uri / Proxy-Scheme, coap only)
   --allow HOST:PORT              a forward-proxy target (repeat); nothing else is reachable
 
@@ -320,6 +321,8 @@ pub(super) struct UpstreamFlag {
     pub addr: SocketAddr,
     /// The host as given (what an origin's certificate must name), if the scheme is coaps.
     pub coaps_host: Option<String>,
+    /// The scheme is coap+tcp (RFC 8323 §8.1).
+    pub tcp: bool,
 }
 
 /// `--upstream`, if given.
@@ -327,13 +330,14 @@ pub(super) fn upstream_flag(flags: &Flags) -> Result<Option<UpstreamFlag>, Usage
     let Some(value) = flags.get::<String>("upstream")? else {
         return Ok(None);
     };
-    let (rest, default_port, coaps) = match value.split_once("://") {
-        None => (value.as_str(), None, false),
-        Some(("coap", rest)) => (rest, Some(5683), false),
-        Some(("coaps", rest)) => (rest, Some(5684), true),
+    let (rest, default_port, coaps, tcp) = match value.split_once("://") {
+        None => (value.as_str(), None, false, false),
+        Some(("coap", rest)) => (rest, Some(5683), false, false),
+        Some(("coaps", rest)) => (rest, Some(5684), true, false),
+        Some(("coap+tcp", rest)) => (rest, Some(5683), false, true),
         Some((scheme, _)) => {
             return Err(UsageError(format!(
-                "--upstream: {scheme}:// is not a scheme the proxy speaks upstream (coap:// or coaps://)"
+                "--upstream: {scheme}:// is not a scheme the proxy speaks upstream (coap://, coaps:// or coap+tcp://)"
             )))
         }
     };
@@ -351,6 +355,7 @@ pub(super) fn upstream_flag(flags: &Flags) -> Result<Option<UpstreamFlag>, Usage
     Ok(Some(UpstreamFlag {
         addr,
         coaps_host: coaps.then(|| host.to_string()),
+        tcp,
     }))
 }
 

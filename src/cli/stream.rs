@@ -13,12 +13,14 @@ use super::flags::{value, Flags, Spec, UsageError};
 #[cfg(feature = "tcp")]
 use backoffd::proxy::{StreamLimits, StreamListen, Transport};
 
-/// The RFC 8323 listeners asked for (at least one): where, carried how, their bounds.
+/// The RFC 8323 listeners and upstream asked for (at least one of them).
 #[cfg(feature = "tcp")]
 #[derive(Clone, Debug)]
 pub struct StreamPart {
-    /// In the order TCP, TLS, WebSocket.
+    /// The listeners, in the order TCP, TLS, WebSocket.
     pub listens: Vec<StreamListen>,
+    /// `--upstream coap+tcp://`: the origin, and each connection's bounds.
+    pub upstream: Option<(std::net::SocketAddr, backoffd::coap_tcp::ConnLimits)>,
 }
 
 /// Built without the `tcp` feature, there is no TCP listener: no value of this type exists.
@@ -39,7 +41,7 @@ pub const SPEC: &[Spec] = &[
     value("tcp-idle-timeout"),
 ];
 
-/// Where the first listener is, as a URI authority with its scheme.
+/// Where the first listener is, as a URI authority with its scheme (nothing if there is none).
 pub fn listen_uri(part: &StreamPart) -> String {
     #[cfg(feature = "tcp")]
     return (part.listens.first())
@@ -63,6 +65,9 @@ pub fn describe(part: &StreamPart) -> String {
     #[cfg(feature = "tcp")]
     {
         let mut out = String::new();
+        if let Some((origin, _)) = part.upstream {
+            out += &format!("  upstream coap+tcp://{origin}: each request sent once (RFC 8323)\n");
+        }
         for listen in &part.listens {
             let l = &listen.limits;
             out += &format!(
@@ -84,6 +89,11 @@ pub fn describe(part: &StreamPart) -> String {
 /// Built without the `tcp` feature: any of the flags is an error.
 #[cfg(not(feature = "tcp"))]
 pub fn from_flags(flags: &Flags) -> Result<Option<StreamPart>, UsageError> {
+    if super::proxy::upstream_flag(flags)?.is_some_and(|u| u.tcp) {
+        return Err(UsageError(
+            "--upstream: coap+tcp://: this backoffd was built without CoAP over TCP (cargo feature `tcp`)".into(),
+        ));
+    }
     match SPEC.iter().find(|s| flags.has(s.name)) {
         Some(s) => Err(UsageError(format!(
             "--{}: this backoffd was built without CoAP over TCP (cargo feature `tcp`)",
@@ -100,16 +110,18 @@ pub fn from_flags(flags: &Flags) -> Result<Option<StreamPart>, UsageError> {
     let tls = super::addr_flag(flags, "listen-tls")?;
     let ws = super::addr_flag(flags, "listen-ws")?;
     let config = tls_config(flags, tls.is_some())?;
-    if tcp.is_none() && tls.is_none() && ws.is_none() {
+    let upstream = super::proxy::upstream_flag(flags)?.filter(|u| u.tcp);
+    if tcp.is_none() && tls.is_none() && ws.is_none() && upstream.is_none() {
         return match SPEC.iter().find(|s| flags.has(s.name)) {
             Some(s) => Err(UsageError(format!(
-                "--{}: needs --listen-tcp, --listen-tls or --listen-ws",
+                "--{}: needs --listen-tcp, --listen-tls, --listen-ws or --upstream coap+tcp://",
                 s.name
             ))),
             None => Ok(None),
         };
     }
     let limits = limits(flags)?;
+    let upstream = upstream.map(|u| (u.addr, limits.conn));
     let listen = |addr, transport| StreamListen {
         addr,
         transport,
@@ -119,7 +131,7 @@ pub fn from_flags(flags: &Flags) -> Result<Option<StreamPart>, UsageError> {
     listens.extend(tcp.map(|a| listen(a, Transport::Tcp)));
     listens.extend(tls.zip(config).map(|(a, c)| listen(a, Transport::Tls(c))));
     listens.extend(ws.map(|a| listen(a, Transport::Ws)));
-    Ok(Some(StreamPart { listens }))
+    Ok(Some(StreamPart { listens, upstream }))
 }
 
 /// The certificate `--listen-tls` needs (`--tls-cert`, `--tls-key`), read and checked.

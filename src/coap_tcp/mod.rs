@@ -12,6 +12,7 @@
 //! to the engine as [`crate::proxy::Peer::Stream`].
 
 pub mod carried;
+pub mod client;
 pub mod conn;
 pub mod frame;
 mod sha1;

@@ -39,6 +39,8 @@ use super::metrics::{write_proxy_metrics, write_upstream_metrics};
 use super::report::Report;
 #[cfg(feature = "tcp")]
 use super::stream_listener::{StreamListen, StreamListener};
+#[cfg(feature = "tcp")]
+use super::stream_upstream::StreamUpstream;
 use super::{Destination, EndpointEvent, EndpointId, LocalClient, Peer, Proxy, ProxyConfig, Seeds};
 use crate::metrics::{MetricsSource, MetricsWriter};
 use crate::net::{connected_udp, MAX_UDP_DATAGRAM};
@@ -90,6 +92,9 @@ pub struct ProxyComponent {
     /// The RFC 8323 listeners (`--listen-tcp`, `--listen-tls`, `--listen-ws`).
     #[cfg(feature = "tcp")]
     streams: Vec<StreamListener>,
+    /// The CoAP-over-TCP upstream's connections (`--upstream coap+tcp://`), if it is one.
+    #[cfg(feature = "tcp")]
+    stream_upstream: Option<StreamUpstream>,
 }
 
 /// Where the proxy takes its clients: plain CoAP over UDP, coaps, or both. With coaps alone
@@ -171,6 +176,8 @@ impl ProxyComponent {
             dtls_upstream: None,
             #[cfg(feature = "tcp")]
             streams,
+            #[cfg(feature = "tcp")]
+            stream_upstream: None,
         })
     }
 
@@ -184,6 +191,20 @@ impl ProxyComponent {
     ) -> io::Result<Self> {
         self.dtls_upstream = Some(DtlsUpstream::new(origin, config)?);
         Ok(self)
+    }
+
+    /// Speaks CoAP over TCP (RFC 8323) to the upstream at `origin`: each endpoint towards it
+    /// is a connection bounded by `limits`, and requests to it are not retransmitted. Call
+    /// before the component starts.
+    #[cfg(feature = "tcp")]
+    pub fn with_tcp_upstream(
+        mut self,
+        origin: SocketAddr,
+        limits: crate::coap_tcp::ConnLimits,
+    ) -> Self {
+        self.engine.set_reliable_upstream(origin);
+        self.stream_upstream = Some(StreamUpstream::new(origin, limits));
+        self
     }
 
     /// The coaps address actually bound, if there is a coaps listener.
@@ -297,6 +318,21 @@ impl ProxyComponent {
     fn apply_endpoint_events(&mut self, ctx: &mut Ctx<'_>, starting: bool) -> io::Result<()> {
         let now = ctx.now();
         while let Some(event) = self.engine.poll_endpoint_event() {
+            #[cfg(feature = "tcp")]
+            if let Some(up) = self.stream_upstream.as_mut() {
+                match event {
+                    EndpointEvent::Open { id, peer } if up.is_for(peer) => {
+                        self.engine.endpoint_opened(now, id);
+                        up.open(ctx, id, &mut self.engine);
+                        continue;
+                    }
+                    EndpointEvent::Close { id } if up.carries(id) => {
+                        up.close(ctx, id);
+                        continue;
+                    }
+                    _ => {}
+                }
+            }
             match event {
                 EndpointEvent::Open { id, peer } => match self.open(ctx, id, peer) {
                     Ok(()) => self.engine.endpoint_opened(now, id),
@@ -366,6 +402,9 @@ impl ProxyComponent {
             for listener in &mut self.streams {
                 fed |= listener.settle(ctx, &mut self.engine);
             }
+            if let Some(up) = &mut self.stream_upstream {
+                fed |= up.settle(ctx, &mut self.engine);
+            }
             if !fed || round == 3 {
                 break;
             }
@@ -385,6 +424,8 @@ impl ProxyComponent {
         let dtls_upstream = std::cell::RefCell::new(self.dtls_upstream.as_mut());
         #[cfg(feature = "tcp")]
         let streams = std::cell::RefCell::new(&mut self.streams);
+        #[cfg(feature = "tcp")]
+        let stream_upstream = std::cell::RefCell::new(self.stream_upstream.as_mut());
         let send = |to: Destination, payload: &[u8]| {
             let sent = match (to, clients) {
                 (Destination::Client(Peer::Local(client)), _) => {
@@ -414,6 +455,15 @@ impl ProxyComponent {
                         .is_some_and(|u| u.carries(id)) =>
                 {
                     if let Some(up) = &mut *dtls_upstream.borrow_mut() {
+                        up.send(now, id, payload);
+                    }
+                    Ok(())
+                }
+                #[cfg(feature = "tcp")]
+                (Destination::Upstream(id), _)
+                    if (stream_upstream.borrow().as_ref()).is_some_and(|u| u.carries(id)) =>
+                {
+                    if let Some(up) = &mut *stream_upstream.borrow_mut() {
                         up.send(now, id, payload);
                     }
                     Ok(())
@@ -496,6 +546,11 @@ impl Component for ProxyComponent {
             listener.on_ready(ctx, key, ready, &mut self.engine);
             return self.settle(ctx);
         }
+        #[cfg(feature = "tcp")]
+        if let Some(up) = self.stream_upstream.as_mut().filter(|u| u.owns(key)) {
+            up.on_ready(ctx, key, ready, &mut self.engine);
+            return self.settle(ctx);
+        }
         let _ = ready;
         #[cfg(feature = "dtls")]
         if let (DTLS_KEY, Some(listener)) = (key, &mut self.dtls) {
@@ -523,6 +578,11 @@ impl Component for ProxyComponent {
         #[cfg(feature = "tcp")]
         if let Some(listener) = self.streams.iter_mut().find(|l| l.owns(key)) {
             listener.on_timer(ctx, timer, key, &mut self.engine);
+            return self.settle(ctx);
+        }
+        #[cfg(feature = "tcp")]
+        if let Some(up) = self.stream_upstream.as_mut().filter(|u| u.owns(key)) {
+            up.on_timer(ctx, timer, key, &mut self.engine);
             return self.settle(ctx);
         }
         let _ = key;
@@ -555,6 +615,10 @@ impl MetricsSource for ProxyComponent {
         }
         #[cfg(feature = "dtls")]
         if let Some(up) = &self.dtls_upstream {
+            up.write_metrics(out);
+        }
+        #[cfg(feature = "tcp")]
+        if let Some(up) = &self.stream_upstream {
             up.write_metrics(out);
         }
         #[cfg(feature = "tcp")]

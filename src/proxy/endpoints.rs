@@ -420,6 +420,9 @@ impl Endpoints {
 pub(super) struct Upstream {
     pub(super) addr: SocketAddr,
     pub(super) inflight: usize,
+    /// Reached over a reliable transport (CoAP over TCP or TLS, RFC 8323): requests to it are
+    /// never retransmitted (§2.2); the total timeout alone bounds the wait.
+    pub(super) reliable: bool,
 }
 
 /// One upstream's endpoints as the metrics see them.

@@ -300,6 +300,9 @@ impl Proxy {
             TimerKind::UpstreamRetransmit => self.retransmit_upstream(now, key),
             TimerKind::TotalTimeout => {
                 let reason = match x.state {
+                    State::Waiting { .. } if self.upstreams.is_reliable(x.upstream) => {
+                        "no answer within the total timeout"
+                    }
                     State::Waiting { .. } => "no answer after all retransmissions",
                     _ => "separate response never came",
                 };

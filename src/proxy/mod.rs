@@ -80,6 +80,8 @@ pub mod route;
 mod stream_listener;
 #[cfg(feature = "tcp")]
 mod stream_metrics;
+#[cfg(feature = "tcp")]
+mod stream_upstream;
 mod table;
 #[cfg(test)]
 mod tests;

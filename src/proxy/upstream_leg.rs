@@ -60,6 +60,18 @@ impl Proxy {
         self.fail_endpoint(now, endpoint, "upstream refused the DTLS handshake");
     }
 
+    /// The connection behind `endpoint` to a reliable upstream (RFC 8323) failed or closed:
+    /// what waits there gets 5.02 at once, since nothing will be resent.
+    pub fn handle_upstream_closed(&mut self, now: Timestamp, endpoint: EndpointId) {
+        self.fail_endpoint(now, endpoint, "upstream connection closed");
+    }
+
+    /// The upstream at `addr` is reached over a reliable transport (CoAP over TCP or TLS):
+    /// its requests are sent once, and wait at most the total timeout (RFC 8323 §2.2).
+    pub fn set_reliable_upstream(&mut self, addr: std::net::SocketAddr) {
+        self.upstreams.set_reliable(addr);
+    }
+
     fn fail_endpoint(&mut self, now: Timestamp, endpoint: EndpointId, why: &'static str) {
         self.gate.clock(now);
         let Some(up) = self.upstreams.endpoints().upstream_of(endpoint) else {
@@ -80,6 +92,8 @@ impl Proxy {
             return;
         };
         let policy = self.policy(non_idempotent);
+        let reliable =
+            (self.exchanges.get(key)).is_some_and(|x| self.upstreams.is_reliable(x.upstream));
         let x = self.exchanges.get_mut(key).expect("checked above");
         let State::Waiting { leg, resend_at } = &mut x.state else {
             debug_assert!(false, "only a waiting exchange goes upstream");
@@ -93,7 +107,9 @@ impl Proxy {
             .random_range(1.0 - policy.jitter..=1.0 + policy.jitter);
         let nominal = policy.nominal_delay(leg.attempts).as_nanos() as f64;
         let delay = Duration::from_nanos((nominal * spread).min(u64::MAX as f64) as u64);
-        *resend_at = Some(now + delay);
+        // A reliable transport delivers or fails the connection (RFC 8323 §2.2): no resend,
+        // and the total timeout bounds the wait.
+        *resend_at = (!reliable).then_some(now + delay);
         self.exchanges.rearm(key);
         self.push_from(key, |x| {
             let request = x.state.leg()?.request.as_deref()?;

@@ -31,7 +31,11 @@ impl Upstreams {
         Upstreams {
             endpoints: Endpoints::new(&targets, lifetime, max_endpoints, seed),
             upstreams: (targets.into_iter())
-                .map(|addr| Upstream { addr, inflight: 0 })
+                .map(|addr| Upstream {
+                    addr,
+                    inflight: 0,
+                    reliable: false,
+                })
                 .collect(),
             by_mid: Index::new(hash.clone()),
         }
@@ -40,6 +44,18 @@ impl Upstreams {
     /// The address of upstream `up`.
     pub(super) fn addr(&self, up: UpstreamId) -> SocketAddr {
         self.upstreams[usize::from(up)].addr
+    }
+
+    /// Marks the upstream at `addr` as reached over a reliable transport: no retransmissions.
+    pub(super) fn set_reliable(&mut self, addr: SocketAddr) {
+        for u in self.upstreams.iter_mut().filter(|u| u.addr == addr) {
+            u.reliable = true;
+        }
+    }
+
+    /// Whether upstream `up` is reached over a reliable transport.
+    pub(super) fn is_reliable(&self, up: UpstreamId) -> bool {
+        self.upstreams[usize::from(up)].reliable
     }
 
     /// Requests in flight to upstream `up`.

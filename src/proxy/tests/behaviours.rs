@@ -565,3 +565,54 @@ fn proxy_uri_naming_the_proxy_itself_is_served_locally() {
         .collect();
     assert_eq!(paths, vec![&b"local"[..], b"thing"]);
 }
+
+/// An upstream reached over TCP or TLS (RFC 8323 §2.2) gets each request once: no
+/// retransmission, and the total timeout alone bounds the wait (5.04).
+#[test]
+fn a_reliable_upstream_is_not_retransmitted_to() {
+    let mut p = reverse();
+    p.set_reliable_upstream(upstream_addr());
+    p.handle_client_datagram(
+        t(0),
+        client(),
+        &request(MessageType::Con, Code::GET, 1, &[]),
+    );
+    let sent = drain(&mut p);
+    assert_eq!(
+        (sent.iter())
+            .filter(|t| matches!(t.to, Destination::Upstream(_)))
+            .count(),
+        1
+    );
+    // Past every retransmission the UDP schedule would have made (2 s, 3 s, 4.5 s, ...).
+    for ms in (100..30_000).step_by(100) {
+        p.handle_timeout(t(ms));
+        let out = drain(&mut p);
+        assert!(
+            out.iter()
+                .all(|t| !matches!(t.to, Destination::Upstream(_))),
+            "resent at {ms} ms"
+        );
+    }
+    p.handle_timeout(t(30_000));
+    let out = drain(&mut p);
+    let answer = (out.iter())
+        .find(|t| matches!(t.to, Destination::Client(_)) && !t.payload.is_empty())
+        .map(|t| Message::parse(&t.payload).unwrap().code());
+    assert_eq!(answer, Some(Code::GATEWAY_TIMEOUT));
+}
+
+/// When the connection to a reliable upstream closes, what waits on it gets 5.02 at once.
+#[test]
+fn a_closed_upstream_connection_answers_5_02() {
+    let mut p = reverse();
+    p.set_reliable_upstream(upstream_addr());
+    p.handle_client_datagram(
+        t(0),
+        client(),
+        &request(MessageType::Non, Code::GET, 1, &[]),
+    );
+    drain(&mut p);
+    p.handle_upstream_closed(t(50), EP0);
+    assert_eq!(only_to_client(&drain(&mut p)).code(), Code::BAD_GATEWAY);
+}
