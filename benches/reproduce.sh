@@ -3,7 +3,7 @@
 # output under target/bench-results/<UTC timestamp>/ (one file per benchmark).
 #
 # Usage: benches/reproduce.sh [NAME...]   NAME: proxy_throughput http_throughput proxy_memory retry_listener
-#                                               engine_turns wheel wake_precision timer_vs_cyclictest coaps (default: all)
+#                                               engine_turns wheel wake_precision timer_vs_cyclictest coaps coap_tcp (default: all)
 # Peers (Debian libcoap3-bin, PyPI aiocoap) are installed by tests/interop/setup.sh when
 # missing (root needed for apt). Close other work first: the harnesses pin themselves to
 # CPU 0 and the system under test to CPU 1, and anything else running skews the numbers.
@@ -11,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-ALL=(proxy_throughput http_throughput proxy_memory retry_listener engine_turns wheel wake_precision timer_vs_cyclictest coaps)
+ALL=(proxy_throughput http_throughput proxy_memory retry_listener engine_turns wheel wake_precision timer_vs_cyclictest coaps coap_tcp)
 NAMES=("${@:-${ALL[@]}}")
 OUT="target/bench-results/$(date -u +%Y%m%dT%H%M%SZ)"
 mkdir -p "$OUT"

@@ -127,10 +127,16 @@ coaps (DTLS 1.2, RFC 7252 §9; cargo feature `dtls`, on by default):
   --upstream-ca FILE             with --upstream coaps://: the origin's certificate must chain
                                  to these CAs (PEM) and name the URI's host
 
-CoAP over TCP (RFC 8323; cargo feature `tcp`, on by default):
+CoAP over TCP, TLS and WebSockets (RFC 8323; cargo feature `tcp`, on by default):
   --listen-tcp ADDR              a coap+tcp listener (the plain UDP port stays open)
-  --tcp-max-connections N        connections at once; at the cap the oldest without a CSM
-                                 is closed for a new one, else the new one is (default 512)
+  --listen-tls ADDR              a coaps+tcp listener (rustls, ALPN coap); without --listen
+                                 no plain port is opened
+  --tls-cert FILE, --tls-key FILE
+                                 its certificate chain and private key (PEM)
+  --listen-ws ADDR               a coap+ws listener (GET /.well-known/coap, subprotocol coap)
+  --tcp-max-connections N        connections at once per listener; at the cap the oldest
+                                 without a CSM is closed for a new one, else the new one
+                                 is (default 512)
   --tcp-max-connections-per-source N
                                  of those, from one IP address (default 64)
   --tcp-csm-timeout D            the peer's CSM must come within it, and a Pong (default 10s)
