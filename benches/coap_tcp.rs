@@ -202,9 +202,15 @@ fn connect_from(host: u8, to: SocketAddr) -> TcpStream {
         assert!(fd >= 0);
         let stream = TcpStream::from_raw_fd(fd);
         let local = sockaddr(std::net::Ipv4Addr::new(127, 0, 0, host), 0);
-        assert_eq!(libc::bind(fd, (&local as *const libc::sockaddr_in).cast(), len), 0);
+        assert_eq!(
+            libc::bind(fd, (&local as *const libc::sockaddr_in).cast(), len),
+            0
+        );
         let remote = sockaddr(*to.ip(), to.port());
-        assert_eq!(libc::connect(fd, (&remote as *const libc::sockaddr_in).cast(), len), 0);
+        assert_eq!(
+            libc::connect(fd, (&remote as *const libc::sockaddr_in).cast(), len),
+            0
+        );
         stream
     }
 }

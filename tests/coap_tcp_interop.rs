@@ -8,7 +8,8 @@
 //! written here on `backoffd::coap_tcp`'s framing for what the others cannot show (the first
 //! bytes on the wire, a connection that never sends its CSM). Origins: the aiocoap server of
 //! tests/interop/aiocoap_server.py over UDP, a UDP origin written here that drops the
-//! first datagram, and libcoap's `coap-server-notls` over TCP (`--upstream coap+tcp://`).
+//! first datagram, and libcoap's `coap-server-notls` over TCP (`--upstream coap+tcp://`) and
+//! `coap-server-openssl` over TLS (`--upstream coaps+tcp://`).
 //!
 //! | test                                                      | peers                   |
 //! |-----------------------------------------------------------|-------------------------|
@@ -25,6 +26,7 @@
 //! | a_websocket_handshake_not_for_coap_is_refused             | raw HTTP                |
 //! | udp_and_tcp_clients_reach_libcoap_over_tcp                | libcoap notls both ends |
 //! | a_gone_tcp_origin_gets_5_02_and_is_reconnected            | libcoap notls both ends |
+//! | udp_clients_reach_libcoap_over_tls_and_a_wrong_ca_gets_5_02 | libcoap notls, openssl server |
 
 #![cfg(feature = "tcp")]
 

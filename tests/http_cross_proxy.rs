@@ -271,7 +271,7 @@ fn libcoap_content_formats_map_to_content_types() {
 
 #[test]
 fn a_4k_body_goes_both_ways_block_wise_byte_for_byte() {
-    let (server, _proxy, http, _) = proxy_to_aiocoap(&[]);
+    let (mut server, _proxy, http, _) = proxy_to_aiocoap(&[]);
     let big = curl(&[&format!("http://{http}/big")]);
     assert_eq!(big.status, 200);
     assert_eq!(big.body, big_body(), "the 4 KiB Block2 body, reassembled");
@@ -289,7 +289,8 @@ fn a_4k_body_goes_both_ways_block_wise_byte_for_byte() {
         &format!("http://{http}/upload"),
     ]);
     assert_eq!((put.status, put.text().as_str()), (200, "stored 4096"));
-    assert!(server.stdout().iter().any(|l| l == "UPLOAD 4096"));
+    // The server's line is read by another thread: wait for it rather than race it.
+    server.wait_stdout_count("UPLOAD 4096", 1, std::time::Duration::from_secs(10));
     let back = curl(&[&format!("http://{http}/upload")]);
     assert_eq!(
         back.body, body,

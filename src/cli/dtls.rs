@@ -274,8 +274,13 @@ pub fn describe_upstream(part: &UpstreamPart) -> String {
 /// Built without the `dtls` feature: a coaps upstream is an error.
 #[cfg(not(feature = "dtls"))]
 pub fn upstream_from_flags(flags: &Flags) -> Result<Option<UpstreamPart>, UsageError> {
-    let coaps = super::proxy::upstream_flag(flags)?.is_some_and(|u| u.coaps_host.is_some());
-    let flag = UPSTREAM_SPEC.iter().map(|s| s.name).find(|n| flags.has(n));
+    let upstream = super::proxy::upstream_flag(flags)?;
+    let coaps = upstream.as_ref().is_some_and(|u| u.coaps_host.is_some());
+    // --upstream-ca is coaps+tcp's too (cli/stream.rs).
+    let over_tls = upstream.is_some_and(|u| u.tls_host.is_some());
+    let flag = (UPSTREAM_SPEC.iter().map(|s| s.name))
+        .filter(|n| !(over_tls && *n == "upstream-ca"))
+        .find(|n| flags.has(n));
     match (coaps, flag) {
         (false, None) => Ok(None),
         (_, f) => Err(UsageError(format!(
@@ -289,8 +294,13 @@ pub fn upstream_from_flags(flags: &Flags) -> Result<Option<UpstreamPart>, UsageE
 #[cfg(feature = "dtls")]
 pub fn upstream_from_flags(flags: &Flags) -> Result<Option<UpstreamPart>, UsageError> {
     let upstream = super::proxy::upstream_flag(flags)?;
+    // --upstream-ca is coaps+tcp's too (cli/stream.rs).
+    let over_tls = upstream.as_ref().is_some_and(|u| u.tls_host.is_some());
     let Some((addr, host)) = upstream.and_then(|u| Some((u.addr, u.coaps_host?))) else {
-        return match UPSTREAM_SPEC.iter().find(|s| flags.has(s.name)) {
+        let flag = (UPSTREAM_SPEC.iter())
+            .filter(|s| !(over_tls && s.name == "upstream-ca"))
+            .find(|s| flags.has(s.name));
+        return match flag {
             Some(s) => Err(UsageError(format!(
                 "--{}: needs --upstream coaps://HOST:PORT",
                 s.name

@@ -252,7 +252,7 @@ fn proxy_part(
     sources: &mut MetricsSources,
 ) -> Result<(Box<dyn Component>, String), String> {
     #[cfg(feature = "tcp")]
-    let tcp_upstream = streams.as_ref().and_then(|s| s.upstream);
+    let tcp_upstream = streams.as_ref().and_then(|s| s.upstream.clone());
     let listeners = listeners(listen, dtls, streams)?;
     let proxy = ProxyComponent::bind_listeners(&listeners, config).map_err(|e| {
         let at: Vec<String> = listen.iter().map(|a| a.to_string()).collect();
@@ -261,7 +261,7 @@ fn proxy_part(
     let proxy = with_coaps_upstream(proxy, coaps_upstream)?;
     #[cfg(feature = "tcp")]
     let proxy = match tcp_upstream {
-        Some((origin, limits)) => proxy.with_tcp_upstream(origin, limits),
+        Some(u) => proxy.with_tcp_upstream(u.addr, u.limits, u.tls),
         None => proxy,
     };
     let plain = listen.and(proxy.local_addr().ok());

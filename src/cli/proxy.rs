@@ -22,7 +22,8 @@ Routing:
   --listen ADDR                  client-facing address (default 0.0.0.0:5683; [::]:5683 is dual-stack)
   --upstream HOST:PORT           reverse proxy: where requests without Proxy-Uri go; also
                                  coap://HOST[:PORT] (5683), coaps://HOST[:PORT] (5684, DTLS)
-                                 or coap+tcp://HOST[:PORT] (5683, RFC 8323: never resent)
+                                 coap+tcp://HOST[:PORT] (5683, RFC 8323: never resent) or
+                                 coaps+tcp://HOST[:PORT] (5684, TLS: needs --upstream-ca)
   --forward                      also act as a forward proxy (Proxy-Uri / Proxy-Scheme, coap only)
   --allow HOST:PORT              a forward-proxy target (repeat); nothing else is reachable
 
@@ -124,8 +125,9 @@ coaps (DTLS 1.2, RFC 7252 §9; cargo feature `dtls`, on by default):
   --dtls-idle-timeout D          a session with no record either way is dropped (default 300s)
   --upstream-psk-identity ID, --upstream-psk-key-file FILE
                                  with --upstream coaps://: the PSK the proxy offers the origin
-  --upstream-ca FILE             with --upstream coaps://: the origin's certificate must chain
-                                 to these CAs (PEM) and name the URI's host
+  --upstream-ca FILE             with --upstream coaps:// or coaps+tcp://: the origin's
+                                 certificate must chain to these CAs (PEM) and name the
+                                 URI's host
 
 CoAP over TCP, TLS and WebSockets (RFC 8323; cargo feature `tcp`, on by default):
   --listen-tcp ADDR              a coap+tcp listener (the plain UDP port stays open)
@@ -327,8 +329,10 @@ pub(super) struct UpstreamFlag {
     pub addr: SocketAddr,
     /// The host as given (what an origin's certificate must name), if the scheme is coaps.
     pub coaps_host: Option<String>,
-    /// The scheme is coap+tcp (RFC 8323 §8.1).
+    /// The scheme is coap+tcp or coaps+tcp (RFC 8323 §8.1, §8.2).
     pub tcp: bool,
+    /// The host as given, if the scheme is coaps+tcp: what the origin's certificate must name.
+    pub tls_host: Option<String>,
 }
 
 /// `--upstream`, if given.
@@ -337,13 +341,14 @@ pub(super) fn upstream_flag(flags: &Flags) -> Result<Option<UpstreamFlag>, Usage
         return Ok(None);
     };
     let (rest, default_port, coaps, tcp) = match value.split_once("://") {
-        None => (value.as_str(), None, false, false),
-        Some(("coap", rest)) => (rest, Some(5683), false, false),
-        Some(("coaps", rest)) => (rest, Some(5684), true, false),
-        Some(("coap+tcp", rest)) => (rest, Some(5683), false, true),
+        None => (value.as_str(), None, false, None),
+        Some(("coap", rest)) => (rest, Some(5683), false, None),
+        Some(("coaps", rest)) => (rest, Some(5684), true, None),
+        Some(("coap+tcp", rest)) => (rest, Some(5683), false, Some(false)),
+        Some(("coaps+tcp", rest)) => (rest, Some(5684), false, Some(true)),
         Some((scheme, _)) => {
             return Err(UsageError(format!(
-                "--upstream: {scheme}:// is not a scheme the proxy speaks upstream (coap://, coaps:// or coap+tcp://)"
+                "--upstream: {scheme}:// is not a scheme the proxy speaks upstream (coap://, coaps://, coap+tcp:// or coaps+tcp://)"
             )))
         }
     };
@@ -361,7 +366,8 @@ pub(super) fn upstream_flag(flags: &Flags) -> Result<Option<UpstreamFlag>, Usage
     Ok(Some(UpstreamFlag {
         addr,
         coaps_host: coaps.then(|| host.to_string()),
-        tcp,
+        tcp: tcp.is_some(),
+        tls_host: (tcp == Some(true)).then(|| host.to_string()),
     }))
 }
 

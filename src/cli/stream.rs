@@ -19,8 +19,20 @@ use backoffd::proxy::{StreamLimits, StreamListen, Transport};
 pub struct StreamPart {
     /// The listeners, in the order TCP, TLS, WebSocket.
     pub listens: Vec<StreamListen>,
-    /// `--upstream coap+tcp://`: the origin, and each connection's bounds.
-    pub upstream: Option<(std::net::SocketAddr, backoffd::coap_tcp::ConnLimits)>,
+    /// `--upstream coap+tcp://` or `coaps+tcp://`.
+    pub upstream: Option<UpstreamPart>,
+}
+
+/// A CoAP-over-TCP upstream: the origin, each connection's bounds, and TLS for coaps+tcp.
+#[cfg(feature = "tcp")]
+#[derive(Clone, Debug)]
+pub struct UpstreamPart {
+    /// The origin.
+    pub addr: std::net::SocketAddr,
+    /// Each connection's bounds (the `--tcp-*` deadlines).
+    pub limits: backoffd::coap_tcp::ConnLimits,
+    /// coaps+tcp: the CAs `--upstream-ca` trusts and the name to check.
+    pub tls: Option<backoffd::proxy::UpstreamTls>,
 }
 
 /// Built without the `tcp` feature, there is no TCP listener: no value of this type exists.
@@ -65,8 +77,16 @@ pub fn describe(part: &StreamPart) -> String {
     #[cfg(feature = "tcp")]
     {
         let mut out = String::new();
-        if let Some((origin, _)) = part.upstream {
-            out += &format!("  upstream coap+tcp://{origin}: each request sent once (RFC 8323)\n");
+        if let Some(u) = &part.upstream {
+            let scheme = if u.tls.is_some() {
+                "coaps+tcp"
+            } else {
+                "coap+tcp"
+            };
+            out += &format!(
+                "  upstream {scheme}://{}: each request sent once (RFC 8323)\n",
+                u.addr
+            );
         }
         for listen in &part.listens {
             let l = &listen.limits;
@@ -121,7 +141,17 @@ pub fn from_flags(flags: &Flags) -> Result<Option<StreamPart>, UsageError> {
         };
     }
     let limits = limits(flags)?;
-    let upstream = upstream.map(|u| (u.addr, limits.conn));
+    let upstream = match upstream {
+        Some(u) => Some(UpstreamPart {
+            addr: u.addr,
+            limits: limits.conn,
+            tls: u
+                .tls_host
+                .map(|host| upstream_tls(flags, host))
+                .transpose()?,
+        }),
+        None => None,
+    };
     let listen = |addr, transport| StreamListen {
         addr,
         transport,
@@ -132,6 +162,25 @@ pub fn from_flags(flags: &Flags) -> Result<Option<StreamPart>, UsageError> {
     listens.extend(tls.zip(config).map(|(a, c)| listen(a, Transport::Tls(c))));
     listens.extend(ws.map(|a| listen(a, Transport::Ws)));
     Ok(Some(StreamPart { listens, upstream }))
+}
+
+/// coaps+tcp's trust: `--upstream-ca` (required) and the URI's host as the name to check.
+#[cfg(feature = "tcp")]
+fn upstream_tls(flags: &Flags, host: String) -> Result<backoffd::proxy::UpstreamTls, UsageError> {
+    let Some(path) = flags.get::<String>("upstream-ca")? else {
+        return Err(UsageError(
+            "--upstream coaps+tcp://: needs --upstream-ca FILE (the CAs the origin's certificate must chain to)".into(),
+        ));
+    };
+    let roots = super::pem::certificates("upstream-ca", &path)?;
+    let config = backoffd::coap_tcp::tls::client_config(&roots)
+        .map_err(|e| UsageError(format!("--upstream-ca: {path}: {e}")))?;
+    let name = rustls::pki_types::ServerName::try_from(host.clone()).map_err(|_| {
+        UsageError(format!(
+            "--upstream: {host:?} is not a host name or address"
+        ))
+    })?;
+    Ok(backoffd::proxy::UpstreamTls { config, name })
 }
 
 /// The certificate `--listen-tls` needs (`--tls-cert`, `--tls-key`), read and checked.

@@ -1,9 +1,11 @@
 //! A CoAP connection with what carries it: TCP as it is (coap+tcp), TLS (coaps+tcp) or a
-//! WebSocket (coap+ws). The connection ([`StreamConn`]) speaks CoAP's framing; the carrier
-//! turns the socket's bytes into that framing and back. Sans-IO, like both.
+//! WebSocket (coap+ws). The connection ([`StreamConn`], or [`UpstreamConn`] towards an
+//! origin) speaks CoAP's framing; the carrier turns the socket's bytes into that framing and
+//! back. Sans-IO, like both.
 
 use std::sync::Arc;
 
+use super::client::UpstreamConn;
 use super::conn::{ConnCounters, ConnLimits, Ending, StreamConn};
 use super::frame::Framing;
 use super::tls::TlsSession;
@@ -202,6 +204,129 @@ impl Carried {
                 }
             }
             Carrier::Ws(_) => {}
+        }
+    }
+}
+
+/// A connection to an origin and its carrier: TCP as it is, or TLS.
+pub struct CarriedUpstream {
+    conn: UpstreamConn,
+    tls: Option<Box<TlsSession>>,
+    /// close_notify has been sent.
+    tls_closed: bool,
+    /// What TLS failed with, for the driver's log line.
+    tls_error: Option<String>,
+}
+
+impl CarriedUpstream {
+    /// A new connection at `now`, over `tls` if given; our CSM goes out first (after the
+    /// TLS handshake).
+    pub fn new(now: Timestamp, limits: ConnLimits, tls: Option<TlsSession>) -> Self {
+        let mut carried = CarriedUpstream {
+            conn: UpstreamConn::new(now, limits),
+            tls: tls.map(Box::new),
+            tls_closed: false,
+            tls_error: None,
+        };
+        carried.seal();
+        carried
+    }
+
+    /// A datagram the engine sends (see [`UpstreamConn::send`]).
+    pub fn send(&mut self, now: Timestamp, datagram: &[u8]) {
+        self.conn.send(now, datagram);
+        self.seal();
+    }
+
+    /// Bytes from the socket.
+    pub fn handle_input(&mut self, now: Timestamp, data: &[u8]) {
+        match &mut self.tls {
+            None => self.conn.handle_input(now, data),
+            Some(tls) => {
+                let mut plaintext = Vec::new();
+                let read = tls.handle_input(data, &mut plaintext);
+                self.conn.handle_input(now, &plaintext);
+                if let Err(e) = read {
+                    self.tls_closed = true;
+                    self.tls_error = Some(e.to_string());
+                    self.conn.fail("a TLS error");
+                }
+            }
+        }
+        self.seal();
+    }
+
+    /// The origin closed its side.
+    pub fn handle_eof(&mut self) {
+        self.conn.handle_eof();
+    }
+
+    /// The next datagram for the engine.
+    pub fn poll_to_engine(&mut self) -> Option<Vec<u8>> {
+        self.conn.poll_to_engine()
+    }
+
+    /// Whether to read now.
+    pub fn wants_input(&self) -> bool {
+        self.conn.wants_input()
+    }
+
+    /// The connection's next deadline.
+    pub fn poll_timeout(&self) -> Option<Timestamp> {
+        self.conn.poll_timeout()
+    }
+
+    /// Runs the connection's deadlines.
+    pub fn handle_timeout(&mut self, now: Timestamp) {
+        self.conn.handle_timeout(now);
+        self.seal();
+    }
+
+    /// Sends Release and ends.
+    pub fn release(&mut self) {
+        self.conn.release();
+        self.seal();
+    }
+
+    /// Why the connection ended, once it has.
+    pub fn ended(&self) -> Option<&Ending> {
+        self.conn.ended()
+    }
+
+    /// What TLS failed with, if it did.
+    pub fn tls_error(&self) -> Option<&str> {
+        self.tls_error.as_deref()
+    }
+
+    /// Bytes for the socket.
+    pub fn pending_output(&self) -> &[u8] {
+        match &self.tls {
+            None => self.conn.pending_output(),
+            Some(tls) => tls.pending_output(),
+        }
+    }
+
+    /// The first `n` of them were written.
+    pub fn consume_output(&mut self, n: usize) {
+        match &mut self.tls {
+            None => self.conn.consume_output(n),
+            Some(tls) => tls.consume_output(n),
+        }
+    }
+
+    /// Moves what the connection wrote into TLS; close_notify after its last words.
+    fn seal(&mut self) {
+        let Some(tls) = &mut self.tls else {
+            return;
+        };
+        let n = self.conn.pending_output().len();
+        if n > 0 {
+            tls.send(self.conn.pending_output());
+            self.conn.consume_output(n);
+        }
+        if self.conn.ended().is_some() && !self.tls_closed {
+            tls.close();
+            self.tls_closed = true;
         }
     }
 }

@@ -340,6 +340,13 @@ impl UpstreamConn {
         }
     }
 
+    /// Ends the connection at once: what carries it (TLS) failed. Nothing more is written.
+    pub fn fail(&mut self, why: &'static str) {
+        self.output.clear();
+        self.to_engine.clear();
+        self.phase = Phase::Ended(Ending::Transport(why));
+    }
+
     /// Sends Release (§5.5) and ends: the engine closed this endpoint.
     pub fn release(&mut self) {
         if self.ended().is_none() {

@@ -1,6 +1,6 @@
-//! TLS under CoAP (coaps+tcp, RFC 8323 §3, §9.2): rustls' `ServerConnection` fed with bytes,
-//! so that the connection stays sans-IO: ciphertext in, plaintext out to the CoAP layer, its
-//! plaintext in, ciphertext out.
+//! TLS under CoAP (coaps+tcp, RFC 8323 §3, §9.2): a rustls connection, server or client, fed
+//! with bytes, so that the CoAP connection stays sans-IO: ciphertext in, plaintext out to the
+//! CoAP layer, its plaintext in, ciphertext out.
 //!
 //! ALPN: a client that offers ALPN must be offered `coap` (§8.2, registered by §11.7); one
 //! that offers none is served too (libcoap offers none).
@@ -8,8 +8,10 @@
 use std::io::{Read, Write};
 use std::sync::Arc;
 
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use rustls::{ServerConfig, ServerConnection};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::{
+    ClientConfig, ClientConnection, Connection, RootCertStore, ServerConfig, ServerConnection,
+};
 
 /// The ALPN protocol ID of CoAP over TLS (RFC 8323 §8.2).
 pub const ALPN_COAP: &[u8] = b"coap";
@@ -32,20 +34,52 @@ pub fn server_config(
     Ok(Arc::new(config))
 }
 
-/// One TLS server session over bytes. No socket, no clock.
+/// The client configuration for an origin whose certificate must chain to `roots`: rustls'
+/// safe defaults, ALPN `coap` offered.
+pub fn client_config(
+    roots: &[CertificateDer<'static>],
+) -> Result<Arc<ClientConfig>, rustls::Error> {
+    let mut store = RootCertStore::empty();
+    for root in roots {
+        store.add(root.clone())?;
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(store)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![ALPN_COAP.to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// One TLS session over bytes, a server's or a client's. No socket, no clock.
 pub struct TlsSession {
-    tls: ServerConnection,
+    tls: Connection,
     /// Ciphertext for the socket.
     output: Vec<u8>,
 }
 
 impl TlsSession {
-    /// A session waiting for the ClientHello.
+    /// A server session waiting for the ClientHello.
     pub fn new(config: Arc<ServerConfig>) -> Result<Self, rustls::Error> {
         Ok(TlsSession {
-            tls: ServerConnection::new(config)?,
+            tls: Connection::Server(ServerConnection::new(config)?),
             output: Vec::new(),
         })
+    }
+
+    /// A client session to `name` (checked against its certificate, and sent as SNI when it is
+    /// a DNS name): the ClientHello is in the output at once.
+    pub fn client(
+        config: Arc<ClientConfig>,
+        name: ServerName<'static>,
+    ) -> Result<Self, rustls::Error> {
+        let mut session = TlsSession {
+            tls: Connection::Client(ClientConnection::new(config, name)?),
+            output: Vec::new(),
+        };
+        session.collect_output();
+        Ok(session)
     }
 
     /// Ciphertext from the socket; decrypted application data is appended to `plaintext`.

@@ -193,17 +193,18 @@ impl ProxyComponent {
         Ok(self)
     }
 
-    /// Speaks CoAP over TCP (RFC 8323) to the upstream at `origin`: each endpoint towards it
-    /// is a connection bounded by `limits`, and requests to it are not retransmitted. Call
-    /// before the component starts.
+    /// Speaks CoAP over TCP (RFC 8323) to the upstream at `origin`, over TLS if `tls` says
+    /// so (coaps+tcp): each endpoint towards it is a connection bounded by `limits`, and
+    /// requests to it are not retransmitted. Call before the component starts.
     #[cfg(feature = "tcp")]
     pub fn with_tcp_upstream(
         mut self,
         origin: SocketAddr,
         limits: crate::coap_tcp::ConnLimits,
+        tls: Option<super::UpstreamTls>,
     ) -> Self {
         self.engine.set_reliable_upstream(origin);
-        self.stream_upstream = Some(StreamUpstream::new(origin, limits));
+        self.stream_upstream = Some(StreamUpstream::new(origin, limits, tls));
         self
     }
 

@@ -107,3 +107,5 @@ pub use exchange::{Relay, State, UpstreamLeg};
 pub use peer::{ConnectionId, LocalClient, Peer, SessionId, SlotId};
 #[cfg(feature = "tcp")]
 pub use stream_listener::{StreamLimits, StreamListen, Transport, MAX_CONNECTIONS};
+#[cfg(feature = "tcp")]
+pub use stream_upstream::UpstreamTls;

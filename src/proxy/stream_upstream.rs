@@ -16,10 +16,12 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use super::stream_listener::TCP_KEY;
 use super::{EndpointId, Proxy};
-use crate::coap_tcp::client::UpstreamConn;
+use crate::coap_tcp::carried::CarriedUpstream;
+use crate::coap_tcp::tls::TlsSession;
 use crate::coap_tcp::ConnLimits;
 use crate::metrics::MetricsWriter;
 use crate::net::Outbox;
@@ -33,31 +35,41 @@ pub const STREAM_UPSTREAM_KEY: u32 = TCP_KEY + (4 << 21);
 /// The most endpoints whose keys fit below the coaps keys.
 const MAX_ENDPOINTS: u32 = 1 << 21;
 
-impl Outbox for UpstreamConn {
+impl Outbox for CarriedUpstream {
     fn pending_output(&self) -> &[u8] {
-        UpstreamConn::pending_output(self)
+        CarriedUpstream::pending_output(self)
     }
     fn consume_output(&mut self, _: Timestamp, n: usize) {
-        UpstreamConn::consume_output(self, n)
+        CarriedUpstream::consume_output(self, n)
     }
 }
 
-impl StreamCore for UpstreamConn {
+impl StreamCore for CarriedUpstream {
     fn wants_input(&self) -> bool {
-        UpstreamConn::wants_input(self)
+        CarriedUpstream::wants_input(self)
     }
     fn handle_input(&mut self, now: Timestamp, data: &[u8]) {
-        UpstreamConn::handle_input(self, now, data)
+        CarriedUpstream::handle_input(self, now, data)
     }
     fn handle_eof(&mut self, _: Timestamp) {
-        UpstreamConn::handle_eof(self)
+        CarriedUpstream::handle_eof(self)
     }
     fn poll_timeout(&self) -> Option<Timestamp> {
-        UpstreamConn::poll_timeout(self)
+        CarriedUpstream::poll_timeout(self)
     }
     fn handle_timeout(&mut self, now: Timestamp) {
-        UpstreamConn::handle_timeout(self, now)
+        CarriedUpstream::handle_timeout(self, now)
     }
+}
+
+/// A coaps+tcp upstream's TLS: the client configuration (its trusted CAs) and the name the
+/// origin's certificate must carry.
+#[derive(Clone, Debug)]
+pub struct UpstreamTls {
+    /// rustls' client configuration.
+    pub config: Arc<rustls::ClientConfig>,
+    /// The origin's name (the URI's host).
+    pub name: rustls::pki_types::ServerName<'static>,
 }
 
 /// What the upstream counted.
@@ -72,8 +84,10 @@ struct Counts {
 pub struct StreamUpstream {
     origin: SocketAddr,
     limits: ConnLimits,
+    /// coaps+tcp: the TLS configuration and the name the origin's certificate must have.
+    tls: Option<UpstreamTls>,
     /// The engine's open endpoints towards the origin, with their connection if one is up.
-    endpoints: HashMap<EndpointId, Option<Stream<UpstreamConn>>>,
+    endpoints: HashMap<EndpointId, Option<Stream<CarriedUpstream>>>,
     /// Datagrams for endpoints whose connection is still to be made (at the next settle).
     waiting: Vec<(EndpointId, Vec<u8>)>,
     /// Endpoints written to since the last settle.
@@ -85,17 +99,25 @@ pub struct StreamUpstream {
 }
 
 impl StreamUpstream {
-    /// Connections towards `origin`, each bounded by `limits`.
-    pub fn new(origin: SocketAddr, limits: ConnLimits) -> Self {
+    /// Connections towards `origin`, each bounded by `limits`, over TLS if `tls` is given.
+    pub fn new(origin: SocketAddr, limits: ConnLimits, tls: Option<UpstreamTls>) -> Self {
         StreamUpstream {
             origin,
             limits,
+            tls,
             endpoints: HashMap::new(),
             waiting: Vec::new(),
             written: Vec::new(),
             fed: false,
             buf: vec![0; READ_CHUNK],
             counts: Counts::default(),
+        }
+    }
+
+    fn scheme(&self) -> &'static str {
+        match self.tls {
+            Some(_) => "coaps+tcp",
+            None => "coap+tcp",
         }
     }
 
@@ -151,7 +173,7 @@ impl StreamUpstream {
             Ok(()) => self.pump(ctx, id, engine),
             Err(e) => {
                 self.counts.connect_failures += 1;
-                log::info!("coap+tcp upstream {}: {e}", self.origin);
+                log::info!("{} upstream {}: {e}", self.scheme(), self.origin);
                 self.drop_connection(ctx, id, engine);
             }
         }
@@ -194,7 +216,19 @@ impl StreamUpstream {
         if id.0 >= MAX_ENDPOINTS {
             return;
         }
-        let core = UpstreamConn::new(ctx.now(), self.limits);
+        let tls = match &self.tls {
+            None => None,
+            Some(t) => match TlsSession::client(Arc::clone(&t.config), t.name.clone()) {
+                Ok(session) => Some(session),
+                Err(e) => {
+                    log::warn!("coaps+tcp upstream {}: {e}", self.origin);
+                    engine.handle_upstream_closed(ctx.now(), id);
+                    self.fed = true;
+                    return;
+                }
+            },
+        };
+        let core = CarriedUpstream::new(ctx.now(), self.limits, tls);
         match Stream::connect(ctx, self.origin, STREAM_UPSTREAM_KEY + id.0, core) {
             Ok(stream) => {
                 self.counts.connects += 1;
@@ -203,7 +237,11 @@ impl StreamUpstream {
             }
             Err(e) => {
                 self.counts.connect_failures += 1;
-                log::info!("coap+tcp upstream {}: cannot connect: {e}", self.origin);
+                log::info!(
+                    "{} upstream {}: cannot connect: {e}",
+                    self.scheme(),
+                    self.origin
+                );
                 engine.handle_upstream_closed(ctx.now(), id);
                 self.fed = true;
             }
@@ -225,16 +263,16 @@ impl StreamUpstream {
         let io = read.and_then(|()| stream.flush(now));
         let over = stream.core().ended().is_some()
             && (stream.core().pending_output().is_empty() || stream.eof());
-        if let Err(e) = &io {
-            log::info!("coap+tcp upstream {}: {e}", self.origin);
-        }
         if io.is_err() || over {
-            if let Some(why) = stream.core().ended() {
-                log::info!(
-                    "coap+tcp upstream {}: connection ended: {why:?}",
-                    self.origin
-                );
-            }
+            let why = match (&io, stream.core().ended()) {
+                (Err(e), _) => e.to_string(),
+                (_, Some(ending)) => match stream.core().tls_error() {
+                    Some(tls) => format!("connection ended: {tls}"),
+                    None => format!("connection ended: {ending:?}"),
+                },
+                _ => String::new(),
+            };
+            log::info!("{} upstream {}: {why}", self.scheme(), self.origin);
             return self.drop_connection(ctx, id, engine);
         }
         stream.settle(ctx);

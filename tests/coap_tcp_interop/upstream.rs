@@ -121,3 +121,67 @@ fn a_gone_tcp_origin_gets_5_02_and_is_reconnected() {
     }
     assert!(served.contains("libcoap"), "after the restart: {served}");
 }
+
+/// `coap-server-openssl` with the test PKI's server certificate, on a free port pair (its
+/// TLS port is the second); it, and that port.
+fn libcoap_tls_server(pki: &certs::Pki) -> (Proc, u16) {
+    peers();
+    let port = common::free_port_pair_on("127.0.0.1");
+    let server = Proc::spawn(
+        "coap-server-openssl",
+        Command::new("coap-server-openssl").args([
+            "-A",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "-c",
+            pki.server_cert.to_str().unwrap(),
+            "-j",
+            pki.server_key.to_str().unwrap(),
+        ]),
+    );
+    let plain = SocketAddr::from(([127, 0, 0, 1], port));
+    let deadline = Instant::now() + START;
+    while !answers_ping(plain) {
+        assert!(
+            Instant::now() < deadline,
+            "coap-server-openssl did not start"
+        );
+    }
+    (server, port + 1)
+}
+
+/// `--upstream coaps+tcp://` with `--upstream-ca` our CA: a plain client reaches
+/// `coap-server-openssl` over TLS (GET, Observe); trusting another CA, it gets 5.02 at once.
+#[test]
+fn udp_clients_reach_libcoap_over_tls_and_a_wrong_ca_gets_5_02() {
+    let dir = scratch("coaps-tcp-upstream");
+    let pki = certs::make(&dir);
+    let (_origin, tls_port) = libcoap_tls_server(&pki);
+    let upstream = format!("coaps+tcp://127.0.0.1:{tls_port}");
+    for (ca, served) in [(&pki.ca, true), (&pki.other_ca, false)] {
+        let proxy = daemon::proxy(
+            "debug",
+            &[
+                "--listen",
+                "127.0.0.1:0",
+                "--upstream",
+                &upstream,
+                "--upstream-ca",
+                ca.to_str().unwrap(),
+            ],
+        );
+        let udp = |path: &str| format!("coap://{}/{path}", proxy.coap);
+        let mut root = coap_client(&["-B", "10", &udp("")]);
+        root.finish_ok(T20);
+        let text = format!("{}{}", root.stdout_text(), root.stderr().join("\n"));
+        if !served {
+            assert!(text.contains("5.02"), "another CA: {text}");
+            continue;
+        }
+        assert!(text.contains("libcoap"), "{text}");
+        let observed = coap_client_ok(&["-B", "10", "-s", "4", "-w", &udp("time")], T20);
+        let ticks = observed.stdout().iter().filter(|l| l.contains(':')).count();
+        assert!(ticks >= 3, "Observe gave\n{}", observed.dump());
+    }
+}
