@@ -212,10 +212,14 @@ fn metrics_flag(flags: &Flags) -> Result<Option<SocketAddr>, UsageError> {
 const FD_RESERVE: u64 = 256;
 
 /// Makes room for every descriptor the proxies may open: each upstream's endpoints at
-/// `--max-upstream-endpoints`. The sockets open only as the load needs them, so a limit too low
-/// is a warning, not an error: past it, new endpoints fail and requests get 5.03.
-fn make_room_for_endpoints<'a>(proxies: impl IntoIterator<Item = &'a ProxyConfig>) {
-    let (mut wanted, mut bound, mut upstreams) = (FD_RESERVE, 0, 0);
+/// `--max-upstream-endpoints`, and `connections` more (the RFC 8323 listeners' caps). The
+/// sockets open only as the load needs them, so a limit too low is a warning, not an error:
+/// past it, new endpoints fail and requests get 5.03, and accepting pauses.
+fn make_room_for_endpoints<'a>(
+    proxies: impl IntoIterator<Item = &'a ProxyConfig>,
+    connections: u64,
+) {
+    let (mut wanted, mut bound, mut upstreams) = (FD_RESERVE + connections, 0, 0);
     for p in proxies {
         upstreams += p.upstream_count();
         bound = bound.max(p.limits.max_upstream_endpoints);
@@ -335,6 +339,19 @@ fn listeners(
         #[cfg(feature = "tcp")]
         streams: streams.map(|t| t.listens).unwrap_or_default(),
     })
+}
+
+/// The most connections the RFC 8323 listeners of `streams` may hold together.
+fn stream_connections(streams: Option<&stream::StreamPart>) -> u64 {
+    #[cfg(feature = "tcp")]
+    return (streams.iter().flat_map(|s| &s.listens))
+        .map(|l| l.limits.max_connections as u64)
+        .sum();
+    #[cfg(not(feature = "tcp"))]
+    match streams {
+        Some(s) => match *s {},
+        None => 0,
+    }
 }
 
 fn reported<T: Component + MetricsSource>(

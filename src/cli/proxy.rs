@@ -278,7 +278,7 @@ fn run(args: ProxyArgs) -> Result<i32, UsageError> {
         eprintln!("backoffd proxy: {what}: {e}");
         Ok(1)
     };
-    super::make_room_for_endpoints([&config]);
+    super::make_room_for_endpoints([&config], super::stream_connections(streams.as_ref()));
     let mut reactor = match Reactor::new(reactor::Config {
         wake,
         signals: true,

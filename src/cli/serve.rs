@@ -330,7 +330,10 @@ fn run(plan: Plan, wake: WakeMode, drain: Duration) -> i32 {
         Ok(r) => r,
         Err(e) => return fail(format!("cannot start the event loop: {e}")),
     };
-    super::make_room_for_endpoints(plan.proxies.iter().map(|p| &p.config));
+    let connections = (plan.proxies.iter())
+        .map(|p| super::stream_connections(p.streams.as_ref()))
+        .sum();
+    super::make_room_for_endpoints(plan.proxies.iter().map(|p| &p.config), connections);
     let mut parts: Vec<(String, Box<dyn Component>)> = Vec::new();
     let mut sources = Vec::new();
     for ProxyPart {
