@@ -19,7 +19,7 @@ mod loadgen;
 mod common;
 
 use std::io::{ErrorKind, Read, Write};
-use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use backoffd::coap_tcp::frame::{decode_stream, Framing};
@@ -32,12 +32,6 @@ fn env(name: &str, default: u64) -> u64 {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-/// A CON GET of `/x` with Message ID and token `n` (UDP).
-fn udp_request(n: u16) -> Vec<u8> {
-    let [a, b] = n.to_be_bytes();
-    vec![0x42, 0x01, a, b, a, b, 0xb1, b'x']
 }
 
 /// The same GET framed for TCP (RFC 8323 §3.2): Len 2, TKL 2, code, token, Uri-Path.
@@ -104,39 +98,6 @@ fn tcp_rate(server: SocketAddr, upstream: &mut FastUpstream, window: u16, second
     answers as f64 / start.elapsed().as_secs_f64()
 }
 
-/// The same closed loop over plain UDP.
-fn udp_rate(server: SocketAddr, upstream: &mut FastUpstream, window: u16, seconds: u64) -> f64 {
-    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
-    socket.set_nonblocking(true).unwrap();
-    let mut next = 0u16;
-    for _ in 0..window {
-        socket.send_to(&udp_request(next), server).unwrap();
-        next = next.wrapping_add(1);
-    }
-    let (start, mut answers, mut buf) = (Instant::now(), 0u64, [0u8; 2048]);
-    let mut last_progress = Instant::now();
-    while start.elapsed() < Duration::from_secs(seconds) {
-        let _ = upstream.serve(64);
-        let mut got = 0;
-        while socket.recv(&mut buf).is_ok() {
-            got += 1;
-        }
-        if got > 0 {
-            last_progress = Instant::now();
-        } else if last_progress.elapsed() > Duration::from_millis(50) {
-            // A lost datagram loses its slot of the window: refill after 50 ms without answers.
-            last_progress = Instant::now();
-            got = window as usize;
-        }
-        answers += got as u64;
-        for _ in 0..got {
-            let _ = socket.send_to(&udp_request(next), server);
-            next = next.wrapping_add(1);
-        }
-    }
-    answers as f64 / start.elapsed().as_secs_f64()
-}
-
 fn median(mut v: Vec<f64>) -> (f64, f64, f64) {
     v.sort_by(f64::total_cmp);
     (v[v.len() / 2], v[0], v[v.len() - 1])
@@ -168,7 +129,12 @@ fn throughput() {
     let (mut t_rates, mut u_rates) = (Vec::new(), Vec::new());
     for _ in 0..rounds {
         t_rates.push(tcp_rate(tcp, &mut upstream, window, seconds));
-        u_rates.push(udp_rate(udp, &mut upstream, window, seconds));
+        u_rates.push(loadgen::udp_closed_loop(
+            udp,
+            &mut upstream,
+            window,
+            seconds,
+        ));
     }
     let (t, tlo, thi) = median(t_rates);
     let (u, ulo, uhi) = median(u_rates);
@@ -179,49 +145,14 @@ fn throughput() {
     println!("| TCP / UDP | {:.2} | |\n", t / u);
 }
 
-/// A connection from 127.0.0.`host` (the per-source cap counts addresses): `TcpStream`
-/// cannot bind before it connects, so libc does both.
-fn connect_from(host: u8, to: SocketAddr) -> TcpStream {
-    use std::os::fd::FromRawFd;
-    let SocketAddr::V4(to) = to else {
-        panic!("IPv4 only")
-    };
-    let sockaddr = |ip: std::net::Ipv4Addr, port: u16| libc::sockaddr_in {
-        sin_family: libc::AF_INET as libc::sa_family_t,
-        sin_port: port.to_be(),
-        sin_addr: libc::in_addr {
-            s_addr: u32::from(ip).to_be(),
-        },
-        sin_zero: [0; 8],
-    };
-    let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
-    // SAFETY: a fresh socket, owned by the TcpStream from here on; each sockaddr outlives
-    // the call that reads it.
-    unsafe {
-        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
-        assert!(fd >= 0);
-        let stream = TcpStream::from_raw_fd(fd);
-        let local = sockaddr(std::net::Ipv4Addr::new(127, 0, 0, host), 0);
-        assert_eq!(
-            libc::bind(fd, (&local as *const libc::sockaddr_in).cast(), len),
-            0
-        );
-        let remote = sockaddr(*to.ip(), to.port());
-        assert_eq!(
-            libc::connect(fd, (&remote as *const libc::sockaddr_in).cast(), len),
-            0
-        );
-        stream
-    }
-}
-
 /// RSS growth per connection over `n` connections, with the CSM sent or not.
 fn rss_per_connection(p: &daemon::Proxy, tcp: SocketAddr, n: usize, send_csm: bool) -> f64 {
     std::thread::sleep(Duration::from_millis(300));
     let before = p.proc.status_kib("VmRSS");
     let mut held = Vec::with_capacity(n);
     for i in 0..n {
-        let mut s = connect_from(2 + (i / 64) as u8, tcp);
+        let from = std::net::Ipv4Addr::new(127, 0, 0, 2 + (i / 64) as u8);
+        let mut s = common::tcp_connect_from(from, tcp);
         if send_csm {
             s.write_all(&csm()).unwrap();
         }

@@ -139,12 +139,6 @@ impl Client {
     }
 }
 
-/// A CON GET with Message ID and token `n`.
-fn request(n: u16) -> Vec<u8> {
-    let [a, b] = n.to_be_bytes();
-    vec![0x42, 0x01, a, b, a, b, 0xb1, b'x']
-}
-
 /// Closed loop over DTLS for `seconds`: answers per second.
 fn dtls_rate(server: SocketAddr, upstream: &mut FastUpstream, window: u16, seconds: u64) -> f64 {
     let mut c = Client::connect(server);
@@ -152,7 +146,7 @@ fn dtls_rate(server: SocketAddr, upstream: &mut FastUpstream, window: u16, secon
     let mut next = 0u16;
     for _ in 0..window {
         c.endpoint
-            .write(Instant::now(), server, &request(next))
+            .write(Instant::now(), server, &loadgen::udp_get(next))
             .unwrap();
         next = next.wrapping_add(1);
     }
@@ -174,40 +168,8 @@ fn dtls_rate(server: SocketAddr, upstream: &mut FastUpstream, window: u16, secon
         got.clear();
         for _ in 0..refill {
             c.endpoint
-                .write(Instant::now(), server, &request(next))
+                .write(Instant::now(), server, &loadgen::udp_get(next))
                 .unwrap();
-            next = next.wrapping_add(1);
-        }
-    }
-    answers as f64 / start.elapsed().as_secs_f64()
-}
-
-/// The same closed loop over plain UDP.
-fn plain_rate(server: SocketAddr, upstream: &mut FastUpstream, window: u16, seconds: u64) -> f64 {
-    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
-    socket.set_nonblocking(true).unwrap();
-    let mut next = 0u16;
-    for _ in 0..window {
-        socket.send_to(&request(next), server).unwrap();
-        next = next.wrapping_add(1);
-    }
-    let (start, mut answers, mut buf) = (Instant::now(), 0u64, [0u8; 2048]);
-    let mut last_progress = Instant::now();
-    while start.elapsed() < Duration::from_secs(seconds) {
-        let _ = upstream.serve(64);
-        let mut got = 0;
-        while socket.recv(&mut buf).is_ok() {
-            got += 1;
-        }
-        if got > 0 {
-            last_progress = Instant::now();
-        } else if last_progress.elapsed() > Duration::from_millis(50) {
-            last_progress = Instant::now();
-            got = window as usize;
-        }
-        answers += got as u64;
-        for _ in 0..got {
-            let _ = socket.send_to(&request(next), server);
             next = next.wrapping_add(1);
         }
     }
@@ -233,7 +195,12 @@ fn throughput(key: &str) {
     let (mut d_rates, mut p_rates) = (Vec::new(), Vec::new());
     for _ in 0..rounds {
         d_rates.push(dtls_rate(coaps, &mut upstream, window, seconds));
-        p_rates.push(plain_rate(plain, &mut upstream, window, seconds));
+        p_rates.push(loadgen::udp_closed_loop(
+            plain,
+            &mut upstream,
+            window,
+            seconds,
+        ));
     }
     let (d, dlo, dhi) = median(d_rates);
     let (p, plo, phi) = median(p_rates);

@@ -78,15 +78,6 @@ fn tcp_proxy(upstream: u16, args: &[&str]) -> (Proxy, SocketAddr) {
     (p, tcp)
 }
 
-fn sha256(path: &Path) -> String {
-    let out = Command::new("sha256sum").arg(path).output().unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .split_whitespace()
-        .next()
-        .unwrap_or_default()
-        .to_string()
-}
-
 /// GET, POST read back byte for byte, a 4 KiB block-wise GET (sha256 checked) and an
 /// Observe of 3 notifications or more, from libcoap's client over TCP.
 #[test]
@@ -94,37 +85,39 @@ fn libcoap_get_post_4kib_and_observe() {
     let dir = scratch("coap-tcp-libcoap");
     let (_origin, port) = aiocoap_server();
     let (_proxy, tcp) = tcp_proxy(port, &[]);
-    let uri = |path: &str| format!("coap+tcp://{tcp}/{path}");
-    let run = |args: &[&str]| coap_client_ok(args, T20);
+    let run = |args: &[&str]| coap_client_ok(&[&["-B", "10"], args].concat(), T20);
+    libcoap_get_post_4kib_and_observe_at(&format!("coap+tcp://{tcp}"), &dir, run);
+}
 
+/// GET, POST read back byte for byte, a 4 KiB block-wise GET (sha256 checked) and an
+/// Observe of 3 notifications or more, from a libcoap client that `run` runs with the
+/// arguments given (a URI last) at `base` (`coap+tcp://ADDR`, `coaps+tcp://ADDR`).
+pub fn libcoap_get_post_4kib_and_observe_at(base: &str, dir: &Path, run: impl Fn(&[&str]) -> Proc) {
+    let uri = |path: &str| format!("{base}/{path}");
     let hello = dir.join("hello.txt");
-    run(&["-B", "10", "-o", hello.to_str().unwrap(), &uri("hello")]);
-    assert!(std::fs::read_to_string(&hello).unwrap().contains("hello"));
+    run(&["-o", hello.to_str().unwrap(), &uri("hello")]);
+    assert!(
+        text(&hello).contains("hello"),
+        "GET gave {:?}",
+        text(&hello)
+    );
 
     let sent = dir.join("post.bin");
     let body: Vec<u8> = (0..=255u8).rev().chain(0..=255).collect();
     std::fs::write(&sent, &body).unwrap();
-    run(&[
-        "-B",
-        "10",
-        "-m",
-        "post",
-        "-f",
-        sent.to_str().unwrap(),
-        &uri("upload"),
-    ]);
+    run(&["-m", "post", "-f", sent.to_str().unwrap(), &uri("upload")]);
     let back = dir.join("back.bin");
-    run(&["-B", "10", "-o", back.to_str().unwrap(), &uri("upload")]);
+    run(&["-o", back.to_str().unwrap(), &uri("upload")]);
     assert_eq!(std::fs::read(&back).unwrap(), body, "POST then GET");
 
     let big = dir.join("big.bin");
-    run(&["-B", "10", "-o", big.to_str().unwrap(), &uri("big")]);
+    run(&["-o", big.to_str().unwrap(), &uri("big")]);
     let want = dir.join("want.bin");
     std::fs::write(&want, big_body()).unwrap();
     assert_eq!(sha256(&big), sha256(&want), "4 KiB GET");
 
     // -w: a newline after each payload.
-    let observed = run(&["-B", "10", "-s", "3", "-w", &uri("clock")]);
+    let observed = run(&["-s", "3", "-w", &uri("clock")]);
     let values: Vec<u64> = (observed.stdout().iter())
         .filter_map(|l| l.trim().parse().ok())
         .collect();
@@ -139,10 +132,17 @@ fn libcoap_get_post_4kib_and_observe() {
 /// The same from aiocoap's client over TCP.
 #[test]
 fn aiocoap_get_post_4kib_and_observe() {
-    let dir = scratch("coap-tcp-aiocoap");
     let (_origin, port) = aiocoap_server();
     let (_proxy, tcp) = tcp_proxy(port, &[]);
-    let uri = |path: &str| format!("coap+tcp://{tcp}/{path}");
+    let dir = scratch("coap-tcp-aiocoap");
+    aiocoap_get_post_4kib_and_observe_at(&format!("coap+tcp://{tcp}"), &dir);
+}
+
+/// GET, POST read back byte for byte, a 4 KiB block-wise GET (sha256 checked) and an
+/// Observe of 3 notifications or more, from aiocoap's client at `base` (`coap+tcp://ADDR`,
+/// `coap+ws://ADDR`), scratch files under `dir`.
+pub fn aiocoap_get_post_4kib_and_observe_at(base: &str, dir: &Path) {
+    let uri = |path: &str| format!("{base}/{path}");
     let run = |args: &[&str]| aiocoap_client(args, T20);
 
     let hello = run(&["request", "GET", &uri("hello")]);

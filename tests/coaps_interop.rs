@@ -26,7 +26,7 @@
 #![cfg(feature = "dtls")]
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
@@ -107,17 +107,4 @@ fn coaps_proxy(upstream: u16, args: &[String]) -> (Proxy, SocketAddr) {
     let p = daemon::proxy("debug", &argv);
     let coaps = p.coaps.expect("a coaps listener");
     (p, coaps)
-}
-
-fn sha256(path: &Path) -> String {
-    let out = Command::new("sha256sum").arg(path).output().unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .split_whitespace()
-        .next()
-        .unwrap_or_default()
-        .to_string()
-}
-
-fn text(path: &PathBuf) -> String {
-    String::from_utf8_lossy(&std::fs::read(path).unwrap_or_default()).into_owned()
 }

@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
 use super::conn::{ConnLimits, Ending};
-use super::frame::{self, Frame, FrameError, Framing};
+use super::frame::{self, Frame, Framing};
 use super::signal::{self, Settings, Signal};
 use crate::coap::option::OBSERVE;
 use crate::coap::{rst, Message, MessageType};
@@ -175,25 +175,17 @@ impl UpstreamConn {
         if self.ended().is_some() {
             return;
         }
-        self.input.extend_from_slice(data);
+        let mut input = std::mem::take(&mut self.input);
+        input.extend_from_slice(data);
         let max = self.limits.max_message_size as usize;
-        let input = std::mem::take(&mut self.input);
-        let mut used = 0;
-        while self.ended().is_none() {
-            match frame::decode_stream(&input[used..], max) {
-                Ok(Some((f, n))) => {
-                    used += n;
-                    self.handle_frame(now, &f);
-                }
-                Ok(None) => break,
-                Err(e) => {
-                    self.abort(frame_error(e));
-                    break;
-                }
-            }
-        }
+        let read = frame::take_stream_frames(&mut input, max, |f| {
+            self.handle_frame(now, f);
+            self.ended().is_none()
+        });
         self.input = input;
-        self.input.drain(..used.min(self.input.len()));
+        if let Err(e) = read {
+            self.abort(e.diagnostic());
+        }
     }
 
     fn handle_frame(&mut self, now: Timestamp, f: &Frame<'_>) {
@@ -388,15 +380,6 @@ impl UpstreamConn {
             Phase::Open { peer, .. } => *peer,
             _ => Settings::default(),
         }
-    }
-}
-
-fn frame_error(e: FrameError) -> &'static str {
-    match e {
-        FrameError::BadTokenLength => "token length 9..15 is reserved",
-        FrameError::TooLarge => "message larger than our Max-Message-Size",
-        FrameError::TooShort => "frame shorter than its header",
-        FrameError::LengthInWebSocket => "Len is not 0 in a WebSocket frame",
     }
 }
 

@@ -14,7 +14,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use super::frame::{self, Frame, FrameError, Framing};
+use super::frame::{self, Frame, Framing};
 use super::signal::{self, Settings, Signal};
 use crate::coap::{empty_ack, Message, MessageType};
 use crate::time::Timestamp;
@@ -145,25 +145,17 @@ impl StreamConn {
         if self.ended().is_some() {
             return;
         }
-        self.input.extend_from_slice(data);
-        let max = self.limits.max_message_size as usize;
-        let mut used = 0;
         let mut input = std::mem::take(&mut self.input);
-        while self.ended().is_none() {
-            match frame::decode_stream(&input[used..], max) {
-                Ok(Some((f, n))) => {
-                    used += n;
-                    self.handle_frame(now, &f);
-                }
-                Ok(None) => break,
-                Err(e) => {
-                    self.abort(frame_error(e), None);
-                    break;
-                }
-            }
-        }
-        input.drain(..used);
+        input.extend_from_slice(data);
+        let max = self.limits.max_message_size as usize;
+        let read = frame::take_stream_frames(&mut input, max, |f| {
+            self.handle_frame(now, f);
+            self.ended().is_none()
+        });
         self.input = input;
+        if let Err(e) = read {
+            self.abort(e.diagnostic(), None);
+        }
     }
 
     /// One message from a WebSocket binary frame (§4.4).
@@ -173,7 +165,7 @@ impl StreamConn {
         }
         match frame::decode_ws(payload, self.limits.max_message_size as usize) {
             Ok(f) => self.handle_frame(now, &f),
-            Err(e) => self.abort(frame_error(e), None),
+            Err(e) => self.abort(e.diagnostic(), None),
         }
     }
 
@@ -425,15 +417,6 @@ impl Outgoing {
             *e -= end;
         }
         Some(message)
-    }
-}
-
-fn frame_error(e: FrameError) -> &'static str {
-    match e {
-        FrameError::BadTokenLength => "token length 9..15 is reserved",
-        FrameError::TooLarge => "message larger than our Max-Message-Size",
-        FrameError::TooShort => "frame shorter than its header",
-        FrameError::LengthInWebSocket => "Len is not 0 in a WebSocket frame",
     }
 }
 

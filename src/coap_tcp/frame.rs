@@ -35,6 +35,43 @@ error_enum! {
     }
 }
 
+impl FrameError {
+    /// What an Abort says of it (§5.6): short, for the peer's log.
+    pub fn diagnostic(self) -> &'static str {
+        match self {
+            FrameError::BadTokenLength => "token length 9..15 is reserved",
+            FrameError::TooLarge => "message larger than our Max-Message-Size",
+            FrameError::TooShort => "frame shorter than its header",
+            FrameError::LengthInWebSocket => "Len is not 0 in a WebSocket frame",
+        }
+    }
+}
+
+/// Takes the whole messages at the start of `input` (stream framing, each at most `max`
+/// bytes), handing each to `on_frame` while it returns true, and drops what was taken. An
+/// error names a message that can never be read; what follows it stays.
+pub fn take_stream_frames(
+    input: &mut Vec<u8>,
+    max: usize,
+    mut on_frame: impl FnMut(&Frame<'_>) -> bool,
+) -> Result<(), FrameError> {
+    let mut used = 0;
+    let read = loop {
+        match decode_stream(&input[used..], max) {
+            Ok(Some((f, n))) => {
+                used += n;
+                if !on_frame(&f) {
+                    break Ok(());
+                }
+            }
+            Ok(None) => break Ok(()),
+            Err(e) => break Err(e),
+        }
+    };
+    input.drain(..used);
+    read
+}
+
 /// One message as framed: its code, token and the bytes from the first option on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Frame<'a> {

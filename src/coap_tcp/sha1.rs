@@ -1,5 +1,5 @@
-//! SHA-1 (RFC 3174) and base64 (RFC 4648 §4), for one purpose: the WebSocket handshake's
-//! `Sec-WebSocket-Accept` (RFC 6455 §4.2.2), which is defined with them. SHA-1 is not used
+//! SHA-1 (RFC 3174), for one purpose: the WebSocket handshake's `Sec-WebSocket-Accept`
+//! (RFC 6455 §4.2.2), which is defined with it. SHA-1 is not used
 //! for security here (the value only shows that the server read the key); our TLS library
 //! has no SHA-1, and the design card keeps dependencies few.
 
@@ -47,28 +47,6 @@ pub fn sha1(data: &[u8]) -> [u8; 20] {
     out
 }
 
-/// `data` in base64 with padding.
-pub fn base64(data: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
-    for chunk in data.chunks(3) {
-        let n = chunk.len();
-        let b = [
-            chunk[0],
-            *chunk.get(1).unwrap_or(&0),
-            *chunk.get(2).unwrap_or(&0),
-        ];
-        let v = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..4 {
-            match i <= n {
-                true => out.push(ALPHABET[(v >> (18 - 6 * i)) as usize & 63] as char),
-                false => out.push('='),
-            }
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -96,21 +74,5 @@ mod tests {
             hex(&sha1(&million_a)),
             "34aa973cd4c4daa4f61eeb2bdbad27316534016f"
         );
-    }
-
-    /// RFC 4648 §10's vectors.
-    #[test]
-    fn base64_matches_the_rfc_vectors() {
-        for (raw, coded) in [
-            ("", ""),
-            ("f", "Zg=="),
-            ("fo", "Zm8="),
-            ("foo", "Zm9v"),
-            ("foob", "Zm9vYg=="),
-            ("fooba", "Zm9vYmE="),
-            ("foobar", "Zm9vYmFy"),
-        ] {
-            assert_eq!(base64(raw.as_bytes()), coded);
-        }
     }
 }

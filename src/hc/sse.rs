@@ -18,6 +18,7 @@
 use std::fmt::Write as _;
 
 use super::mapping;
+use crate::http1::base64::base64;
 
 /// The event for a notification with Observe value `seq`, Content-Format `cf` and `payload`.
 pub fn event(seq: Option<u32>, cf: Option<u16>, payload: &[u8]) -> Vec<u8> {
@@ -73,45 +74,9 @@ fn stream_lines(text: &str) -> impl Iterator<Item = &str> {
     })
 }
 
-/// Standard base64 with padding (RFC 4648 §4).
-pub fn base64(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let n = chunk
-            .iter()
-            .enumerate()
-            .fold(0u32, |n, (i, &b)| n | u32::from(b) << (16 - 8 * i));
-        let sextets = chunk.len() + 1;
-        for i in 0..4 {
-            match i < sextets {
-                true => out.push(char::from(ALPHABET[(n >> (18 - 6 * i)) as usize & 63])),
-                false => out.push('='),
-            }
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn base64_follows_the_rfc_4648_test_vectors() {
-        let vectors = [
-            ("", ""),
-            ("f", "Zg=="),
-            ("fo", "Zm8="),
-            ("foo", "Zm9v"),
-            ("foob", "Zm9vYg=="),
-            ("fooba", "Zm9vYmE="),
-            ("foobar", "Zm9vYmFy"),
-        ];
-        for (plain, encoded) in vectors {
-            assert_eq!(base64(plain.as_bytes()), encoded, "{plain}");
-        }
-    }
 
     #[test]
     fn a_text_notification_is_one_default_event_with_its_observe_value_as_id() {

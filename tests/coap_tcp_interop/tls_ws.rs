@@ -36,10 +36,6 @@ fn openssl_client(args: &[&str]) -> Proc {
     p
 }
 
-fn text(path: &Path) -> String {
-    String::from_utf8_lossy(&std::fs::read(path).unwrap_or_default()).into_owned()
-}
-
 /// libcoap over TLS, verifying the proxy's certificate against our CA (`-R`): GET, POST
 /// read back, 4 KiB (sha256) and Observe.
 #[test]
@@ -48,46 +44,9 @@ fn libcoap_over_tls_get_post_4kib_and_observe() {
     let pki = certs::make(&dir);
     let (_origin, port) = aiocoap_server();
     let (_proxy, tls) = tls_proxy(port, &pki, &[]);
-    let uri = |path: &str| format!("coaps+tcp://{tls}/{path}");
     let ca = pki.ca.to_str().unwrap();
-    let run = |extra: &[&str]| {
-        let mut args = vec!["-R", ca, "-B", "10"];
-        args.extend_from_slice(extra);
-        openssl_client(&args)
-    };
-
-    let hello = dir.join("hello.txt");
-    run(&["-o", hello.to_str().unwrap(), &uri("hello")]);
-    assert!(
-        text(&hello).contains("hello"),
-        "GET gave {:?}",
-        text(&hello)
-    );
-
-    let sent = dir.join("post.bin");
-    let body: Vec<u8> = (0..=255u8).rev().chain(0..=255).collect();
-    std::fs::write(&sent, &body).unwrap();
-    run(&["-m", "post", "-f", sent.to_str().unwrap(), &uri("upload")]);
-    let back = dir.join("back.bin");
-    run(&["-o", back.to_str().unwrap(), &uri("upload")]);
-    assert_eq!(std::fs::read(&back).unwrap(), body, "POST then GET");
-
-    let big = dir.join("big.bin");
-    run(&["-o", big.to_str().unwrap(), &uri("big")]);
-    let want = dir.join("want.bin");
-    std::fs::write(&want, big_body()).unwrap();
-    assert_eq!(sha256(&big), sha256(&want), "4 KiB GET");
-
-    let observed = run(&["-s", "3", "-w", &uri("clock")]);
-    let values: Vec<u64> = (observed.stdout().iter())
-        .filter_map(|l| l.trim().parse().ok())
-        .collect();
-    assert!(
-        values.len() >= 3,
-        "Observe gave {values:?}\n{}",
-        observed.dump()
-    );
-    assert!(values.windows(2).all(|w| w[0] < w[1]), "{values:?}");
+    let run = |extra: &[&str]| openssl_client(&[&["-R", ca, "-B", "10"], extra].concat());
+    libcoap_get_post_4kib_and_observe_at(&format!("coaps+tcp://{tls}"), &dir, run);
 }
 
 /// A client that trusts another CA refuses the proxy's certificate and gets nothing; one
@@ -132,55 +91,7 @@ fn aiocoap_over_websockets_get_post_4kib_and_observe() {
     let (_origin, port) = aiocoap_server();
     let (proxy, _) = tcp_proxy(port, &["--listen-ws", "127.0.0.1:0"]);
     let ws = proxy.ws.expect("a coap+ws listener");
-    let uri = |path: &str| format!("coap+ws://{ws}/{path}");
-    let run = |args: &[&str]| aiocoap_client(args, T20);
-
-    let hello = run(&["request", "GET", &uri("hello")]);
-    assert!(
-        hello.stdout_text().contains("TEXT hello"),
-        "{}",
-        hello.dump()
-    );
-
-    let sent = dir.join("post.bin");
-    let body: Vec<u8> = (0..=255u8).chain((0..=255).rev()).collect();
-    std::fs::write(&sent, &body).unwrap();
-    let post = run(&[
-        "request",
-        "POST",
-        &uri("upload"),
-        "--in",
-        sent.to_str().unwrap(),
-    ]);
-    assert!(post.stdout_text().contains("CODE 2.04"), "{}", post.dump());
-    let back = dir.join("back.bin");
-    run(&[
-        "request",
-        "GET",
-        &uri("upload"),
-        "--out",
-        back.to_str().unwrap(),
-    ]);
-    assert_eq!(std::fs::read(&back).unwrap(), body, "POST then GET");
-
-    let big = dir.join("big.bin");
-    run(&[
-        "request",
-        "GET",
-        &uri("big"),
-        "--out",
-        big.to_str().unwrap(),
-    ]);
-    let want = dir.join("want.bin");
-    std::fs::write(&want, big_body()).unwrap();
-    assert_eq!(sha256(&big), sha256(&want), "4 KiB GET");
-
-    let observed = run(&["observe", &uri("clock"), "--count", "3"]);
-    let values: Vec<u64> = (observed.stdout().iter())
-        .filter_map(|l| l.strip_prefix("NOTIFY ")?.trim().parse().ok())
-        .collect();
-    assert!(values.len() >= 3, "Observe: {}", observed.dump());
-    assert!(values.windows(2).all(|w| w[0] < w[1]), "{values:?}");
+    aiocoap_get_post_4kib_and_observe_at(&format!("coap+ws://{ws}"), &dir);
 }
 
 /// An HTTP request to the WebSocket port that is not a CoAP upgrade gets an HTTP error and

@@ -106,3 +106,35 @@ pub fn free_wildcard_ports<const N: usize>() -> [u16; N] {
         Err(_) => free_ports_on("0.0.0.0"),
     }
 }
+
+/// A TCP connection to `to` from `from` (a loopback address other than 127.0.0.1 stands for
+/// another host: the per-source caps count addresses).
+pub fn tcp_connect_from(from: std::net::Ipv4Addr, to: std::net::SocketAddr) -> std::net::TcpStream {
+    let std::net::SocketAddr::V4(to) = to else {
+        panic!("IPv4 only")
+    };
+    let sockaddr = |ip: std::net::Ipv4Addr, port: u16| libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: port.to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(ip).to_be(),
+        },
+        sin_zero: [0; 8],
+    };
+    let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    // SAFETY: a fresh socket; each sockaddr lives across the call that reads it, and the
+    // descriptor is handed to the TcpStream that owns it from then on.
+    unsafe {
+        use std::os::fd::FromRawFd;
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
+        let stream = std::net::TcpStream::from_raw_fd(fd);
+        let local = sockaddr(from, 0);
+        let r = libc::bind(fd, (&local as *const libc::sockaddr_in).cast(), len);
+        assert_eq!(r, 0, "bind {from}: {}", std::io::Error::last_os_error());
+        let remote = sockaddr(*to.ip(), to.port());
+        let r = libc::connect(fd, (&remote as *const libc::sockaddr_in).cast(), len);
+        assert_eq!(r, 0, "connect: {}", std::io::Error::last_os_error());
+        stream
+    }
+}

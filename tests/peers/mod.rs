@@ -255,8 +255,23 @@ pub fn wait_seen(tap: &Proc, what: &str, pred: impl Fn(&[Seen]) -> bool) -> Vec<
 }
 
 // ------------------------------------------------------------------------------------------
-// Clients.
+// Clients, and what they wrote.
 // ------------------------------------------------------------------------------------------
+
+/// The sha256 of a file, in hex (`sha256sum`, as a user would check it).
+pub fn sha256(path: &Path) -> String {
+    let out = Command::new("sha256sum").arg(path).output().unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// A file's text, empty if it is missing (a client that got nothing wrote none).
+pub fn text(path: &Path) -> String {
+    String::from_utf8_lossy(&std::fs::read(path).unwrap_or_default()).into_owned()
+}
 
 /// Runs tests/interop/aiocoap_client.py to completion (success required) within `timeout`.
 pub fn aiocoap_client(args: &[&str], timeout: Duration) -> Proc {

@@ -1,0 +1,44 @@
+//! Base64 (RFC 4648 §4), for the HTTP-side encodings that need it: event-stream data of a
+//! binary notification (`crate::hc`) and the WebSocket handshake's `Sec-WebSocket-Accept`
+//! (RFC 6455 §4.2.2, `crate::coap_tcp::ws`).
+
+/// Standard base64 with padding (RFC 4648 §4).
+pub fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, &b)| n | u32::from(b) << (16 - 8 * i));
+        let sextets = chunk.len() + 1;
+        for i in 0..4 {
+            match i < sextets {
+                true => out.push(char::from(ALPHABET[(n >> (18 - 6 * i)) as usize & 63])),
+                false => out.push('='),
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_follows_the_rfc_4648_test_vectors() {
+        let vectors = [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foob", "Zm9vYg=="),
+            ("fooba", "Zm9vYmE="),
+            ("foobar", "Zm9vYmFy"),
+        ];
+        for (plain, encoded) in vectors {
+            assert_eq!(base64(plain.as_bytes()), encoded, "{plain}");
+        }
+    }
+}
