@@ -41,6 +41,7 @@ use super::report::Report;
 use super::stream_listener::{StreamListen, StreamListener};
 #[cfg(feature = "tcp")]
 use super::stream_upstream::StreamUpstream;
+use super::transports::Transports;
 use super::{Destination, EndpointEvent, EndpointId, LocalClient, Peer, Proxy, ProxyConfig, Seeds};
 use crate::metrics::{MetricsSource, MetricsWriter};
 use crate::net::{connected_udp, MAX_UDP_DATAGRAM};
@@ -417,66 +418,23 @@ impl ProxyComponent {
 
     /// Hands every datagram the engine queued to its transport.
     fn transmit(&mut self, now: Timestamp) {
-        let (clients, endpoints) = (&self.clients, &self.endpoints);
-        let local = std::cell::RefCell::new(&mut self.to_local);
-        #[cfg(feature = "dtls")]
-        let dtls = std::cell::RefCell::new(self.dtls.as_mut());
-        #[cfg(feature = "dtls")]
-        let dtls_upstream = std::cell::RefCell::new(self.dtls_upstream.as_mut());
-        #[cfg(feature = "tcp")]
-        let streams = std::cell::RefCell::new(&mut self.streams);
-        #[cfg(feature = "tcp")]
-        let stream_upstream = std::cell::RefCell::new(self.stream_upstream.as_mut());
-        let send = |to: Destination, payload: &[u8]| {
-            let sent = match (to, clients) {
-                (Destination::Client(Peer::Local(client)), _) => {
-                    local.borrow_mut().push_back((client, payload.to_vec()));
-                    Ok(())
-                }
-                #[cfg(feature = "dtls")]
-                (Destination::Client(Peer::Dtls(session)), _) => match &mut *dtls.borrow_mut() {
-                    Some(listener) => listener.send(now, session, payload),
-                    None => Err(io::Error::from(io::ErrorKind::NotConnected)),
-                },
-                #[cfg(feature = "tcp")]
-                (Destination::Client(Peer::Stream(id)), _) => {
-                    match streams.borrow_mut().iter_mut().find(|l| l.carries(id)) {
-                        Some(listener) => listener.send(id, payload),
-                        None => Err(io::Error::from(io::ErrorKind::NotConnected)),
-                    }
-                }
-                (Destination::Client(Peer::Udp(addr)), Some(ClientSocket::Open(socket))) => {
-                    socket.send_to(payload, addr)
-                }
-                #[cfg(feature = "dtls")]
-                (Destination::Upstream(id), _)
-                    if dtls_upstream
-                        .borrow()
-                        .as_ref()
-                        .is_some_and(|u| u.carries(id)) =>
-                {
-                    if let Some(up) = &mut *dtls_upstream.borrow_mut() {
-                        up.send(now, id, payload);
-                    }
-                    Ok(())
-                }
-                #[cfg(feature = "tcp")]
-                (Destination::Upstream(id), _)
-                    if (stream_upstream.borrow().as_ref()).is_some_and(|u| u.carries(id)) =>
-                {
-                    if let Some(up) = &mut *stream_upstream.borrow_mut() {
-                        up.send(now, id, payload);
-                    }
-                    Ok(())
-                }
-                (Destination::Upstream(id), _) => match endpoints.get(id.0 as usize) {
-                    Some(Some(socket)) => socket.send(payload),
-                    _ => Err(io::Error::from(io::ErrorKind::NotConnected)),
-                },
-                (Destination::Client(_), _) => Err(io::Error::from(io::ErrorKind::NotConnected)),
-            };
-            (to, sent)
+        let mut to = Transports {
+            clients: match &self.clients {
+                Some(ClientSocket::Open(socket)) => Some(socket),
+                _ => None,
+            },
+            endpoints: &self.endpoints,
+            to_local: &mut self.to_local,
+            #[cfg(feature = "dtls")]
+            dtls: self.dtls.as_mut(),
+            #[cfg(feature = "dtls")]
+            dtls_upstream: self.dtls_upstream.as_mut(),
+            #[cfg(feature = "tcp")]
+            streams: &mut self.streams,
+            #[cfg(feature = "tcp")]
+            stream_upstream: self.stream_upstream.as_mut(),
         };
+        let mut send = |dest: Destination, payload: &[u8]| (dest, to.send(now, dest, payload));
         let mut refused_clients = false;
         while let Some((to, sent)) = self.engine.poll_transmit_with(|to, payload| {
             let (to, sent) = send(to, payload);

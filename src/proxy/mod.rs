@@ -85,6 +85,7 @@ mod stream_upstream;
 mod table;
 #[cfg(test)]
 mod tests;
+mod transports;
 mod upstream_leg;
 mod upstream_request;
 mod upstreams;
