@@ -23,6 +23,7 @@
 //! | a_client_trusting_another_ca_gets_nothing                 | libcoap openssl         |
 //! | tls_alone_opens_no_plain_port                              | libcoap notls, openssl  |
 //! | aiocoap_over_websockets_get_post_4kib_and_observe         | aiocoap ws              |
+//! | aiocoap_over_websockets_over_tls_on_the_tls_port          | aiocoap ws (coaps+ws), curl |
 //! | a_websocket_handshake_not_for_coap_is_refused             | raw HTTP                |
 //! | udp_and_tcp_clients_reach_libcoap_over_tcp                | libcoap notls both ends |
 //! | a_gone_tcp_origin_gets_5_02_and_is_reconnected            | libcoap notls both ends |
@@ -135,15 +136,16 @@ fn aiocoap_get_post_4kib_and_observe() {
     let (_origin, port) = aiocoap_server();
     let (_proxy, tcp) = tcp_proxy(port, &[]);
     let dir = scratch("coap-tcp-aiocoap");
-    aiocoap_get_post_4kib_and_observe_at(&format!("coap+tcp://{tcp}"), &dir);
+    aiocoap_get_post_4kib_and_observe_at(&format!("coap+tcp://{tcp}"), &dir, &[]);
 }
 
 /// GET, POST read back byte for byte, a 4 KiB block-wise GET (sha256 checked) and an
 /// Observe of 3 notifications or more, from aiocoap's client at `base` (`coap+tcp://ADDR`,
-/// `coap+ws://ADDR`), scratch files under `dir`.
-pub fn aiocoap_get_post_4kib_and_observe_at(base: &str, dir: &Path) {
+/// `coap+ws://ADDR`, `coaps+ws://ADDR`), scratch files under `dir`, with `env` set (a CA
+/// to trust in `SSL_CERT_FILE`).
+pub fn aiocoap_get_post_4kib_and_observe_at(base: &str, dir: &Path, env: &[(&str, &str)]) {
     let uri = |path: &str| format!("{base}/{path}");
-    let run = |args: &[&str]| aiocoap_client(args, T20);
+    let run = |args: &[&str]| aiocoap_client_with_env(args, T20, env);
 
     let hello = run(&["request", "GET", &uri("hello")]);
     assert!(

@@ -131,8 +131,8 @@ coaps (DTLS 1.2, RFC 7252 §9; cargo feature `dtls`, on by default):
 
 CoAP over TCP, TLS and WebSockets (RFC 8323; cargo feature `tcp`, on by default):
   --listen-tcp ADDR              a coap+tcp listener (the plain UDP port stays open)
-  --listen-tls ADDR              a coaps+tcp listener (rustls, ALPN coap); without --listen
-                                 no plain port is opened
+  --listen-tls ADDR              a coaps+tcp listener (rustls, ALPN coap), coaps+ws too
+                                 (ALPN http/1.1); without --listen no plain port is opened
   --tls-cert FILE, --tls-key FILE
                                  its certificate chain and private key (PEM)
   --listen-ws ADDR               a coap+ws listener (GET /.well-known/coap, subprotocol coap)

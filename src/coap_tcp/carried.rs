@@ -16,16 +16,32 @@ use crate::time::Timestamp;
 pub enum Carrier {
     /// The TCP byte stream itself (RFC 8323 §3).
     Tcp,
-    /// TLS over TCP (§3, §9.2).
-    Tls(Box<TlsSession>),
+    /// TLS over TCP (§3, §9.2), carrying CoAP's stream framing or a WebSocket (coaps+ws,
+    /// §4): the same port serves both.
+    Tls(Box<TlsSession>, TlsUpper),
     /// A WebSocket over TCP (§4).
+    Ws(Box<WsSession>),
+}
+
+/// What a TLS carrier carries. The client says it by ALPN (`coap`, or `http/1.1` for a
+/// WebSocket, as browsers offer for `wss:`), or else by its first bytes: a CoAP client's first
+/// message is its CSM (§5.3), a WebSocket client's a `GET` (RFC 6455 §4.1).
+pub enum TlsUpper {
+    /// Not known yet: nothing is written, our CSM waits.
+    Undecided,
+    /// CoAP's stream framing (coaps+tcp).
+    Coap,
+    /// A WebSocket (coaps+ws).
     Ws(Box<WsSession>),
 }
 
 impl Carrier {
     /// A TLS carrier for a new connection.
     pub fn tls(config: Arc<rustls::ServerConfig>) -> Result<Self, rustls::Error> {
-        Ok(Carrier::Tls(Box::new(TlsSession::new(config)?)))
+        Ok(Carrier::Tls(
+            Box::new(TlsSession::new(config)?),
+            TlsUpper::Undecided,
+        ))
     }
 
     /// A WebSocket carrier for a new connection, whose messages are at most `limits`'s.
@@ -39,6 +55,8 @@ pub struct Carried {
     carrier: Carrier,
     conn: StreamConn,
     limits: ConnLimits,
+    /// When the connection was accepted: its CSM deadline counts from then.
+    since: Timestamp,
     /// The carrier's close (close_notify, WebSocket Close) has been sent.
     carrier_closed: bool,
 }
@@ -54,6 +72,7 @@ impl Carried {
             carrier,
             conn: StreamConn::new(now, framing, limits),
             limits,
+            since: now,
             carrier_closed: false,
         };
         carried.seal();
@@ -65,10 +84,25 @@ impl Carried {
         let conn = &mut self.conn;
         match &mut self.carrier {
             Carrier::Tcp => conn.handle_input(now, data),
-            Carrier::Tls(tls) => {
+            Carrier::Tls(tls, upper) => {
                 let mut plaintext = Vec::new();
                 let read = tls.handle_input(data, &mut plaintext);
-                conn.handle_input(now, &plaintext);
+                if matches!(upper, TlsUpper::Undecided) {
+                    *upper = decide(tls, &plaintext, self.limits);
+                    if let TlsUpper::Ws(_) = upper {
+                        *conn = StreamConn::new(self.since, Framing::WebSocket, self.limits);
+                    }
+                }
+                match upper {
+                    TlsUpper::Undecided => {}
+                    TlsUpper::Coap => conn.handle_input(now, &plaintext),
+                    TlsUpper::Ws(ws) => {
+                        ws.handle_input(&plaintext, |m| conn.handle_ws_message(now, m));
+                        if let Some(why) = ws.closed() {
+                            conn.cut_off(Ending::Transport(why));
+                        }
+                    }
+                }
                 if read.is_err() {
                     // rustls queued the alert; the connection ends once it is out.
                     self.carrier_closed = true;
@@ -149,7 +183,7 @@ impl Carried {
     pub fn consume_output(&mut self, n: usize) {
         match &mut self.carrier {
             Carrier::Tcp => self.conn.consume_output(n),
-            Carrier::Tls(tls) => tls.consume_output(n),
+            Carrier::Tls(tls, _) => tls.consume_output(n),
             Carrier::Ws(ws) => ws.consume_output(n),
         }
     }
@@ -163,7 +197,8 @@ impl Carried {
     pub fn buffered(&self) -> usize {
         let carrier = match &self.carrier {
             Carrier::Tcp => 0,
-            Carrier::Tls(tls) => tls.buffered(),
+            Carrier::Tls(tls, TlsUpper::Ws(ws)) => tls.buffered() + ws.buffered(),
+            Carrier::Tls(tls, _) => tls.buffered(),
             Carrier::Ws(ws) => ws.buffered(),
         };
         self.conn.buffered() + carrier
@@ -172,7 +207,7 @@ impl Carried {
     fn carrier_output(&self) -> &[u8] {
         match &self.carrier {
             Carrier::Tcp => self.conn.pending_output(),
-            Carrier::Tls(tls) => tls.pending_output(),
+            Carrier::Tls(tls, _) => tls.pending_output(),
             Carrier::Ws(ws) => ws.pending_output(),
         }
     }
@@ -183,11 +218,32 @@ impl Carried {
         let ended = self.conn.ended().is_some();
         match &mut self.carrier {
             Carrier::Tcp => {}
-            Carrier::Tls(tls) => {
-                let n = self.conn.pending_output().len();
-                if n > 0 {
-                    tls.send(self.conn.pending_output());
-                    self.conn.consume_output(n);
+            Carrier::Tls(tls, upper) => {
+                match upper {
+                    // Nothing goes out before the framing is known.
+                    TlsUpper::Undecided => {}
+                    TlsUpper::Coap => {
+                        let n = self.conn.pending_output().len();
+                        if n > 0 {
+                            tls.send(self.conn.pending_output());
+                            self.conn.consume_output(n);
+                        }
+                    }
+                    TlsUpper::Ws(ws) => {
+                        while let Some(message) =
+                            ws.is_open().then(|| self.conn.pop_message()).flatten()
+                        {
+                            ws.send(&message);
+                        }
+                        if ended && ws.closed().is_none() {
+                            ws.close(1000, "the CoAP connection ended");
+                        }
+                        let n = ws.pending_output().len();
+                        if n > 0 {
+                            tls.send(ws.pending_output());
+                            ws.consume_output(n);
+                        }
+                    }
                 }
                 if ended && !self.carrier_closed {
                     tls.close();
@@ -205,6 +261,24 @@ impl Carried {
             }
             Carrier::Ws(_) => {}
         }
+    }
+}
+
+/// What a TLS connection carries (see [`TlsUpper`]), once the handshake or the first byte
+/// says it.
+fn decide(tls: &TlsSession, plaintext: &[u8], limits: ConnLimits) -> TlsUpper {
+    let ws = || TlsUpper::Ws(Box::new(WsSession::new(limits.max_message_size as usize)));
+    match tls.alpn() {
+        Some(super::tls::ALPN_COAP) => return TlsUpper::Coap,
+        Some(super::tls::ALPN_HTTP1) => return ws(),
+        _ => {}
+    }
+    match plaintext.first() {
+        // A CSM starts with Len and TKL (0 for a CSM without token, as clients send it); a
+        // WebSocket handshake with `GET`.
+        Some(b'G') => ws(),
+        Some(_) => TlsUpper::Coap,
+        None => TlsUpper::Undecided,
     }
 }
 

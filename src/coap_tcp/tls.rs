@@ -15,12 +15,14 @@ use rustls::{
 
 /// The ALPN protocol ID of CoAP over TLS (RFC 8323 §8.2).
 pub const ALPN_COAP: &[u8] = b"coap";
+/// The ALPN protocol ID a WebSocket client offers (`wss:` in a browser): coaps+ws (§4).
+pub const ALPN_HTTP1: &[u8] = b"http/1.1";
 
 /// Plaintext read per call into rustls' reader.
 const PLAINTEXT_CHUNK: usize = 16 * 1024;
 
 /// The server configuration for a certificate chain and its key: rustls' safe defaults (TLS
-/// 1.2 and 1.3 on the ring provider), ALPN `coap`.
+/// 1.2 and 1.3 on the ring provider), ALPN `coap` and `http/1.1` (coaps+ws on the same port).
 pub fn server_config(
     chain: Vec<CertificateDer<'static>>,
     key: PrivateKeyDer<'static>,
@@ -30,7 +32,7 @@ pub fn server_config(
         .with_safe_default_protocol_versions()?
         .with_no_client_auth()
         .with_single_cert(chain, key)?;
-    config.alpn_protocols = vec![ALPN_COAP.to_vec()];
+    config.alpn_protocols = vec![ALPN_COAP.to_vec(), ALPN_HTTP1.to_vec()];
     Ok(Arc::new(config))
 }
 
@@ -113,6 +115,11 @@ impl TlsSession {
     pub fn close(&mut self) {
         self.tls.send_close_notify();
         self.collect_output();
+    }
+
+    /// The protocol agreed by ALPN, once the handshake is done.
+    pub fn alpn(&self) -> Option<&[u8]> {
+        self.tls.alpn_protocol()
     }
 
     /// Whether the handshake is still going on.

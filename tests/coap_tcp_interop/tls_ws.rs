@@ -91,7 +91,34 @@ fn aiocoap_over_websockets_get_post_4kib_and_observe() {
     let (_origin, port) = aiocoap_server();
     let (proxy, _) = tcp_proxy(port, &["--listen-ws", "127.0.0.1:0"]);
     let ws = proxy.ws.expect("a coap+ws listener");
-    aiocoap_get_post_4kib_and_observe_at(&format!("coap+ws://{ws}"), &dir);
+    aiocoap_get_post_4kib_and_observe_at(&format!("coap+ws://{ws}"), &dir, &[]);
+}
+
+/// The TLS port takes WebSockets too (coaps+ws, RFC 8323 §4): aiocoap over a WebSocket over
+/// TLS (no ALPN: told by its first bytes), trusting our CA, gets GET, POST, 4 KiB and
+/// Observe; an HTTPS client offering ALPN `http/1.1` reaches the WebSocket side (400 for a
+/// GET that is no upgrade), and libcoap (ALPN `coap`) the CoAP side, on the same port.
+#[test]
+fn aiocoap_over_websockets_over_tls_on_the_tls_port() {
+    let dir = scratch("coaps-ws-aiocoap");
+    let pki = certs::make(&dir);
+    let (_origin, port) = aiocoap_server();
+    let (_proxy, tls) = tls_proxy(port, &pki, &[]);
+    let ca = pki.ca.to_str().unwrap();
+    let env = [("SSL_CERT_FILE", ca)];
+    aiocoap_get_post_4kib_and_observe_at(&format!("coaps+ws://{tls}"), &dir, &env);
+
+    let https = Command::new("curl")
+        .args(["-s", "-i", "--max-time", "10", "--cacert", ca])
+        .arg(format!("https://{tls}/.well-known/coap"))
+        .output()
+        .unwrap();
+    let answer = String::from_utf8_lossy(&https.stdout);
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    let hello = dir.join("hello.txt");
+    let uri = format!("coaps+tcp://{tls}/hello");
+    openssl_client(&["-R", ca, "-B", "5", "-o", hello.to_str().unwrap(), &uri]);
+    assert!(text(&hello).contains("hello"), "{:?}", text(&hello));
 }
 
 /// An HTTP request to the WebSocket port that is not a CoAP upgrade gets an HTTP error and

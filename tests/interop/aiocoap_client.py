@@ -19,8 +19,9 @@ Subcommands (every stdout line is flushed at once; the exit code is 0 only on su
       `FAIL <tag> <reason>` (`TimeoutError` after --request-timeout, queueing included), then
       `DONE`.
 
-URIs may be coap+tcp:// and coap+ws:// (RFC 8323): the client then adds aiocoap's TCP or
-WebSocket client transport.
+URIs may be coap+tcp://, coap+ws:// and coaps+ws:// (RFC 8323): the client then adds
+aiocoap's TCP or WebSocket client transport (for coaps+ws, SSL_CERT_FILE names the CA to
+trust).
 
 --timeout bounds the whole run (exit 3 when it is exceeded). --dtls-psk IDENTITY:KEY adds
 aiocoap's tinydtls transport (the DTLSSocket package) for coaps:// URIs, with that PSK.
@@ -37,7 +38,12 @@ from aiocoap.numbers.constants import TransportTuning
 
 # The aiocoap transport that speaks each RFC 8323 scheme (coap+ws needs the `websockets`
 # package, aiocoap's `ws` extra).
-RELIABLE_TRANSPORTS = {"coap+tcp": "tcpclient", "coaps+tcp": "tlsclient", "coap+ws": "ws"}
+RELIABLE_TRANSPORTS = {
+    "coap+tcp": "tcpclient",
+    "coaps+tcp": "tlsclient",
+    "coap+ws": "ws",
+    "coaps+ws": "ws",
+}
 
 
 def say(*words):

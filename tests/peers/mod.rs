@@ -275,9 +275,15 @@ pub fn text(path: &Path) -> String {
 
 /// Runs tests/interop/aiocoap_client.py to completion (success required) within `timeout`.
 pub fn aiocoap_client(args: &[&str], timeout: Duration) -> Proc {
+    aiocoap_client_with_env(args, timeout, &[])
+}
+
+/// [`aiocoap_client`] with environment variables set (`SSL_CERT_FILE` for a CA to trust).
+pub fn aiocoap_client_with_env(args: &[&str], timeout: Duration, env: &[(&str, &str)]) -> Proc {
     let mut p = Proc::spawn(
         &format!("aiocoap client {}", args.join(" ")),
         Command::new(&peers().python)
+            .envs(env.iter().copied())
             .arg(script("aiocoap_client.py"))
             .args([
                 "--timeout",
