@@ -109,6 +109,7 @@ pub mod proxy;
 pub mod reactor;
 pub mod reconnect;
 pub mod relay;
+pub mod source_prefix;
 pub mod stats;
 #[cfg(test)]
 mod test_support;

@@ -9,6 +9,7 @@ use backoffd::proxy::{
     AllowedTarget, ClientBudget, KeptBounds, Limits, ProxyConfig, RetryPolicy, Routing,
 };
 use backoffd::reactor::{self, Reactor, WakeMode};
+use backoffd::source_prefix::PrefixLengths;
 
 pub const HELP: &str = "\
 Usage: backoffd proxy --upstream HOST:PORT [options]
@@ -68,6 +69,8 @@ Limits and timing:
                                  hold, its bookkeeping included; the least recently used entry
                                  goes first (default 0: off; at most 1024MiB)
   --max-observations N           live observations (default 1000)
+  --source-prefix V4,V6          what one source is, for every per-source share: an IPv4
+                                 prefix and an IPv6 prefix (default /32,/64)
   --observe-con-every N          at least every Nth notification to a client is a CON; one
                                  never acknowledged ends the observation (default 20,
                                  RFC 7641 §4.5; and at least one every 24 h)
@@ -177,6 +180,7 @@ const CORE_SPEC: &[Spec] = &[
     value("max-cached-bytes-per-client"),
     value("cache-size"),
     value("max-observations"),
+    value("source-prefix"),
     value("observe-con-every"),
     switch("validate-sources"),
     value("client-bytes-per-sec"),
@@ -456,7 +460,14 @@ fn limits_from_flags(flags: &Flags, defaults: &Limits) -> Result<Limits, UsageEr
         max_request_size: flags.get_or("max-request-size", defaults.max_request_size)?,
         max_options: flags.get_or("max-options", defaults.max_options)?,
         max_observations: flags.get_or("max-observations", defaults.max_observations)?,
+        source_prefix: source_prefix(flags)?,
     })
+}
+
+/// `--source-prefix V4,V6`: what every per-source share counts (`/32,/64` by default), for
+/// the proxy's own shares and the DTLS and stream listeners'.
+pub(super) fn source_prefix(flags: &Flags) -> Result<PrefixLengths, UsageError> {
+    flags.get_or("source-prefix", PrefixLengths::DEFAULT)
 }
 
 /// `--cache-size`. A build without the `cache` feature knows the flag and refuses it in one

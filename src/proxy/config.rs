@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use crate::coap::params;
+use crate::source_prefix::PrefixLengths;
 
 use super::ClientBudget;
 
@@ -209,6 +210,10 @@ pub struct Limits {
     pub max_options: usize,
     /// Live observations (RFC 7641) relayed at once.
     pub max_observations: usize,
+    /// `--source-prefix`: how much of a client's address names its source for every
+    /// per-source share (held answers, observations, DTLS sessions, stream connections):
+    /// one IPv4 address and one IPv6 /64 by default (`source_prefix.rs` says why).
+    pub source_prefix: PrefixLengths,
 }
 
 impl Default for Limits {
@@ -222,6 +227,7 @@ impl Default for Limits {
             max_request_size: 1152,
             max_options: 64,
             max_observations: 1_000,
+            source_prefix: PrefixLengths::DEFAULT,
         }
     }
 }

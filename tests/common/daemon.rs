@@ -7,8 +7,13 @@ use std::process::Command;
 use super::Proc;
 
 /// `backoffd <args>` logging at `log_level` (`RUST_LOG`), as a command still to spawn.
+///
+/// `BACKOFFD_BIN`, when set, names another build to run instead of this one: how
+/// `cargo bench --bench attack` measures the figures *before* a fix, with a binary built at
+/// the earlier commit, beside the ones after.
 pub fn command(args: &[&str], log_level: &str) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_backoffd"));
+    let bin = std::env::var_os("BACKOFFD_BIN");
+    let mut command = Command::new(bin.as_deref().unwrap_or(env!("CARGO_BIN_EXE_backoffd").as_ref()));
     command.args(args).env("RUST_LOG", log_level);
     command
 }
