@@ -19,11 +19,13 @@
 //! | `non_reader` | 11 | a peer that never reads: held output, and when it is given up; the connection cap |
 //! | `metrics_idle` | 12 | a scrape's time with every metrics slot held by an idle keep-alive |
 //! | `retry_flood` | 13 | retry-port connects in one session: intervals kept, the verdict, log lines |
+//! | `observe_share` | issue 40 row 5 | observations one address takes with 4 coap+tcp connections x 256 registrations; whether another address's registration is accepted and notified |
 //!
 //! The probes live under `attack/`: rows 1 and 3-6 in `coap.rs`, rows 2 and 8-11 (and the
 //! HTTP/2 client they share) in `http2.rs`, rows 7, 12 and 13 in `serve.rs`. Issue 25's probes
 //! (the HTTP front and the answer store) are in `attack/hostile_http.rs`: `http_slots`,
 //! `answer_store`, `http_bodies`, `sse_cr` and `pipelined_local`.
+//! Issue 40's Observe probe (`observe_share`) is in `attack/observe.rs`.
 
 // The reflection cases are the test's (tests/proxy_reflection.rs), so that the figures printed
 // here are the ones it asserts on; the tests themselves are not compiled into the bench. It
@@ -43,6 +45,9 @@ mod http2;
 
 #[path = "attack/serve.rs"]
 mod serve;
+
+#[path = "attack/observe.rs"]
+mod observe;
 
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -74,6 +79,7 @@ const PROBES: &[(&str, Probe)] = &[
     ("http_bodies", hostile_http::http_bodies),
     ("sse_cr", hostile_http::sse_cr),
     ("pipelined_local", hostile_http::pipelined_local),
+    ("observe_share", observe::observe_share),
 ];
 
 fn main() {

@@ -69,6 +69,10 @@ Limits and timing:
                                  hold, its bookkeeping included; the least recently used entry
                                  goes first (default 0: off; at most 1024MiB)
   --max-observations N           live observations (default 1000)
+  --max-observations-per-source N
+                                 of those, one source's (--source-prefix) at most; past it a
+                                 registration gets its answer without Observe (default an
+                                 eighth of --max-observations: 125)
   --source-prefix V4,V6          what one source is, for every per-source share: an IPv4
                                  prefix and an IPv6 prefix (default /32,/64)
   --observe-con-every N          at least every Nth notification to a client is a CON; one
@@ -180,6 +184,7 @@ const CORE_SPEC: &[Spec] = &[
     value("max-cached-bytes-per-client"),
     value("cache-size"),
     value("max-observations"),
+    value("max-observations-per-source"),
     value("source-prefix"),
     value("observe-con-every"),
     switch("validate-sources"),
@@ -444,6 +449,7 @@ pub fn config_from_flags(flags: &Flags) -> Result<ProxyConfig, UsageError> {
 
 /// `--max-inflight` and the other limits of what the proxy takes in flight.
 fn limits_from_flags(flags: &Flags, defaults: &Limits) -> Result<Limits, UsageError> {
+    let max_observations = flags.get_or("max-observations", defaults.max_observations)?;
     Ok(Limits {
         max_inflight: flags.get_or("max-inflight", defaults.max_inflight)?,
         max_inflight_per_upstream: flags.get_or(
@@ -459,7 +465,11 @@ fn limits_from_flags(flags: &Flags, defaults: &Limits) -> Result<Limits, UsageEr
             .0,
         max_request_size: flags.get_or("max-request-size", defaults.max_request_size)?,
         max_options: flags.get_or("max-options", defaults.max_options)?,
-        max_observations: flags.get_or("max-observations", defaults.max_observations)?,
+        max_observations,
+        max_observations_per_source: flags.get_or(
+            "max-observations-per-source",
+            Limits::observation_share(max_observations),
+        )?,
         source_prefix: source_prefix(flags)?,
     })
 }

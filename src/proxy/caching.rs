@@ -67,7 +67,8 @@ impl Sharing {
     /// Looks a new request up in the cache. `canonical` is the request as it would go to
     /// `upstream` (with any MID and token): what the key is made of. A hit or a group's
     /// representation is encoded into `out`; a NON request's hit goes with `non_mid()`.
-    /// `room_to_observe`: whether one more observation fits.
+    /// `room_to_observe`: whether one more observation of this client fits, in the table
+    /// and in its source's share (`observation_shares.rs`).
     #[inline]
     pub(super) fn consult(
         &mut self,

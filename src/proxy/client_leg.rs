@@ -17,7 +17,8 @@ use super::gate::Charge;
 use super::kept::Seen;
 use super::limits::{self, Refusal};
 use super::local_answer::{encode_local, with_observe, LocalAnswer};
-use super::peer::Peer;
+use super::observation_shares::SourceKey;
+use super::peer::{ClientOrigin, Peer};
 use super::route::{self, RouteError, Target};
 use super::upstream_request::{upstream_request, Route};
 use super::validation::{ProvedBy, LIKELY_ANSWER};
@@ -35,9 +36,17 @@ enum Consulted {
 }
 
 impl Proxy {
-    /// A datagram arrived from a client (a UDP source address converts into its [`Peer`]).
-    pub fn handle_client_datagram(&mut self, now: Timestamp, from: impl Into<Peer>, bytes: &[u8]) {
-        let from = from.into();
+    /// A datagram arrived from a client: a UDP source address or a [`Peer`] converts into
+    /// its origin; a transport that knows the address a peer connects from names it
+    /// ([`Peer::connected_from`]), for the per-source shares.
+    pub fn handle_client_datagram(
+        &mut self,
+        now: Timestamp,
+        from: impl Into<ClientOrigin>,
+        bytes: &[u8],
+    ) {
+        let origin = from.into();
+        let from = origin.peer;
         self.gate.clock(now);
         self.gate.received(from, bytes.len());
         let msg = match Message::parse(bytes) {
@@ -49,7 +58,7 @@ impl Proxy {
                 self.on_client_ack_or_rst(now, from, &msg)
             }
             (MessageType::Con | MessageType::Non, c) if c.is_request() => {
-                self.on_client_request(now, from, &msg)
+                self.on_client_request(now, origin, &msg)
             }
             // A CoAP ping (empty CON) or anything else confirmable we cannot process: RST
             // (RFC 7252 §4.2, §4.3).
@@ -77,14 +86,16 @@ impl Proxy {
         self.gate.send_encoded(Charge::Relayed, to, |b| rst(b, mid));
     }
 
-    fn on_client_request(&mut self, now: Timestamp, from: Peer, msg: &Message) {
+    fn on_client_request(&mut self, now: Timestamp, origin: ClientOrigin, msg: &Message) {
+        let from = origin.peer;
         let token = CoapToken::new(msg.token()).expect("parse checked the token length");
         if let Some(seen) = self.kept.seen(&(from, token, msg.message_id())) {
             return self.on_duplicate(from, seen, msg);
         }
         self.counters.traffic.requests += 1;
         // The client's entry, looked up once: what follows takes a reference on it or not.
-        let client = (from, self.clients.slot(from));
+        let source = SourceKey::of(origin, self.config.limits.source_prefix);
+        let client = (from, self.clients.slot_from(from, source));
         // A request over the limits costs no more than its parse: it is refused before any
         // other look at its options, and a (de)registration the proxy refuses changes nothing.
         let routed =
@@ -128,7 +139,10 @@ impl Proxy {
             return Consulted::Forward(None);
         };
         let mut buf = std::mem::take(&mut self.scratch);
-        let room = self.usage.room_to_observe(&self.config.limits);
+        let source = self.clients.source(client.1);
+        let room = (self.usage)
+            .observation_refusal(&self.config.limits, &source)
+            .is_none();
         let clients = &mut self.clients;
         let non_mid = || clients.fresh_mid(client.1);
         let asked = (route.upstream, &upstream);

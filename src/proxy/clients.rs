@@ -17,6 +17,7 @@ use rand::{Rng, SeedableRng};
 use slab::Slab;
 
 use super::keyed_hash::{KeyedMap, KeyedState};
+use super::observation_shares::SourceKey;
 use super::peer::Peer;
 
 /// Names a client's entry while references on it are held.
@@ -40,6 +41,9 @@ struct ClientState {
     /// Bytes of the answers its live exchanges keep (held for proof, being delivered, the
     /// latest notification): what the proxy holds for it besides the kept answers.
     answer_bytes: usize,
+    /// The source its per-source shares count, fixed when the entry is made: what is
+    /// counted against it is given back against the same one.
+    source: SourceKey,
 }
 
 /// Every client something is still kept for.
@@ -60,9 +64,15 @@ impl Clients {
         }
     }
 
-    /// The entry of `peer`, created without references if there is none; release it with
-    /// [`forget_if_unused`](Self::forget_if_unused) if no reference is taken.
+    /// The entry of `peer`, made counting towards the peer itself if there is none (tests).
+    #[cfg(test)]
     pub(super) fn slot(&mut self, peer: Peer) -> ClientSlot {
+        self.slot_from(peer, SourceKey::Client(peer))
+    }
+
+    /// The entry of `peer`, made without references and counting towards `source` if there
+    /// is none; release it with [`forget_if_unused`](Self::forget_if_unused) if no reference is taken.
+    pub(super) fn slot_from(&mut self, peer: Peer, source: SourceKey) -> ClientSlot {
         if let Some(&slot) = self.by_peer.get(&peer) {
             return slot;
         }
@@ -72,6 +82,7 @@ impl Clients {
             refs: 0,
             inflight: 0,
             answer_bytes: 0,
+            source,
         }) as u32);
         self.by_peer.insert(peer, slot);
         slot
@@ -130,6 +141,11 @@ impl Clients {
     pub(super) fn count_answer_bytes(&mut self, slot: ClientSlot, added: usize, removed: usize) {
         let state = self.state(slot);
         state.answer_bytes = state.answer_bytes + added - removed;
+    }
+
+    /// The source the client's per-source shares count.
+    pub(super) fn source(&self, slot: ClientSlot) -> SourceKey {
+        self.slab[slot.0 as usize].source
     }
 
     /// Clients with an entry.

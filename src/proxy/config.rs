@@ -210,6 +210,11 @@ pub struct Limits {
     pub max_options: usize,
     /// Live observations (RFC 7641) relayed at once.
     pub max_observations: usize,
+    /// Of those, the observations of one source (`source_prefix`) at most, so that one
+    /// client or address cannot take the table; past it a registration is answered without
+    /// Observe (RFC 7641 §4.1). `--max-observations-per-source`, by default an eighth of
+    /// `max_observations` ([`Limits::observation_share`]).
+    pub max_observations_per_source: usize,
     /// `--source-prefix`: how much of a client's address names its source for every
     /// per-source share (held answers, observations, DTLS sessions, stream connections):
     /// one IPv4 address and one IPv6 /64 by default (`source_prefix.rs` says why).
@@ -227,8 +232,19 @@ impl Default for Limits {
             max_request_size: 1152,
             max_options: 64,
             max_observations: 1_000,
+            max_observations_per_source: Limits::observation_share(1_000),
             source_prefix: PrefixLengths::DEFAULT,
         }
+    }
+}
+
+impl Limits {
+    /// The default share of one source in `max_observations` observations: an eighth
+    /// (rounded up, at least 1), 125 of the default 1,000. It takes eight sources to fill
+    /// the table, as it takes eight to fill a stream listener (64 connections each of 512),
+    /// and one application server behind one address still observes 125 resources.
+    pub fn observation_share(max_observations: usize) -> usize {
+        max_observations.div_ceil(8).max(1)
     }
 }
 
@@ -346,6 +362,10 @@ impl ProxyConfig {
                 self.kept.max_cached_bytes_per_client,
             ),
             ("max-options", self.limits.max_options),
+            (
+                "max-observations-per-source",
+                self.limits.max_observations_per_source,
+            ),
         ] {
             if v == 0 {
                 return Err(ConfigError(format!("--{name}: must be at least 1")));

@@ -135,6 +135,12 @@ pub struct ObserveCounters {
     /// Observe registrations that joined an upstream registration another client had made,
     /// answered from the cache (`--cache-size`; RFC 7641 §5): nothing went upstream for them.
     pub observers_joined: u64,
+    /// Registrations answered without Observe because `--max-observations` observations
+    /// were alive (RFC 7641 §4.1).
+    pub refused_table: u64,
+    /// Registrations answered without Observe because their client's source held its share
+    /// (`--max-observations-per-source`).
+    pub refused_share: u64,
     /// Gauge: Observe relays alive (RFC 7641).
     pub observations: u64,
 }

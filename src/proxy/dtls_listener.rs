@@ -126,7 +126,11 @@ impl DtlsListener {
     /// Hands decrypted datagrams and ended sessions to the engine; logs the events.
     fn deliver(&mut self, now: Timestamp, engine: &mut Proxy) {
         while let Some((session, datagram)) = self.server.poll_received() {
-            engine.handle_client_datagram(now, Peer::Dtls(session), &datagram);
+            let from = match self.server.peer_address(session) {
+                Some(addr) => Peer::Dtls(session).connected_from(addr.ip()),
+                None => Peer::Dtls(session).into(),
+            };
+            engine.handle_client_datagram(now, from, &datagram);
         }
         while let Some(event) = self.server.poll_event() {
             match event {

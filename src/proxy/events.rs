@@ -64,6 +64,13 @@ pub enum ProxyEvent {
         /// Whose registration it was.
         client: Peer,
     },
+    /// The client's source held its share of the observations
+    /// (`--max-observations-per-source`): its registration's answer was relayed without
+    /// Observe, as at the limit.
+    ObservationShare {
+        /// Whose registration it was.
+        client: Peer,
+    },
     /// A malformed datagram arrived (it was counted, and RST if confirmable).
     Malformed {
         /// Where it came from.

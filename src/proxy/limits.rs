@@ -11,6 +11,7 @@ use super::config::Limits;
 use super::counters::{self, OwnAnswers};
 use super::exchange::ExchangeKey;
 use super::local_answer::LocalAnswer;
+use super::observation_shares::{ObservationShares, SourceKey};
 use super::route;
 use super::table::Exchanges;
 
@@ -78,6 +79,8 @@ pub(super) struct Usage {
     answer_bytes: usize,
     /// Live observations, within `max_observations`.
     observations: usize,
+    /// Of those, each source's, within `max_observations_per_source`.
+    shares: ObservationShares,
     /// Shutting down: new requests are refused with 5.03.
     draining: bool,
     /// Empty buffers of closed legs' request copies, for the next ones: an allocation and a
@@ -116,9 +119,20 @@ impl Usage {
         self.draining = true;
     }
 
-    /// Whether one more observation fits `max_observations`.
-    pub(super) fn room_to_observe(&self, limits: &Limits) -> bool {
-        self.observations < limits.max_observations
+    /// Why one more observation of `source` does not fit, if it does not: the table is full
+    /// (`max_observations`), or the source holds its share (`max_observations_per_source`).
+    pub(super) fn observation_refusal(
+        &self,
+        limits: &Limits,
+        source: &SourceKey,
+    ) -> Option<ObservationRefusal> {
+        if self.observations >= limits.max_observations {
+            Some(ObservationRefusal::Table)
+        } else if self.shares.held(source) >= limits.max_observations_per_source {
+            Some(ObservationRefusal::Share)
+        } else {
+            None
+        }
     }
 
     /// An exchange went upstream, keeping `request` as its copy for retransmission.
@@ -197,12 +211,30 @@ impl Usage {
         self.answer_bytes
     }
 
-    /// An observation began (`true`) or ended.
-    pub(super) fn count_observation(&mut self, began: bool) {
+    /// An observation of `source` began (`true`) or ended.
+    pub(super) fn count_observation(&mut self, began: bool, source: SourceKey) {
         match began {
-            true => self.observations += 1,
-            false => self.observations -= 1,
+            true => {
+                self.observations += 1;
+                self.shares.began(source);
+            }
+            false => {
+                self.observations -= 1;
+                self.shares.ended(&source);
+            }
         }
+    }
+
+    /// Observations `source` holds, for tests.
+    #[cfg(test)]
+    pub(super) fn observations_of(&self, source: &SourceKey) -> usize {
+        self.shares.held(source)
+    }
+
+    /// Sources holding an observation, for tests.
+    #[cfg(test)]
+    pub(super) fn observing_sources(&self) -> usize {
+        self.shares.sources()
     }
 
     /// Spare request buffers kept, for tests.
@@ -227,6 +259,15 @@ impl Usage {
         };
         (load, self.observations as u64)
     }
+}
+
+/// Which limit refused an observation: its registration is answered as a plain GET.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum ObservationRefusal {
+    /// `max_observations`: the table is full.
+    Table,
+    /// `max_observations_per_source`: the client's source holds its share.
+    Share,
 }
 
 /// Which of [`Usage`]'s limits refused a request.

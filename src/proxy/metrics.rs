@@ -249,6 +249,15 @@ pub(super) fn write_proxy_metrics(c: &Counters, send_drops: u64, out: &mut Metri
         ],
     );
     out.labelled_counter(
+        "backoffd_coap_observations_refused_total",
+        "Observe registrations answered without Observe (RFC 7641 §4.1), by cause.",
+        "cause",
+        &[
+            ("max_observations", c.observe.refused_table),
+            ("observation_share", c.observe.refused_share),
+        ],
+    );
+    out.labelled_counter(
         "backoffd_coap_format_errors_total",
         "Malformed datagrams (RST to a CON, NON dropped), by leg.",
         "leg",

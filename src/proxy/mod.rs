@@ -72,6 +72,7 @@ mod no_cache;
 // so that the engine's paths and calls stay as they are.
 #[cfg(not(feature = "cache"))]
 use no_cache::{self as cache, self as cache_use, self as caching, self as fanout};
+mod observation_shares;
 mod outbox;
 mod peer;
 mod report;
@@ -105,7 +106,7 @@ pub use endpoints::{EndpointEvent, EndpointId, UpstreamId};
 pub use engine::{Destination, Proxy, Transmit, UpstreamStats};
 pub use events::{ObserverLoss, ProxyEvent, Source};
 pub use exchange::{Relay, State, UpstreamLeg};
-pub use peer::{ConnectionId, LocalClient, Peer, SessionId, SlotId};
+pub use peer::{ClientOrigin, ConnectionId, LocalClient, Peer, SessionId, SlotId};
 #[cfg(feature = "tcp")]
 pub use stream_listener::{StreamLimits, StreamListen, Transport, MAX_CONNECTIONS};
 #[cfg(feature = "tcp")]

@@ -28,10 +28,11 @@
 
 use std::fmt;
 use std::hash::{Hash, Hasher};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
-/// A client of the proxy: how its requests came and how its answers go.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// A client of the proxy: how its requests came and how its answers go. Ordered so that a
+/// client can key an ordered map (`observation_shares.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Peer {
     /// A CoAP client over UDP, at the address its datagrams come from.
     Udp(SocketAddr),
@@ -116,6 +117,52 @@ impl Peer {
     }
 }
 
+impl Peer {
+    /// The peer as its transport knows it: connected from `ip` (a DTLS session's or a stream
+    /// connection's remote address, which the peer's name does not carry).
+    pub fn connected_from(self, ip: IpAddr) -> ClientOrigin {
+        ClientOrigin {
+            peer: self,
+            address: Some(ip),
+        }
+    }
+}
+
+/// A client as the transport a datagram came by knows it: its [`Peer`], and the IP address it
+/// connects from. The per-source shares (`crate::source_prefix`) count that address's
+/// network; the engine asks the origin for it, never which transport the peer uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClientOrigin {
+    /// The client.
+    pub peer: Peer,
+    /// Where it connects from, if its transport knows an address the peer's name does not
+    /// carry (a UDP peer's is its [`claimed_address`](Peer::claimed_address)).
+    pub address: Option<IpAddr>,
+}
+
+impl ClientOrigin {
+    /// The IP address the client's source is counted by, if it has one: an in-process
+    /// client has none.
+    pub fn ip(&self) -> Option<IpAddr> {
+        (self.address).or_else(|| self.peer.claimed_address().map(|a| a.ip()))
+    }
+}
+
+impl From<Peer> for ClientOrigin {
+    fn from(peer: Peer) -> Self {
+        ClientOrigin {
+            peer,
+            address: None,
+        }
+    }
+}
+
+impl From<SocketAddr> for ClientOrigin {
+    fn from(addr: SocketAddr) -> Self {
+        Peer::Udp(addr).into()
+    }
+}
+
 /// By hand: a UDP peer hashes as its address alone, saving the engine's maps one word per
 /// hash for the variant (a local client's number cannot look like an address: equal hashes
 /// are only a collision, which equality settles).
@@ -180,6 +227,20 @@ mod tests {
         assert_eq!((conn.claimed_address(), conn.is_reliable()), (None, true));
         assert_eq!(conn.to_string(), "stream connection 4.1");
         assert_ne!(conn, Peer::Dtls(SessionId::new(4, 1)));
+    }
+
+    #[test]
+    fn a_client_is_counted_by_the_address_its_transport_knows() {
+        let udp: SocketAddr = "192.0.2.7:5683".parse().unwrap();
+        assert_eq!(ClientOrigin::from(udp).ip(), Some(udp.ip()));
+        let conn = Peer::Stream(ConnectionId::new(4, 1));
+        assert_eq!(ClientOrigin::from(conn).ip(), None);
+        let ip = "198.51.100.1".parse().unwrap();
+        assert_eq!(conn.connected_from(ip).ip(), Some(ip));
+        assert_eq!(
+            ClientOrigin::from(Peer::Local(LocalClient::new(1))).ip(),
+            None
+        );
     }
 
     #[test]

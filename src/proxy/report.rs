@@ -45,6 +45,7 @@ pub(super) struct Report {
     gave_up: Tally,
     no_mid: HashMap<SocketAddr, Tally>,
     observation_limit: Tally,
+    observation_share: Tally,
 }
 
 impl Report {
@@ -85,6 +86,11 @@ impl Report {
             ProxyEvent::ObservationLimit { client } => {
                 if let Some(n) = self.observation_limit.due(now) {
                     log::info!("observation limit (--max-observations) reached: {n} registration(s) answered without registering since the last such line, the latest from {client}");
+                }
+            }
+            ProxyEvent::ObservationShare { client } => {
+                if let Some(n) = self.observation_share.due(now) {
+                    log::info!("observation share of one source (--max-observations-per-source) reached: {n} registration(s) answered without registering since the last such line, the latest from {client}");
                 }
             }
             ProxyEvent::Malformed { from, error } => match from {

@@ -395,9 +395,10 @@ impl StreamListener {
             return;
         };
         let read = stream.read(now, &mut self.buf);
-        let id = stream.core().id;
+        let (id, source) = (stream.core().id, stream.core().source);
         while let Some(datagram) = stream.core_mut().conn.poll_to_engine() {
-            engine.handle_client_datagram(now, Peer::Stream(id), &datagram);
+            let from = Peer::Stream(id).connected_from(source);
+            engine.handle_client_datagram(now, from, &datagram);
             self.fed = true;
         }
         if read.and_then(|()| stream.flush(now)).is_err() {

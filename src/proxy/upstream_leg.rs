@@ -16,6 +16,7 @@ use super::engine::{Destination, Proxy};
 use super::events::{ObserverLoss, ProxyEvent, Source};
 use super::exchange::{Exchange, ExchangeKey, Relay, State};
 use super::gate::Charge;
+use super::limits::ObservationRefusal;
 use super::local_answer::{encode_local, LocalAnswer};
 use super::peer::Peer;
 
@@ -299,16 +300,37 @@ impl Proxy {
             }
             _ => msg,
         };
-        if registers && !self.usage.room_to_observe(&self.config.limits) {
-            if let Some(client) = self.exchanges.get(key).map(|x| x.client) {
-                self.events.push(ProxyEvent::ObservationLimit { client });
-            }
+        if registers && self.observation_refused(key) {
             return self.relay_without_observe(now, key, msg);
         }
         self.answer_client(now, key, msg, registers);
         if let Some(group_key) = group_key {
             self.found_group(key, group_key);
         }
+    }
+
+    /// Whether the registration of exchange `key` must be refused: the table is full, or
+    /// its client's source holds its share (`observation_shares.rs`). Counted and reported.
+    fn observation_refused(&mut self, key: ExchangeKey) -> bool {
+        let Some(x) = self.exchanges.get(key) else {
+            return false;
+        };
+        let (client, source) = (x.client, self.clients.source(x.client_slot));
+        let limits = &self.config.limits;
+        let refusal = self.usage.observation_refusal(limits, &source);
+        let observe = &mut self.counters.observe;
+        match refusal {
+            None => return false,
+            Some(ObservationRefusal::Table) => {
+                observe.refused_table += 1;
+                self.events.push(ProxyEvent::ObservationLimit { client });
+            }
+            Some(ObservationRefusal::Share) => {
+                observe.refused_share += 1;
+                self.events.push(ProxyEvent::ObservationShare { client });
+            }
+        }
+        true
     }
 
     /// Fails the exchange's upstream leg: the client gets `code` (5.02 or 5.04).
@@ -418,7 +440,8 @@ impl Proxy {
             stale_at: None,
         });
         let (id, endpoint) = ((x.client, x.client_token), x.endpoint);
-        self.usage.count_observation(true);
+        let source = self.clients.source(x.client_slot);
+        self.usage.count_observation(true, source);
         self.observers.insert(id, key);
         // Notifications come to the endpoint the registration left from: it stays open.
         self.upstreams.endpoints_mut().acquire(endpoint);
@@ -601,8 +624,9 @@ impl Proxy {
         };
         x.state = State::Answered;
         let (id, endpoint) = ((x.client, x.client_token), x.endpoint);
+        let source = self.clients.source(x.client_slot);
         self.exchanges.rearm(key);
-        self.usage.count_observation(false);
+        self.usage.count_observation(false, source);
         if self.observers.get(&id) == Some(&key) {
             self.observers.remove(&id);
         }
