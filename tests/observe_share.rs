@@ -134,12 +134,13 @@ impl Client {
             if let Some((f, n)) = frame::decode_stream(&self.input, 1 << 20).expect("framing") {
                 let mut datagram = Vec::new();
                 f.to_datagram(&mut datagram, MessageType::Ack, 0);
+                let (signal, token) = (f.code.class() == 7, f.token.to_vec());
                 self.input.drain(..n);
-                if f.code.class() == 7 {
+                if signal {
                     continue;
                 }
                 let observe = Message::parse(&datagram).unwrap().option(OBSERVE).is_some();
-                return Some((f.token.to_vec(), observe));
+                return Some((token, observe));
             }
             let left = until.checked_duration_since(Instant::now())?;
             let left = left.max(Duration::from_millis(1));

@@ -67,7 +67,8 @@ impl ObservationShares {
         }
     }
 
-    /// Sources holding an observation now.
+    /// Sources holding an observation now, for tests.
+    #[cfg(test)]
     pub(super) fn sources(&self) -> usize {
         self.by_source.len()
     }
