@@ -1,11 +1,14 @@
 //! Issue 40's Observe probe, row 5 (`observe_share`): 4 coap+tcp connections from one address
 //! (127.0.0.2) x 256 registrations, then a client from another address (127.0.0.3). The
-//! scenario is the test's (tests/observe_share.rs), so the figures printed here are the ones
-//! it asserts on.
+//! scenario is the test's (tests/observe_share/scenario.rs), so the figures printed here are
+//! the ones it asserts on.
+
+/// The tests' helpers, which the scenario uses as `super::common`.
+#[cfg(feature = "tcp")]
+use super::reflection::common;
 
 #[cfg(feature = "tcp")]
-#[allow(dead_code)]
-#[path = "../../tests/observe_share.rs"]
+#[path = "../../tests/observe_share/scenario.rs"]
 mod scenario;
 
 /// How many of the first address's registrations were taken, and what the second client got.

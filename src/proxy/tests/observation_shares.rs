@@ -221,7 +221,7 @@ fn what_each_source_holds_is_given_back_however_its_observations_end() {
         let mut sources = BTreeSet::new();
         let mut now = t(0);
         for step in 0..600u16 {
-            now = now + Duration::from_millis(10);
+            now += Duration::from_millis(10);
             let mid = step;
             match rng.random_range(0..20) {
                 0..=11 => {
