@@ -96,6 +96,10 @@ impl Proxy {
     /// Only the reasons that a newcomer cannot change: a full total makes room instead.
     pub(super) fn cannot_hold_for(&self, now: Timestamp, client: Peer) -> Option<NoRoom> {
         let addr = client.claimed_address()?;
+        if self.gate.proven(client) {
+            // The common case, at one look-up: nothing is held for a proven client.
+            return None;
+        }
         if self.gate.validation().silent(now, addr) {
             return Some(NoRoom::Silent);
         }

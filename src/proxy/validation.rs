@@ -478,7 +478,7 @@ mod tests {
         v.received(at(0), victim, 12);
         assert_eq!(v.admit(at(0), victim, 1000, Some(key(1))), Verdict::Send);
         let answered_by = at(0) + PROBE_ANSWER_WAIT;
-        assert!(!v.silent(answered_by - Duration::from_millis(1), victim));
+        assert!(!v.silent(at(1999), victim));
         assert!(
             v.silent(answered_by, victim),
             "the probe went unacknowledged"

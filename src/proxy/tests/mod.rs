@@ -8,6 +8,7 @@ mod behaviours;
 mod budget;
 #[cfg(feature = "cache")]
 mod cache;
+mod held;
 mod observers;
 mod regressions;
 
