@@ -19,13 +19,16 @@
 //! | `non_reader` | 11 | a peer that never reads: held output, and when it is given up; the connection cap |
 //! | `metrics_idle` | 12 | a scrape's time with every metrics slot held by an idle keep-alive |
 //! | `retry_flood` | 13 | retry-port connects in one session: intervals kept, the verdict, log lines |
+//! | `held_backlog` | issue 40 row 1 | a forged flood fills the answers held for proofs: new libcoap and aiocoap clients at +1 s and +15 s, the forged sources' ratio |
 //! | `observe_share` | issue 40 row 5 | observations one address takes with 4 coap+tcp connections x 256 registrations; whether another address's registration is accepted and notified |
+//! | `icmp_observer` | issue 40 row 8 | an unproven observer closes its socket: how long its observation lives on |
 //!
 //! The probes live under `attack/`: rows 1 and 3-6 in `coap.rs`, rows 2 and 8-11 (and the
 //! HTTP/2 client they share) in `http2.rs`, rows 7, 12 and 13 in `serve.rs`. Issue 25's probes
 //! (the HTTP front and the answer store) are in `attack/hostile_http.rs`: `http_slots`,
-//! `answer_store`, `http_bodies`, `sse_cr` and `pipelined_local`.
-//! Issue 40's Observe probe (`observe_share`) is in `attack/observe.rs`.
+//! `answer_store`, `http_bodies`, `sse_cr` and `pipelined_local`. Issue 40's rows 1 and 8
+//! (answers held for a proof of address) are in `attack/held.rs`, row 5 (the observations'
+//! per-source share) in `attack/observe.rs`.
 
 // The reflection cases are the test's (tests/proxy_reflection.rs), so that the figures printed
 // here are the ones it asserts on; the tests themselves are not compiled into the bench. It
@@ -39,6 +42,9 @@ mod hostile_http;
 
 #[path = "attack/coap.rs"]
 mod coap;
+
+#[path = "attack/held.rs"]
+mod held;
 
 #[path = "attack/http2.rs"]
 mod http2;
@@ -79,7 +85,9 @@ const PROBES: &[(&str, Probe)] = &[
     ("http_bodies", hostile_http::http_bodies),
     ("sse_cr", hostile_http::sse_cr),
     ("pipelined_local", hostile_http::pipelined_local),
+    ("held_backlog", held::held_backlog),
     ("observe_share", observe::observe_share),
+    ("icmp_observer", held::icmp_observer),
 ];
 
 fn main() {

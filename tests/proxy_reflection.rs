@@ -10,8 +10,9 @@
 //! silence.
 //!
 //! Observations end when their client's socket is closed (ICMP port unreachable, read from
-//! the client socket's error queue) or when the client resets a notification, and the
-//! upstream then sees the deregistration (an RST to its next notification, RFC 7641 §3.6).
+//! the client socket's error queue, or, for a client never proven, the CON asking for its
+//! proof unacknowledged) or when the client resets a notification, and the upstream then sees
+//! the deregistration (an RST to its next notification, RFC 7641 §3.6).
 //!
 //! `benches/attack.rs` (probe `reflection`) prints the figures of [`reflect`] as a table.
 
@@ -503,7 +504,12 @@ fn reflection_at_defaults_con_gets_of_a_slow_resource() {
 #[test]
 fn reflection_at_defaults_an_observation_never_acknowledged() {
     let r = at_defaults(Case::Observe);
-    check_one_probe_and_withheld(&r);
+    let probes = r.counter("amplification_probes_total");
+    assert!(probes <= 1.0, "one CON asks for the proof: {}", r.details());
+    // That CON unacknowledged for 2 s ended the observation (issue 40, row 8), before any
+    // retransmission of it was due.
+    assert_eq!(r.counter("observations"), 0.0, "{}", r.details());
+    assert_eq!(r.counter("observers_lost_total"), 1.0, "{}", r.details());
 }
 
 #[test]
@@ -690,6 +696,41 @@ fn a_closed_client_socket_ends_its_observation_and_the_upstream_sees_it() {
         after <= 3.0,
         "{after} notifications relayed after the close"
     );
+    stop.store(true, Ordering::SeqCst);
+}
+
+/// Issue 40, row 8: a client that registers, gets the registration's answer as a CON (too
+/// big for 3x its request) and closes its socket before it acknowledges: nothing more goes to
+/// the closed port (the notifications wait behind that CON, its retransmissions are past
+/// 3x), so no ICMP error comes; the CON unacknowledged ends the observation (it lived on for
+/// EXCHANGE_LIFETIME before).
+#[test]
+fn an_unproven_client_that_closes_its_socket_before_acknowledging_loses_its_observation() {
+    let stop = Arc::new(AtomicBool::new(false));
+    let (up, seen) = upstream(Serving::FAST, Arc::clone(&stop));
+    let (_daemon, proxy, metrics) = common::daemon::proxy_with_metrics(up, &[]);
+    let c = client();
+    c.send_to(&registration(), proxy).unwrap();
+    let mut buf = [0u8; 2048];
+    let got_con = (0..5).any(|_| {
+        c.recv(&mut buf).is_ok_and(|n| {
+            Message::parse(&buf[..n])
+                .is_ok_and(|m| m.msg_type() == MessageType::Con && m.payload().len() == BODY)
+        })
+    });
+    assert!(got_con, "the registration's answer, as a CON");
+    drop(c);
+    assert!(
+        eventually(|| scrape(metrics).get("backoffd_coap_observations") == 0.0),
+        "the observation ends within 5 s of the close"
+    );
+    assert!(
+        eventually(|| seen.rsts.load(Ordering::SeqCst) > 0),
+        "the upstream's next notification is reset"
+    );
+    let doc = scrape(metrics);
+    assert_eq!(doc.get("backoffd_coap_observers_lost_total"), 1.0);
+    assert_eq!(doc.get("backoffd_coap_sources_proved_by_ack_total"), 0.0);
     stop.store(true, Ordering::SeqCst);
 }
 

@@ -646,7 +646,8 @@ impl Proxy {
     /// A request repeating a fresh Echo value of ours proves its source (RFC 9175 §2.4).
     /// With `--validate-sources`, a request from a source not proven whose answer may exceed
     /// its allowance gets 4.01 with an Echo value to repeat instead (the strict mode: the
-    /// proof comes before any answer, rather than with the first one that does not fit).
+    /// proof comes before any answer, rather than with the first one that does not fit);
+    /// at defaults too, when such an answer could not be held for the proof.
     pub(super) fn check_source(
         &mut self,
         now: Timestamp,
@@ -659,13 +660,17 @@ impl Proxy {
         if msg.option(ECHO).is_some() && self.gate.validation().echoes(now, addr, msg) {
             self.source_proved(now, from, ProvedBy::Echo);
         }
-        if !self.config.validate_sources {
+        // At defaults, the same challenge when an answer too big for the allowance could not
+        // be held for the proof (`awaiting_proof.rs`): asked before anything goes upstream.
+        let cannot_hold = self.cannot_hold_for(now, from);
+        if !self.config.validate_sources && cannot_hold.is_none() {
             return Ok(());
         }
         match self.gate.validation_mut().challenge(now, addr) {
             None => Ok(()),
             Some(value) => {
                 self.counters.proof.echo_challenges += 1;
+                self.count_backlog_challenge(cannot_hold);
                 Err(LocalAnswer {
                     code: Code::UNAUTHORIZED,
                     max_age: None,

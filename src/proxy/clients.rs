@@ -11,6 +11,11 @@
 //!
 //! Entries sit in a slab and are named by [`ClientSlot`]: an exchange looks its client up by
 //! address once, when its request arrives, and by slot from then on.
+//!
+//! The bytes of answers its exchanges keep are also counted per source network
+//! ([`SourcePrefix`], `--source-prefix`): that is what the share of answers held for a proof
+//! of address is counted against (`validation::MAX_HELD_BYTES`), since one host has 65,536
+//! ports and an IPv6 subscriber a /64.
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -19,6 +24,7 @@ use slab::Slab;
 use super::keyed_hash::{KeyedMap, KeyedState};
 use super::observation_shares::SourceKey;
 use super::peer::Peer;
+use crate::source_prefix::{PrefixLengths, SourcePrefix};
 
 /// Names a client's entry while references on it are held.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,12 +44,12 @@ struct ClientState {
     refs: u32,
     /// Of the client's exchanges, those still waiting on an upstream.
     inflight: u32,
-    /// Bytes of the answers its live exchanges keep (held for proof, being delivered, the
-    /// latest notification): what the proxy holds for it besides the kept answers.
-    answer_bytes: usize,
     /// The source its per-source shares count, fixed when the entry is made: what is
     /// counted against it is given back against the same one.
     source: SourceKey,
+    /// The network of its claimed address (none for a peer that cannot be forged), which
+    /// the answers held for its proof count against.
+    prefix: Option<SourcePrefix>,
 }
 
 /// Every client something is still kept for.
@@ -53,21 +59,28 @@ pub(super) struct Clients {
     by_peer: KeyedMap<Peer, ClientSlot>,
     /// Draws each new client's first Message ID (RFC 7252 §4.4 asks for a random start).
     rng: SmallRng,
+    /// How a claimed address maps to its source network.
+    prefixes: PrefixLengths,
+    /// Bytes of the answers the live exchanges of a source network's clients keep (held for
+    /// proof, being delivered, the latest notification), for those with any.
+    prefix_answer_bytes: KeyedMap<SourcePrefix, usize>,
 }
 
 impl Clients {
-    pub(super) fn new(seed: u64, hash: &KeyedState) -> Self {
+    pub(super) fn new(seed: u64, prefixes: PrefixLengths, hash: &KeyedState) -> Self {
         Clients {
             slab: Slab::new(),
             by_peer: hash.map(),
             rng: SmallRng::seed_from_u64(seed),
+            prefixes,
+            prefix_answer_bytes: hash.map(),
         }
     }
 
-    /// The entry of `peer`, made counting towards the peer itself if there is none (tests).
+    /// The entry of `peer`, made counting towards its own address if there is none (tests).
     #[cfg(test)]
     pub(super) fn slot(&mut self, peer: Peer) -> ClientSlot {
-        self.slot_from(peer, SourceKey::Client(peer))
+        self.slot_from(peer, SourceKey::of(peer.into(), self.prefixes))
     }
 
     /// The entry of `peer`, made without references and counting towards `source` if there
@@ -76,14 +89,18 @@ impl Clients {
         if let Some(&slot) = self.by_peer.get(&peer) {
             return slot;
         }
-        let slot = ClientSlot(self.slab.insert(ClientState {
-            peer,
-            next_mid: self.rng.random(),
-            refs: 0,
-            inflight: 0,
-            answer_bytes: 0,
-            source,
-        }) as u32);
+        let slot = ClientSlot(
+            self.slab.insert(ClientState {
+                peer,
+                next_mid: self.rng.random(),
+                refs: 0,
+                inflight: 0,
+                source,
+                prefix: peer
+                    .claimed_address()
+                    .map(|a| self.prefixes.source_of(a.ip())),
+            }) as u32,
+        );
         self.by_peer.insert(peer, slot);
         slot
     }
@@ -132,15 +149,31 @@ impl Clients {
         }
     }
 
-    /// Bytes of the answers this client's live exchanges keep.
-    pub(super) fn answer_bytes(&self, slot: ClientSlot) -> usize {
-        self.slab[slot.0 as usize].answer_bytes
+    /// The client's exchanges now keep `added` answer bytes more and `removed` fewer: counted
+    /// for its source network.
+    pub(super) fn count_answer_bytes(&mut self, slot: ClientSlot, added: usize, removed: usize) {
+        let Some(prefix) = self.slab[slot.0 as usize]
+            .prefix
+            .filter(|_| added != removed)
+        else {
+            return;
+        };
+        let bytes = self.prefix_answer_bytes.entry(prefix).or_default();
+        *bytes = *bytes + added - removed;
+        if *bytes == 0 {
+            self.prefix_answer_bytes.remove(&prefix);
+        }
     }
 
-    /// The client's exchanges now keep `added` bytes more and `removed` fewer.
-    pub(super) fn count_answer_bytes(&mut self, slot: ClientSlot, added: usize, removed: usize) {
-        let state = self.state(slot);
-        state.answer_bytes = state.answer_bytes + added - removed;
+    /// Bytes of the answers the live exchanges of every client in `peer`'s source network
+    /// keep (0 for a peer that cannot be forged, which has no share to keep within).
+    pub(super) fn prefix_answer_bytes(&self, peer: Peer) -> usize {
+        let prefix = peer
+            .claimed_address()
+            .map(|a| self.prefixes.source_of(a.ip()));
+        prefix.map_or(0, |p| {
+            self.prefix_answer_bytes.get(&p).copied().unwrap_or(0)
+        })
     }
 
     /// The source the client's per-source shares count.
@@ -169,9 +202,13 @@ pub(super) mod tests {
         ClientSlot(n)
     }
 
+    fn clients() -> Clients {
+        Clients::new(1, PrefixLengths::DEFAULT, &KeyedState::new([1, 2]))
+    }
+
     #[test]
     fn an_entry_lives_while_referenced_and_numbers_on_from_a_random_start() {
-        let mut clients = Clients::new(1, &KeyedState::new([1, 2]));
+        let mut clients = clients();
         let peer = Peer::Udp("127.0.0.1:40000".parse().unwrap());
         let slot = clients.slot(peer);
         assert_eq!(clients.slot(peer), slot, "one entry per peer");
@@ -186,5 +223,32 @@ pub(super) mod tests {
         let unused = clients.slot(peer);
         clients.forget_if_unused(unused);
         assert_eq!(clients.len(), 0);
+    }
+
+    #[test]
+    fn answer_bytes_count_per_source_network_not_per_port() {
+        let mut clients = clients();
+        let udp = |s: &str| Peer::Udp(s.parse().unwrap());
+        let (a, b) = (udp("192.0.2.7:1000"), udp("192.0.2.7:2000"));
+        let (v6a, v6b) = (udp("[2001:db8::1]:5683"), udp("[2001:db8::2]:5683"));
+        for (peer, bytes) in [(a, 100), (b, 50), (v6a, 10), (v6b, 20)] {
+            let slot = clients.slot(peer);
+            clients.count_answer_bytes(slot, bytes, 0);
+        }
+        assert_eq!(
+            clients.prefix_answer_bytes(a),
+            150,
+            "one address, two ports"
+        );
+        assert_eq!(clients.prefix_answer_bytes(v6b), 30, "one /64");
+        assert_eq!(clients.prefix_answer_bytes(udp("192.0.2.8:1000")), 0);
+        let slot = clients.slot(a);
+        clients.count_answer_bytes(slot, 0, 100);
+        let slot = clients.slot(b);
+        clients.count_answer_bytes(slot, 0, 50);
+        assert_eq!(clients.prefix_answer_bytes(b), 0);
+        assert!(!clients
+            .prefix_answer_bytes
+            .contains_key(&PrefixLengths::DEFAULT.source_of("192.0.2.7".parse().unwrap())));
     }
 }

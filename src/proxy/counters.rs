@@ -172,7 +172,9 @@ pub struct KeptAnswers {
 /// Address validation by proof of receipt (`validation.rs`) and the opt-in send rate (`budget.rs`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Proof {
-    /// `--validate-sources`: 4.01s with an Echo value to unproven sources (RFC 9175 §2.4).
+    /// 4.01s with an Echo value to unproven sources (RFC 9175 §2.4): every request of one
+    /// with `--validate-sources`, and at defaults a block the client did not ask a proof
+    /// for, or an answer that could not be held (`backlog_challenges_*`).
     pub echo_challenges: u64,
     /// Datagrams withheld because an unproven source had been sent 3x what it sent
     /// (`validation.rs`); a CON among them goes when the proof comes, or at its next
@@ -194,6 +196,24 @@ pub struct Proof {
     pub sources_proved_by_echo: u64,
     /// ACKs that proved nothing: their source had sent too many that matched no message.
     pub ack_proofs_refused: u64,
+    /// 4.01s with an Echo value (RFC 9175 §2.4) for an answer that could not be held for its
+    /// unproven client's proof (`awaiting_proof.rs`), before its request went upstream or in
+    /// its place, by cause: the client had shown that it does not receive (its first CON
+    /// unacknowledged, or ICMP port unreachable) ...
+    pub backlog_challenges_silent: u64,
+    /// ... its source network's share of held answers (`validation::MAX_HELD_BYTES`) was
+    /// taken ...
+    pub backlog_challenges_share: u64,
+    /// ... all held answers were at their bound (`validation::MAX_HELD_BYTES_TOTAL`) and none
+    /// was left to give way.
+    pub backlog_challenges_total: u64,
+    /// Answers waiting for a proof given up, by cause: the oldest, evicted for a newer one at
+    /// the total bound ...
+    pub held_evicted: u64,
+    /// ... their client's first CON went unacknowledged ...
+    pub held_given_up_unacknowledged: u64,
+    /// ... ICMP port unreachable came back from their client.
+    pub held_given_up_unreachable: u64,
     /// Gauge: client addresses whose proof of receipt is tracked.
     pub validation_sources: u64,
     /// Datagrams to clients dropped because their source was over its send budget

@@ -19,8 +19,7 @@ use std::net::SocketAddr;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use crate::coap::option::BLOCK2;
-use crate::coap::{empty_ack, ping, rewrite, Code, Message, MessageType};
+use crate::coap::{empty_ack, rewrite, Code, Message, MessageType};
 use crate::stats::LatencyHistogram;
 use crate::time::Timestamp;
 
@@ -38,17 +37,15 @@ use super::events::{Events, ObserverLoss, ProxyEvent};
 use super::exchange::{CoapToken, Exchange, ExchangeKey, Reply, State, TimerKind};
 use super::fanout::Fanout;
 use super::gate::{Charge, SendGate};
+use super::held::HeldAnswers;
 use super::kept::Kept;
 use super::keyed_hash::{KeyedMap, KeyedState};
 use super::limits::Usage;
-use super::local_answer::{encode_local, LocalAnswer};
 pub use super::outbox::{Destination, Transmit};
 use super::peer::Peer;
 use super::table::Exchanges;
 use super::upstreams::Upstreams;
-use super::validation::{
-    ProvedBy, SourceValidation, MAX_HELD_BYTES, MAX_HELD_BYTES_TOTAL, PROOF_WAIT,
-};
+use super::validation::{ProvedBy, SourceValidation};
 use super::{Counters, ProxyConfig, Seeds};
 
 /// The sans-IO CoAP forwarding proxy. See the module docs of [`crate::proxy`].
@@ -74,6 +71,8 @@ pub struct Proxy {
     pub(super) deliveries: Deliveries,
     /// What the proxy holds against its limits, and whether it admits (`limits.rs`).
     pub(super) usage: Usage,
+    /// The answers waiting for their client's proof, oldest first and by client (`held.rs`).
+    pub(super) held: HeldAnswers,
     pub(super) clients: Clients,
     /// Diagnostics for the driver to log.
     pub(super) events: Events,
@@ -99,7 +98,7 @@ impl Proxy {
         let upstreams = Upstreams::new(targets, endpoint_bounds, rng.random(), &hash);
         let kept = Kept::new(&config.kept, &hash);
         let cache = ResponseCache::new(config.cache_size, [seeds.hash[1], !seeds.hash[0]]);
-        let clients = Clients::new(rng.random(), &hash);
+        let clients = Clients::new(rng.random(), config.limits.source_prefix, &hash);
         let echo_key = crate::coap::echo::EchoKey::new([seeds.hash[1], seeds.hash[0] ^ 0xec40]);
         let budget = (config.client_budget.bytes_per_sec != 0)
             .then(|| SendBudget::new(config.client_budget, &hash));
@@ -117,6 +116,7 @@ impl Proxy {
             sharing: Sharing::new(cache, Fanout::new(&hash)),
             deliveries: Deliveries::new(&hash),
             usage: Usage::default(),
+            held: HeldAnswers::new(&hash),
             clients,
             events: Events::default(),
             scratch: Vec::with_capacity(1500),
@@ -463,8 +463,9 @@ impl Proxy {
     ///
     /// An answer past what the client's address may be sent before it proves it receives
     /// there (`validation.rs`) is held, and the client pinged: its RST proves the address
-    /// and the answer goes as it would have (piggybacked or NON) one round trip later. A
-    /// registration's answer is not held: it goes as a CON asking for the proof at once.
+    /// and the answer goes as it would have (piggybacked or NON) one round trip later
+    /// (`awaiting_proof.rs`, which also says what happens when there is no room to hold it).
+    /// A registration's answer is not held: it goes as a CON asking for the proof at once.
     pub(super) fn answer_client(
         &mut self,
         now: Timestamp,
@@ -477,153 +478,10 @@ impl Proxy {
         };
         let len = msg.as_bytes().len() - msg.token().len() + x.client_token.as_bytes().len();
         let fits = x.reply == Reply::Separate || self.gate.fits(x.client, len);
-        let slot = x.client_slot;
         match (fits, observing) {
             (true, _) => self.send_answer(now, key, msg, observing, false),
             (false, true) => self.send_answer(now, key, msg, observing, true),
-            (false, false) if self.room_to_hold(slot, len) => self.hold_for_proof(now, key, msg),
-            (false, false) => self.refuse_for_proof_backlog(now, key),
-        }
-    }
-
-    /// Whether `len` more bytes may wait for the proof of the client in `slot`: what its
-    /// exchanges keep, and what all exchanges keep, stay within the bounds of `validation.rs`.
-    /// What they keep includes their withheld CONs, so the bound covers an answer's whole
-    /// wait, not only its first second.
-    fn room_to_hold(&self, slot: ClientSlot, len: usize) -> bool {
-        self.clients.answer_bytes(slot) + len <= MAX_HELD_BYTES
-            && self.usage.answer_bytes() + len <= MAX_HELD_BYTES_TOTAL
-    }
-
-    /// No room to keep the answer until the client proves its address: a 5.03 with Max-Age
-    /// instead (RFC 7252 §5.9.3.4), small enough for its allowance, so that a real client
-    /// retries after it proved itself, and a spoofed one costs the proxy no memory.
-    fn refuse_for_proof_backlog(&mut self, now: Timestamp, key: ExchangeKey) {
-        let Some(x) = self.exchanges.get(key) else {
-            return;
-        };
-        let token = x.client_token;
-        self.counters.refusals.refused_proof_backlog += 1;
-        // Bare: the client is unproven, and the code and Max-Age are about as long as the
-        // request (a diagnostic would not fit its 3x, see `Proxy::diagnostic_fits`).
-        let answer = LocalAnswer {
-            diagnostic: "",
-            ..self.unavailable("too many answers waiting for this client's proof")
-        };
-        let mut buf = Vec::with_capacity(64);
-        encode_local(&mut buf, MessageType::Ack, 0, token.as_bytes(), &answer);
-        match Message::parse(&buf) {
-            Ok(msg) => self.send_answer(now, key, &msg, false, false),
-            Err(_) => self.finish(now, key),
-        }
-    }
-
-    /// Holds the answer until the client proves its address (`State::AwaitingProof`), and
-    /// pings the client for that proof if no ping is out to it.
-    fn hold_for_proof(&mut self, now: Timestamp, key: ExchangeKey, msg: &Message) {
-        let Some(x) = self.exchanges.get(key) else {
-            return;
-        };
-        let (client, slot, token) = (x.client, x.client_slot, x.client_token);
-        // Encoded as it will most likely go (on the ACK, or as a NON whose MID is drawn
-        // when it goes); `send_answer` rewrites type, MID and token anyway.
-        let ty = match x.reply {
-            Reply::Piggyback { .. } => MessageType::Ack,
-            _ => MessageType::Non,
-        };
-        let mut bytes = Vec::with_capacity(msg.as_bytes().len());
-        let ids = (ty, x.client_mid, token.as_bytes());
-        let copy = |b: &mut crate::coap::MessageBuilder, n, v: &[u8]| _ = b.option(n, v);
-        if rewrite(&mut bytes, msg, ids, copy).finish().is_err() {
-            return self.finish(now, key);
-        }
-        // The ACK waits for the proof too. Dropped first: with no deadline left the wheel
-        // timer goes, and the proof's is armed at its own instant, not at the ACK's.
-        self.exchanges.update(key, |x| {
-            if let Reply::Piggyback { ack_by } = &mut x.reply {
-                *ack_by = None;
-            }
-        });
-        let until = Some(now + PROOF_WAIT);
-        (self.exchanges).update(key, |x| x.state = State::AwaitingProof { until });
-        self.usage.keep_answer(
-            (&mut self.exchanges, &mut self.clients),
-            key,
-            Some(bytes.into_boxed_slice()),
-        );
-        self.counters.proof.answers_held_for_proof += 1;
-        // Only a claimed address is held to its allowance, and so waits for a proof here.
-        let Some(addr) = client.claimed_address() else {
-            return;
-        };
-        self.gate.validation_mut().hold(addr, key);
-        if self.gate.validation().ping_due(now, addr) {
-            let mid = self.clients.fresh_mid(slot);
-            let to = Destination::Client(client);
-            if (self.gate).send_encoded(Charge::Relayed, to, |b| ping(b, mid)) {
-                self.gate.validation_mut().pinged(now, addr, mid);
-            }
-        }
-    }
-
-    /// The held answer goes: as it would have, now that the client proved its address, or,
-    /// if it did not within `PROOF_WAIT`, as a CON asking for the proof.
-    pub(super) fn release_held(&mut self, now: Timestamp, key: ExchangeKey) {
-        let Some(x) = self
-            .exchanges
-            .get_mut(key)
-            .filter(|x| matches!(x.state, State::AwaitingProof { .. }))
-        else {
-            return;
-        };
-        x.state = State::Answered;
-        self.exchanges.rearm(key);
-        let held = self
-            .usage
-            .keep_answer((&mut self.exchanges, &mut self.clients), key, None);
-        let Some(Ok(msg)) = held.as_deref().map(Message::parse) else {
-            return self.finish(now, key);
-        };
-        let Some(x) = self.exchanges.get(key) else {
-            return;
-        };
-        if self.gate.fits(x.client, msg.as_bytes().len()) {
-            return self.send_answer(now, key, &msg, false, false);
-        }
-        if msg.option(BLOCK2).is_some() && !x.non_idempotent {
-            return self.challenge_block_transfer(now, key);
-        }
-        self.send_answer(now, key, &msg, false, true);
-    }
-
-    /// A block of a block-wise transfer (RFC 7959) to a client that did not answer the ping:
-    /// 4.01 with an Echo value (RFC 9175 §2.4) rather than the block as a separate CON,
-    /// which some clients do not follow up (libcoap 4.3.1 ends the transfer there, and
-    /// ignores pings). Such clients repeat the request with the Echo value, which proves
-    /// them, and the block goes again from the upstream (or the cache): only for safe and
-    /// idempotent requests, which may be made twice (RFC 7252 §5.1).
-    fn challenge_block_transfer(&mut self, now: Timestamp, key: ExchangeKey) {
-        let Some(x) = self.exchanges.get(key) else {
-            return;
-        };
-        let token = x.client_token;
-        let Some(addr) = x.client.claimed_address() else {
-            return self.finish(now, key);
-        };
-        let echo = self.gate.validation().echo_value(now, addr);
-        self.counters.proof.echo_challenges += 1;
-        let answer = LocalAnswer {
-            code: Code::UNAUTHORIZED,
-            max_age: None,
-            size1: None,
-            echo: Some(echo),
-            diagnostic: "",
-        };
-        let mut buf = Vec::with_capacity(32);
-        encode_local(&mut buf, MessageType::Ack, 0, token.as_bytes(), &answer);
-        match Message::parse(&buf) {
-            Ok(msg) => self.send_answer(now, key, &msg, false, false),
-            Err(_) => self.finish(now, key),
+            (false, false) => self.answer_unproven(now, key, msg, len),
         }
     }
 
@@ -631,7 +489,7 @@ impl Proxy {
     /// whose ACK proves the client's address, since it is past the client's allowance:
     /// after an empty ACK for a CON request (RFC 7252 §5.2.2), in place of a NON for a NON
     /// request (§5.2.3).
-    fn send_answer(
+    pub(super) fn send_answer(
         &mut self,
         now: Timestamp,
         key: ExchangeKey,
@@ -700,8 +558,12 @@ impl Proxy {
     }
 
     /// The retransmission timer of a CON to the client fired: sent again, or given up after
-    /// MAX_RETRANSMIT (an answered exchange then retires).
+    /// MAX_RETRANSMIT (an answered exchange then retires), or at once if it was the CON that
+    /// asked an unproven client for its proof (`awaiting_proof.rs`).
     pub(super) fn retransmit_to_client(&mut self, now: Timestamp, key: ExchangeKey) {
+        if self.client_silent(now, key) {
+            return self.give_up_silent(now, key);
+        }
         let wire = (&mut self.exchanges, &mut self.gate);
         match self.deliveries.retransmit(wire, now, key) {
             Retransmitted::Nothing | Retransmitted::Sent { again: false } => {}

@@ -78,7 +78,7 @@ const COUNTERS: &[(&str, &str, fn(&Counters) -> u64)] = &[
     ),
     (
         "echo_challenges_total",
-        "--validate-sources: 4.01s with an Echo value to sources not yet proven (RFC 9175).",
+        "4.01s with an Echo value to sources not yet proven (RFC 9175).",
         |c| c.proof.echo_challenges,
     ),
     (
@@ -255,6 +255,26 @@ pub(super) fn write_proxy_metrics(c: &Counters, send_drops: u64, out: &mut Metri
         &[
             ("max_observations", c.observe.refused_table),
             ("observation_share", c.observe.refused_share),
+        ],
+    );
+    out.labelled_counter(
+        "backoffd_coap_backlog_challenges_total",
+        "4.01s with Echo for an answer that could not be held for its client's proof, by cause.",
+        "cause",
+        &[
+            ("silent", c.proof.backlog_challenges_silent),
+            ("share", c.proof.backlog_challenges_share),
+            ("total", c.proof.backlog_challenges_total),
+        ],
+    );
+    out.labelled_counter(
+        "backoffd_coap_held_answers_given_up_total",
+        "Answers waiting for their client's proof that were given up, by cause.",
+        "cause",
+        &[
+            ("evicted", c.proof.held_evicted),
+            ("unacknowledged", c.proof.held_given_up_unacknowledged),
+            ("unreachable", c.proof.held_given_up_unreachable),
         ],
     );
     out.labelled_counter(

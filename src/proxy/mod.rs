@@ -36,6 +36,7 @@
 //! act on, so none ever sends anything for a finished exchange.
 
 mod answer_cache;
+mod awaiting_proof;
 mod budget;
 #[cfg(feature = "cache")]
 mod cache;
@@ -60,6 +61,7 @@ mod exchange;
 #[cfg(feature = "cache")]
 mod fanout;
 mod gate;
+mod held;
 mod index;
 mod kept;
 mod keyed_hash;

@@ -10,6 +10,7 @@ use crate::coap::option::{self, decode_uint, ETAG, MAX_AGE, OBSERVE};
 use crate::coap::{empty_ack, peek_header, rewrite, Code, Message, MessageType};
 use crate::time::Timestamp;
 
+use super::awaiting_proof::GiveUp;
 use super::cache::CacheKey;
 use super::endpoints::EndpointId;
 use super::engine::{Destination, Proxy};
@@ -592,8 +593,10 @@ impl Proxy {
     }
 
     /// The client cannot be reached any more (for a UDP client: ICMP port unreachable, which
-    /// the driver reads from the client socket's error queue): every observation of it ends. Requests it has in flight finish as
-    /// usual; their answers go nowhere, within its budget.
+    /// the driver reads from the client socket's error queue), proven or not: every
+    /// observation of it ends, and every answer held for its proof is given up (an unproven
+    /// one is taken not to receive, `awaiting_proof.rs`). Requests it has in flight finish as
+    /// usual; their answers go nowhere, within its allowance.
     pub fn handle_client_unreachable(&mut self, now: Timestamp, client: impl Into<Peer>) {
         let client = client.into();
         self.gate.clock(now);
@@ -603,6 +606,10 @@ impl Proxy {
             .collect();
         for key in keys {
             self.observer_gone(now, key, ObserverLoss::Unreachable);
+        }
+        if let Some(addr) = client.claimed_address() {
+            self.gate.validation_mut().unreachable(now, addr);
+            self.give_up_held_for(now, addr, GiveUp::Unreachable);
         }
     }
 

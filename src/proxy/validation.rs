@@ -31,6 +31,7 @@ use std::time::Duration;
 
 use crate::coap::echo::{self, EchoKey};
 use crate::coap::option::ECHO;
+use crate::coap::params::EXCHANGE_LIFETIME;
 use crate::coap::Message;
 use crate::time::Timestamp;
 
@@ -63,6 +64,10 @@ pub(super) const MAX_HELD_BYTES_TOTAL: usize = 4 << 20;
 /// before it goes as a CON asking for it instead: below ACK_TIMEOUT (2 s, RFC 7252 §4.8), so
 /// that it arrives before the client retransmits its request.
 pub(super) const PROOF_WAIT: Duration = Duration::from_secs(1);
+/// How long the CON asking a source for its proof (the probe) may go without its ACK before
+/// the source is taken not to receive: ACK_TIMEOUT (RFC 7252 §4.8), when its first
+/// retransmission may be due. A real client acknowledges within a round trip.
+pub(super) const PROBE_ANSWER_WAIT: Duration = crate::coap::params::ACK_TIMEOUT;
 /// Unmatched ACKs and RSTs an unproven source may send before its ACKs prove nothing.
 const MAX_WRONG_PROOFS: u8 = 8;
 /// An answer may be this long (RFC 7252 §4.6's message size, when nothing is known of the
@@ -77,12 +82,28 @@ enum Proof {
     /// the ACK that proves the source, if one is out. `ping`: the Message ID of the empty
     /// CON (a CoAP ping, RFC 7252 §4.3) the proxy sent to provoke an RST, and when, if one
     /// is out.
+    /// `probed_at`: when the latest probe went; another may only go [`EXCHANGE_LIFETIME`]
+    /// later, whatever ended this one, so that a source never gets more than one datagram
+    /// past its allowance per lifetime. `silent_since`: when ICMP port unreachable came
+    /// back for it, if it did (see [`SourceValidation::silent`]).
     Unproven {
         probe: Option<ExchangeKey>,
         ping: Option<(u16, Timestamp)>,
+        probed_at: Option<Timestamp>,
+        silent_since: Option<Timestamp>,
     },
     /// It received at its address; trusted until `until`.
     Proven { until: Timestamp },
+}
+
+impl Proof {
+    /// A source not (or no longer) proven, with nothing out to it.
+    const FRESH: Proof = Proof::Unproven {
+        probe: None,
+        ping: None,
+        probed_at: None,
+        silent_since: None,
+    };
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -167,14 +188,15 @@ impl SourceValidation {
         let s = self.sources.entry(addr).or_insert(SourceState {
             received: 0,
             sent: 0,
-            proof: Proof::Unproven {
-                probe: None,
-                ping: None,
-            },
+            proof: Proof::FRESH,
             wrong: 0,
             last: now,
         });
         s.last = now;
+        // A proof that ran out: unproven again, from the start.
+        if matches!(s.proof, Proof::Proven { until } if until <= now) {
+            s.proof = Proof::FRESH;
+        }
         s
     }
 
@@ -224,13 +246,25 @@ impl SourceValidation {
             return Verdict::Send;
         }
         let proof = s.proof;
-        if let (Proof::Unproven { probe: None, ping }, Some(key)) = (proof, con) {
-            s.proof = Proof::Unproven {
-                probe: Some(key),
-                ping,
-            };
-            self.probes += 1;
-            return Verdict::Send;
+        if let (
+            Proof::Unproven {
+                probe: None,
+                probed_at,
+                ..
+            },
+            Some(key),
+        ) = (proof, con)
+        {
+            if probed_at.is_none_or(|at| at + EXCHANGE_LIFETIME <= now) {
+                if let Proof::Unproven {
+                    probe, probed_at, ..
+                } = &mut s.proof
+                {
+                    (*probe, *probed_at) = (Some(key), Some(now));
+                }
+                self.probes += 1;
+                return Verdict::Send;
+            }
         }
         self.withheld_datagrams += 1;
         let is_probe = |k| matches!(proof, Proof::Unproven { probe: Some(p), .. } if p == k);
@@ -275,20 +309,42 @@ impl SourceValidation {
         }
     }
 
-    /// A ping with Message ID `mid` went to `addr`.
+    /// A ping with Message ID `mid` went to `addr` (which `entry` made unproven if its proof
+    /// had run out).
     pub(super) fn pinged(&mut self, now: Timestamp, addr: SocketAddr, mid: u16) {
-        let s = self.entry(now, addr);
-        s.proof = match s.proof {
-            Proof::Unproven { probe, .. } => Proof::Unproven {
-                probe,
-                ping: Some((mid, now)),
-            },
-            Proof::Proven { .. } => Proof::Unproven {
-                probe: None,
-                ping: Some((mid, now)),
-            },
-        };
+        if let Proof::Unproven { ping, .. } = &mut self.entry(now, addr).proof {
+            *ping = Some((mid, now));
+        }
         self.pings += 1;
+    }
+
+    /// Whether `addr` is not proven and showed within a lifetime that it does not receive
+    /// (see [`Proof::Unproven`]): its probe went [`PROBE_ANSWER_WAIT`] ago or more without
+    /// its ACK (ended or not), or ICMP port unreachable came back. An answer too big for its
+    /// allowance is then not held for it, and what is held is given up (`awaiting_proof.rs`).
+    pub(super) fn silent(&self, now: Timestamp, addr: SocketAddr) -> bool {
+        let Some(Proof::Unproven {
+            probed_at,
+            silent_since,
+            ..
+        }) = self.sources.get(&addr).map(|s| s.proof)
+        else {
+            return false;
+        };
+        let unanswered = probed_at.map(|at| at + PROBE_ANSWER_WAIT);
+        let since = [unanswered.filter(|&at| at <= now), silent_since];
+        (since.into_iter().flatten().max()).is_some_and(|at| now < at + EXCHANGE_LIFETIME)
+    }
+
+    /// ICMP port unreachable came back for a datagram to `addr`: nobody receives there. An
+    /// unproven source is silent from now on (a proven one keeps its proof: a forged ICMP
+    /// error must not cost a real client more than the observations it ends).
+    pub(super) fn unreachable(&mut self, now: Timestamp, addr: SocketAddr) {
+        if let Some(s) = self.sources.get_mut(&addr) {
+            if let Proof::Unproven { silent_since, .. } = &mut s.proof {
+                *silent_since = Some(now);
+            }
+        }
     }
 
     /// Whether an ACK or RST with `mid` from `addr` answers the ping of ours out to it.
@@ -405,9 +461,42 @@ mod tests {
         );
         assert_eq!(v.admit(at(2), victim, 6, None), Verdict::Send, "within 3x");
         assert_eq!((v.probes, v.withheld_datagrams), (1, 3));
-        // The probe timed out: another may take its place.
+        // The probe ended: another may take its place, once a lifetime has passed since it
+        // went (whatever ended it: one datagram past 3x per lifetime).
         v.delivery_ended(victim, key(1));
-        assert_eq!(v.admit(at(3), victim, 1000, Some(key(2))), Verdict::Send);
+        assert_eq!(
+            v.admit(at(3), victim, 1000, Some(key(2))),
+            Verdict::Withhold
+        );
+        let later = at(0) + EXCHANGE_LIFETIME;
+        assert_eq!(v.admit(later, victim, 1000, Some(key(2))), Verdict::Send);
+    }
+
+    #[test]
+    fn a_probe_unanswered_makes_its_source_silent_until_proven() {
+        let (mut v, victim) = (validation(), VICTIM.parse().unwrap());
+        v.received(at(0), victim, 12);
+        assert_eq!(v.admit(at(0), victim, 1000, Some(key(1))), Verdict::Send);
+        let answered_by = at(0) + PROBE_ANSWER_WAIT;
+        assert!(!v.silent(at(1999), victim));
+        assert!(
+            v.silent(answered_by, victim),
+            "the probe went unacknowledged"
+        );
+        v.delivery_ended(victim, key(1));
+        assert!(v.silent(answered_by, victim), "however it ended");
+        assert!(
+            !v.silent(answered_by + EXCHANGE_LIFETIME, victim),
+            "for a lifetime"
+        );
+        v.prove(at(4000), victim, ProvedBy::Echo);
+        assert!(!v.silent(at(4000), victim), "an Echo still proves it");
+        // ICMP port unreachable silences an unproven source, never a proven one.
+        let other: SocketAddr = "192.0.2.8:5683".parse().unwrap();
+        v.received(at(5000), other, 12);
+        v.unreachable(at(5000), other);
+        v.unreachable(at(5000), victim);
+        assert!(v.silent(at(5000), other) && !v.silent(at(5000), victim));
     }
 
     #[test]

@@ -8,6 +8,7 @@ mod behaviours;
 mod budget;
 #[cfg(feature = "cache")]
 mod cache;
+mod held;
 mod observation_shares;
 mod observers;
 mod regressions;
