@@ -458,6 +458,7 @@ fn the_new_limits_are_flags_that_refuse_nonsense() {
         ("--max-options", "0"),
         ("--max-inflight-bytes", "100"),
         ("--max-cached-per-client", "0"),
+        ("--max-observations-per-source", "0"),
     ] {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_backoffd"))
             .args(["proxy", "--upstream", "127.0.0.1:5683", flag, value])

@@ -547,3 +547,32 @@ fn resolve_allowed(hostport: &str) -> Result<AllowedTarget, UsageError> {
         addr,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn share(line: &str) -> Result<usize, UsageError> {
+        let args: Vec<String> = line.split_whitespace().map(String::from).collect();
+        match parse(&args)? {
+            Parsed::Run(a) => Ok(a.config.limits.max_observations_per_source),
+            Parsed::Help => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn one_sources_share_of_the_observations_is_an_eighth_of_them_unless_given() {
+        let up = "--upstream 127.0.0.1:5684";
+        assert_eq!(share(up), Ok(125));
+        assert_eq!(share(&format!("{up} --max-observations 10000")), Ok(1250));
+        assert_eq!(share(&format!("{up} --max-observations 3")), Ok(1));
+        let given = format!("{up} --max-observations 100 --max-observations-per-source 40");
+        assert_eq!(share(&given), Ok(40));
+        let zero = share(&format!("{up} --max-observations-per-source 0")).unwrap_err();
+        assert!(
+            zero.0.contains("--max-observations-per-source"),
+            "{}",
+            zero.0
+        );
+    }
+}
