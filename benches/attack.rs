@@ -24,6 +24,14 @@
 //! HTTP/2 client they share) in `http2.rs`, rows 7, 12 and 13 in `serve.rs`. Issue 25's probes
 //! (the HTTP front and the answer store) are in `attack/hostile_http.rs`: `http_slots`,
 //! `answer_store`, `http_bodies`, `sse_cr` and `pipelined_local`.
+//!
+//! Issue 40's coaps probes (built with the `dtls` feature) are in `attack/dtls.rs`:
+//!
+//! | probe | issue row | figure |
+//! |---|---|---|
+//! | `dtls_hello_flood` | issue 40 row 2 | 157 addresses x 64 ports of cookie-verified hellos, again every 10 s: handshaking sessions, RSS growth, a legitimate PSK client's 3 tries |
+//! | `dtls_forged_hello` | issue 40 row 6 | a cookie-less hello from a live session's address and port: a HelloVerifyRequest into the session or not, the session after it |
+//! | `dtls_sec1_key` | issue 40 row 9 | `--dtls-key` with a SEC1 key: whether the proxy starts and serves coap-client-openssl |
 
 // The reflection cases are the test's (tests/proxy_reflection.rs), so that the figures printed
 // here are the ones it asserts on; the tests themselves are not compiled into the bench. It
@@ -43,6 +51,10 @@ mod http2;
 
 #[path = "attack/serve.rs"]
 mod serve;
+
+#[cfg(feature = "dtls")]
+#[path = "attack/dtls.rs"]
+mod dtls;
 
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -74,6 +86,12 @@ const PROBES: &[(&str, Probe)] = &[
     ("http_bodies", hostile_http::http_bodies),
     ("sse_cr", hostile_http::sse_cr),
     ("pipelined_local", hostile_http::pipelined_local),
+    #[cfg(feature = "dtls")]
+    ("dtls_hello_flood", dtls::hello_flood),
+    #[cfg(feature = "dtls")]
+    ("dtls_forged_hello", dtls::forged_hello),
+    #[cfg(feature = "dtls")]
+    ("dtls_sec1_key", dtls::sec1_key),
 ];
 
 fn main() {

@@ -118,11 +118,15 @@ impl fmt::Display for SourcePrefix {
 }
 
 fn mask32(len: u8) -> u32 {
-    u32::MAX.checked_shl(32 - u32::from(len.min(32))).unwrap_or(0)
+    u32::MAX
+        .checked_shl(32 - u32::from(len.min(32)))
+        .unwrap_or(0)
 }
 
 fn mask128(len: u8) -> u128 {
-    u128::MAX.checked_shl(128 - u32::from(len.min(128))).unwrap_or(0)
+    u128::MAX
+        .checked_shl(128 - u32::from(len.min(128)))
+        .unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -142,7 +146,10 @@ mod tests {
 
     #[test]
     fn one_ipv6_slash_64_is_one_source() {
-        assert_eq!(source("2001:db8::1"), source("2001:db8::ffff:1234:5678:9abc"));
+        assert_eq!(
+            source("2001:db8::1"),
+            source("2001:db8::ffff:1234:5678:9abc")
+        );
         assert_ne!(source("2001:db8::1"), source("2001:db8:0:1::1"));
         assert_eq!(source("2001:db8::1").to_string(), "2001:db8::/64");
     }

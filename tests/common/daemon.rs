@@ -13,7 +13,10 @@ use super::Proc;
 /// the earlier commit, beside the ones after.
 pub fn command(args: &[&str], log_level: &str) -> Command {
     let bin = std::env::var_os("BACKOFFD_BIN");
-    let mut command = Command::new(bin.as_deref().unwrap_or(env!("CARGO_BIN_EXE_backoffd").as_ref()));
+    let mut command = Command::new(
+        bin.as_deref()
+            .unwrap_or(env!("CARGO_BIN_EXE_backoffd").as_ref()),
+    );
     command.args(args).env("RUST_LOG", log_level);
     command
 }
