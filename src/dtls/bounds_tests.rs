@@ -58,15 +58,20 @@ fn a_flood_of_verified_hellos_holds_no_more_than_the_bounds_and_the_oldest_go_fi
     let limits = small_limits();
     let mut server = psk_server(limits);
     let now = Timestamp::from_nanos(2_000_000_000);
-    flood(&mut server, now, 0..8, 64);
+    flood(&mut server, now, 0..8, 32);
+    assert_eq!(server.session_counts(), (32, 32));
+    // Within their grace, the handshakes stay, and more from their sources are refused.
+    flood(&mut server, now, 0..8, 8);
+    assert_eq!(server.counters().refused.source_handshakes, 8);
+    // Past it, each source's newcomers push out its own oldest.
+    let later = now + Duration::from_secs(1);
+    flood(&mut server, later, 0..8, 32);
     assert_eq!(server.session_counts(), (32, 32));
     let c = server.counters();
     assert_eq!(c.handshakes.started, 64);
-    // 8 sources of 8 hellos: each source's 5th to 8th push out its own oldest.
     assert_eq!(c.evicted.source_handshakes, 32);
-    assert_eq!(c.handshakes.refused, 0);
     // New addresses: the oldest handshakes anywhere make room.
-    flood(&mut server, now, 8..20, 12);
+    flood(&mut server, later + Duration::from_secs(1), 8..20, 12);
     assert_eq!(server.session_counts(), (32, 32));
     assert_eq!(server.counters().evicted.handshakes, 12);
 }
@@ -76,7 +81,8 @@ fn a_psk_client_in_the_middle_of_a_flood_completes_and_is_never_evicted() {
     let limits = small_limits();
     let mut server = psk_server(limits);
     let now = Timestamp::from_nanos(2_000_000_000);
-    flood(&mut server, now, 0..8, 64);
+    flood(&mut server, now, 0..8, 32);
+    let now = now + Duration::from_secs(1);
     // The client's verified hello opens its session; the attacker goes on for fewer
     // newcomers than the bound before the client's next flight arrives.
     let mut client = psk_client(40100, b"secretkey", CCM8);
@@ -108,10 +114,15 @@ fn a_psk_client_in_the_middle_of_a_flood_completes_and_is_never_evicted() {
     exchange(&mut server, &mut client, now);
     assert_eq!(client.events, ["complete"]);
     // Established, it is never the one to go, however long the flood.
-    flood(&mut server, now, 40..70, 300);
+    flood(&mut server, now + Duration::from_secs(1), 40..70, 300);
     assert_eq!(server.session_counts(), (33, 32));
+    // A newcomer while every handshake is in its grace is refused; its next hello, a
+    // retransmission timer later, gets in.
     let mut another = psk_client(40101, b"secretkey", CCM8);
-    exchange(&mut server, &mut another, now);
+    exchange(&mut server, &mut another, now + Duration::from_secs(1));
+    assert!(another.events.is_empty());
+    let mut another = psk_client(40102, b"secretkey", CCM8);
+    exchange(&mut server, &mut another, now + Duration::from_secs(2));
     assert_eq!(another.events, ["complete"]);
     assert_eq!(server.session_counts(), (33, 31));
 }
@@ -121,11 +132,12 @@ fn the_defaults_hold_a_flood_of_157_addresses_to_their_share() {
     let mut server = psk_server(SessionLimits::default());
     let now = Timestamp::from_nanos(2_000_000_000);
     // 157 addresses x 16 ports: each address keeps its 8 newest handshakes.
-    flood(&mut server, now, 0..157, 157 * 16);
+    flood(&mut server, now, 0..157, 157 * 8);
+    flood(&mut server, now + Duration::from_secs(1), 0..157, 157 * 8);
     assert_eq!(server.session_counts(), (157 * 8, 157 * 8));
     assert_eq!(server.counters().evicted.source_handshakes, 157 * 8);
-    let mut client = psk_client(40102, b"secretkey", CCM8);
-    exchange(&mut server, &mut client, now);
+    let mut client = psk_client(40103, b"secretkey", CCM8);
+    exchange(&mut server, &mut client, now + Duration::from_secs(1));
     assert_eq!(client.events, ["complete"]);
 }
 

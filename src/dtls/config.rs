@@ -72,6 +72,9 @@ pub struct SessionLimits {
     pub source_prefix: PrefixLengths,
     /// From the cookie-verified ClientHello to the Finished; a slower handshake is dropped.
     pub handshake_timeout: Duration,
+    /// How long a handshake is kept before a newcomer at a bound may take its place
+    /// (`admission.rs`): one retransmission timer (RFC 6347 §4.2.4.1: 1 s).
+    pub handshake_grace: Duration,
     /// An established session with no record either way for this long is dropped.
     pub idle_timeout: Duration,
     /// A ClientHello without a cookie from the address of a session is answered only once
@@ -93,6 +96,7 @@ impl Default for SessionLimits {
             max_handshakes_per_source: 8,
             source_prefix: PrefixLengths::DEFAULT,
             handshake_timeout: Duration::from_secs(10),
+            handshake_grace: Duration::from_secs(1),
             idle_timeout: Duration::from_secs(300),
             rehello_quiet: Duration::from_secs(10),
         }

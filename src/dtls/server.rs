@@ -7,7 +7,8 @@
 //! is shorter than the hello: a forged source is never sent more than it sent. Only a
 //! ClientHello that echoes a valid cookie, and so proves that its address receives, opens a
 //! session, within bounds in total and per source, on all sessions and on those still
-//! handshaking; at a bound the oldest handshake makes room (`admission.rs`).
+//! handshaking; at a bound the oldest handshake past its 1 s grace makes room
+//! (`admission.rs`).
 //!
 //! **A session is not ended by a hello it cannot tell from a forgery.** A ClientHello
 //! without a cookie from the address of a session could be its client starting again
@@ -51,7 +52,7 @@ use rtc_dtls::crypto_provider::RTCCryptoProvider;
 use rtc_dtls::endpoint::{Endpoint, EndpointEvent};
 use slab::Slab;
 
-use super::admission::{source_of, Admission, Verdict};
+use super::admission::{source_of, Admission, Age, Verdict};
 use super::clock::Clock;
 use super::config::{server_handshake, DtlsServerConfig, SessionLimits};
 use super::cookie::{CookieJar, COOKIE_LEN};
@@ -103,7 +104,7 @@ struct Session {
     addr: SocketAddr,
     /// What the session counts towards, and its age among the handshakes (`admission.rs`).
     source: SourcePrefix,
-    age: u64,
+    age: Age,
     generation: u32,
     endpoint: Endpoint,
     /// The verified ClientHello's random: a hello repeating it is a retransmission.
@@ -316,7 +317,7 @@ impl DtlsServer {
             self.counters.drops.malformed_hello += 1;
             return;
         };
-        if !self.make_room(source_of(&self.limits, from.ip())) {
+        if !self.make_room(now, source_of(&self.limits, from.ip())) {
             return;
         }
         let index = self.open(now, from, hello);
@@ -339,9 +340,9 @@ impl DtlsServer {
 
     /// Whether a newcomer from `source` may open a session, once the oldest handshakes the
     /// bounds ask for have made room (`admission.rs`).
-    fn make_room(&mut self, source: SourcePrefix) -> bool {
+    fn make_room(&mut self, now: Timestamp, source: SourcePrefix) -> bool {
         loop {
-            match self.admission.verdict(&self.limits, source) {
+            match self.admission.verdict(&self.limits, source, now) {
                 Verdict::Admit => return true,
                 Verdict::Evict(index, bound) => {
                     self.counters.evicted.count(bound);
@@ -395,7 +396,7 @@ impl DtlsServer {
         );
         let source = source_of(&self.limits, from.ip());
         let entry = self.sessions.vacant_entry();
-        let age = self.admission.opened(entry.key(), source);
+        let age = self.admission.opened(entry.key(), source, now);
         let index = entry.key();
         entry.insert(Session {
             addr: from,

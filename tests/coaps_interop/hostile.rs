@@ -20,18 +20,30 @@ use super::flood::first_hello;
 /// What a verified flood did.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct VerifiedFlood {
-    /// Datagrams sent: the first hellos and the hellos with our cookie.
+    /// Datagrams sent: the first hellos, the hellos with our cookie and their repeats.
     pub datagrams: usize,
     /// HelloVerifyRequests received, each answered with a hello echoing its cookie.
     pub verified: usize,
+    /// Sources whose hello with the cookie was answered with a ServerHello: a session
+    /// opened for them, as far as they can tell.
+    pub opened: usize,
     /// From the first datagram to the last.
     pub took: Duration,
 }
 
+/// Where one of the flood's sockets is.
+enum Step {
+    WaitingForCookie,
+    /// The hello with the cookie went out (repeated while unanswered: the listener's
+    /// socket drops what it cannot read in time, as a client's retransmission would).
+    Verified(Vec<u8>),
+    Opened,
+}
+
 /// From `ips` addresses 127.0.1.1 on, `ports` sockets each: a first ClientHello, then the
-/// same hello with the cookie of our HelloVerifyRequest (RFC 6347 §4.2.1), then silence.
-/// In rounds of at most `batch` sockets (the descriptor limit), each waiting at most 2 s
-/// for its cookies.
+/// same hello with the cookie of our HelloVerifyRequest (RFC 6347 §4.2.1), repeated every
+/// 300 ms until a ServerHello shows that a session was opened, then silence. In rounds of
+/// at most `batch` sockets (the descriptor limit), each given 3 s.
 pub fn verified_flood(target: SocketAddr, ips: u8, ports: usize, batch: usize) -> VerifiedFlood {
     let hello = first_hello();
     let mut flood = VerifiedFlood::default();
@@ -49,23 +61,45 @@ pub fn verified_flood(target: SocketAddr, ips: u8, ports: usize, batch: usize) -
                 flood.datagrams += 1;
             }
         }
-        let deadline = Instant::now() + Duration::from_secs(2);
-        let mut waiting: Vec<&UdpSocket> = sockets.iter().collect();
+        let mut steps: Vec<Step> = sockets.iter().map(|_| Step::WaitingForCookie).collect();
+        let deadline = Instant::now() + Duration::from_secs(3);
+        let mut repeat_at = Instant::now() + Duration::from_millis(300);
         let mut buf = [0u8; 2048];
-        while !waiting.is_empty() && Instant::now() < deadline {
-            waiting.retain(|s| match s.recv(&mut buf) {
-                Ok(n) if n > 28 && buf[0] == 22 && buf[13] == 3 => {
-                    let second = with_cookie(&hello, &buf[28..n]);
-                    if s.send_to(&second, target).is_ok() {
-                        flood.datagrams += 1;
-                        flood.verified += 1;
+        while Instant::now() < deadline && steps.iter().any(|s| !matches!(s, Step::Opened)) {
+            for (s, step) in sockets.iter().zip(steps.iter_mut()) {
+                while let Ok(n) = s.recv(&mut buf) {
+                    let kind = (n > 13 && buf[0] == 22).then_some(buf[13]);
+                    match (kind, &step) {
+                        (Some(3), Step::WaitingForCookie) if n > 28 => {
+                            let second = with_cookie(&hello, &buf[28..n]);
+                            if s.send_to(&second, target).is_ok() {
+                                flood.datagrams += 1;
+                            }
+                            flood.verified += 1;
+                            *step = Step::Verified(second);
+                        }
+                        (Some(2), Step::Verified(_)) => {
+                            flood.opened += 1;
+                            *step = Step::Opened;
+                        }
+                        _ => {}
                     }
-                    false
                 }
-                Ok(_) => true,
-                Err(_) => true,
-            });
-            std::thread::sleep(Duration::from_micros(200));
+            }
+            if Instant::now() >= repeat_at {
+                repeat_at = Instant::now() + Duration::from_millis(300);
+                for (s, step) in sockets.iter().zip(&steps) {
+                    let again = match step {
+                        Step::WaitingForCookie => &hello,
+                        Step::Verified(second) => second,
+                        Step::Opened => continue,
+                    };
+                    if s.send_to(again, target).is_ok() {
+                        flood.datagrams += 1;
+                    }
+                }
+            }
+            std::thread::sleep(Duration::from_millis(1));
         }
     }
     flood.took = start.elapsed();

@@ -8,9 +8,9 @@ use common::exposition::scrape;
 /// Row 2, scaled down: the same flood against a table of 1,000 sessions (the issue filled
 /// 10,000; the attack benchmark's `dtls_hello_flood` does): 157 addresses x 12 ports of
 /// cookie-verified hellos that never finish. Before, the table was full and a legitimate
-/// client was refused until the handshakes timed out; now the table keeps the newest
-/// handshakes, and the client's takes the place of the oldest. (Each address would keep its
-/// 8 newest, but at 1,000 sessions the table's bound comes first: about 6 per address.)
+/// client was refused until the handshakes timed out; now, once they are past their 1 s
+/// grace, the client's handshake takes the place of the oldest. (Each address would keep
+/// its 8 newest, but at 1,000 sessions the table's bound comes first.)
 #[test]
 fn a_flood_of_verified_hellos_leaves_room_for_a_psk_client() {
     let dir = scratch("coaps-verified-flood");
@@ -39,10 +39,6 @@ fn a_flood_of_verified_hellos_leaves_room_for_a_psk_client() {
     let handshaking = m.get("backoffd_dtls_sessions{phase=\"handshaking\"}");
     assert!(handshaking <= 1000.0, "{handshaking} handshaking");
     assert!(m.get("backoffd_dtls_evicted_total{bound=\"sessions\"}") > 0.0);
-    assert_eq!(
-        m.get("backoffd_dtls_handshakes_total{outcome=\"refused\"}"),
-        0.0
-    );
     eprintln!("{flood:?}, {handshaking} handshaking");
 }
 
