@@ -62,7 +62,7 @@ pub use pkcs8::as_pkcs8;
 mod pkcs8 {
     use rustls::pki_types::PrivateKeyDer;
 
-    /// `key` as PKCS#8 (RFC 5208), whichever of the three forms [`private_key`] read: what the
+    /// `key` as PKCS#8 (RFC 5208), whichever of the three forms [`super::private_key`] read: what the
     /// DTLS library imports (`--dtls-key`), so that it takes every file `--tls-key` takes. A
     /// SEC1 key (RFC 5915, `BEGIN EC PRIVATE KEY`, what `openssl ecparam -genkey` writes) is
     /// wrapped with the curve its parameters name; a PKCS#1 key (RFC 8017, `BEGIN RSA PRIVATE
