@@ -29,6 +29,14 @@
 //! `answer_store`, `http_bodies`, `sse_cr` and `pipelined_local`. Issue 40's rows 1 and 8
 //! (answers held for a proof of address) are in `attack/held.rs`, row 5 (the observations'
 //! per-source share) in `attack/observe.rs`.
+//!
+//! Issue 40's coaps probes (built with the `dtls` feature) are in `attack/dtls.rs`:
+//!
+//! | probe | issue row | figure |
+//! |---|---|---|
+//! | `dtls_hello_flood` | issue 40 row 2 | 157 addresses x 64 ports of cookie-verified hellos, again every 10 s: handshaking sessions, RSS growth, a legitimate PSK client's 3 tries |
+//! | `dtls_forged_hello` | issue 40 row 6 | a cookie-less hello from a live session's address and port: a HelloVerifyRequest into the session or not, the session after it |
+//! | `dtls_sec1_key` | issue 40 row 9 | `--dtls-key` with a SEC1 key: whether the proxy starts and serves coap-client-openssl |
 
 // The reflection cases are the test's (tests/proxy_reflection.rs), so that the figures printed
 // here are the ones it asserts on; the tests themselves are not compiled into the bench. It
@@ -54,6 +62,10 @@ mod serve;
 
 #[path = "attack/observe.rs"]
 mod observe;
+
+#[cfg(feature = "dtls")]
+#[path = "attack/dtls.rs"]
+mod dtls;
 
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -88,6 +100,12 @@ const PROBES: &[(&str, Probe)] = &[
     ("held_backlog", held::held_backlog),
     ("observe_share", observe::observe_share),
     ("icmp_observer", held::icmp_observer),
+    #[cfg(feature = "dtls")]
+    ("dtls_hello_flood", dtls::hello_flood),
+    #[cfg(feature = "dtls")]
+    ("dtls_forged_hello", dtls::forged_hello),
+    #[cfg(feature = "dtls")]
+    ("dtls_sec1_key", dtls::sec1_key),
 ];
 
 fn main() {

@@ -22,6 +22,9 @@
 //! | a_wrong_upstream_key_gets_5_02                         | openssl server   |
 //! | a_restarted_upstream_gets_a_new_session                | openssl server   |
 //! | the_upstream_certificate_is_verified                   | openssl server   |
+//! | a_flood_of_verified_hellos_leaves_room_for_a_psk_client | rtc-dtls hellos, openssl |
+//! | a_cookieless_hello_from_a_live_session_s_address_...   | rtc-dtls         |
+//! | a_sec1_certificate_key_serves_coaps                    | openssl          |
 
 #![cfg(feature = "dtls")]
 
@@ -41,6 +44,10 @@ mod cases;
 mod certs;
 #[path = "coaps_interop/flood.rs"]
 mod flood;
+#[path = "coaps_interop/hostile.rs"]
+mod hostile;
+#[path = "coaps_interop/hostile_cases.rs"]
+mod hostile_cases;
 #[path = "coaps_interop/upstream.rs"]
 mod upstream;
 

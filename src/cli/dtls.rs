@@ -13,7 +13,7 @@ use std::time::Duration;
 use super::flags::DurationArg;
 use super::flags::{value, Flags, Spec, UsageError};
 #[cfg(feature = "dtls")]
-use super::pem::{certificates, read, MAX_PEM};
+use super::pem::{certificates, read};
 #[cfg(feature = "dtls")]
 use backoffd::dtls::{
     CertifiedKey, ClientCredentials, Credentials, DtlsClientConfig, DtlsServerConfig, SessionLimits,
@@ -44,6 +44,8 @@ pub const SPEC: &[Spec] = &[
     value("dtls-client-ca"),
     value("dtls-max-sessions"),
     value("dtls-max-sessions-per-source"),
+    value("dtls-max-handshakes"),
+    value("dtls-max-handshakes-per-source"),
     value("dtls-handshake-timeout"),
     value("dtls-idle-timeout"),
 ];
@@ -95,11 +97,14 @@ pub fn describe(part: &DtlsPart) -> String {
         }
         let l = &part.config.limits;
         format!(
-            "  coaps on {}: {}; up to {} sessions, {} per source; handshake {:?}, idle {:?}\n",
+            "  coaps on {}: {}; up to {} sessions, {} per source {}, of them {} handshaking, {} per source; handshake {:?}, idle {:?}\n",
             part.addr,
             takes.join(", "),
             l.max_sessions,
             l.max_sessions_per_source,
+            l.source_prefix,
+            l.max_handshakes,
+            l.max_handshakes_per_source,
             l.handshake_timeout,
             l.idle_timeout
         )
@@ -191,8 +196,7 @@ fn psk_table(flags: &Flags) -> Result<backoffd::dtls::PskTable, UsageError> {
 /// `--dtls-cert` and `--dtls-key`, both or neither.
 #[cfg(feature = "dtls")]
 fn certificate(flags: &Flags) -> Result<Option<CertifiedKey>, UsageError> {
-    use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::PrivateKeyDer;
+    use super::pem::{as_pkcs8, private_key};
     let (cert, key) = (
         flags.get::<String>("dtls-cert")?,
         flags.get::<String>("dtls-key")?,
@@ -204,16 +208,10 @@ fn certificate(flags: &Flags) -> Result<Option<CertifiedKey>, UsageError> {
         (None, Some(_)) => return Err(UsageError("--dtls-key: needs --dtls-cert".into())),
     };
     let chain = certificates("dtls-cert", &cert)?;
-    let pem = read("dtls-key", &key, MAX_PEM)?;
-    let key_pkcs8 = match PrivateKeyDer::from_pem_slice(&pem) {
-        Ok(PrivateKeyDer::Pkcs8(k)) => k.secret_pkcs8_der().to_vec(),
-        Ok(_) => {
-            return Err(UsageError(format!(
-                "--dtls-key: {key} is not PKCS#8 (BEGIN PRIVATE KEY); convert it with openssl pkcs8 -topk8 -nocrypt"
-            )))
-        }
-        Err(e) => return Err(UsageError(format!("--dtls-key: {key}: {e}"))),
-    };
+    // The one key reader `--tls-key` uses too: PKCS#8, PKCS#1 or SEC1.
+    let read_key = private_key("dtls-key", &key)?;
+    let key_pkcs8 =
+        as_pkcs8(&read_key).map_err(|e| UsageError(format!("--dtls-key: {key}: {e}")))?;
     Ok(Some(CertifiedKey { chain, key_pkcs8 }))
 }
 
@@ -235,8 +233,15 @@ fn limits(flags: &Flags) -> Result<SessionLimits, UsageError> {
             "dtls-max-sessions-per-source",
             d.max_sessions_per_source,
         )?,
+        max_handshakes: positive("dtls-max-handshakes", d.max_handshakes)?,
+        max_handshakes_per_source: positive(
+            "dtls-max-handshakes-per-source",
+            d.max_handshakes_per_source,
+        )?,
+        source_prefix: super::proxy::source_prefix(flags)?,
         handshake_timeout: duration("dtls-handshake-timeout", d.handshake_timeout)?,
         idle_timeout: duration("dtls-idle-timeout", d.idle_timeout)?,
+        ..d
     })
 }
 

@@ -127,7 +127,11 @@ coaps (DTLS 1.2, RFC 7252 §9; cargo feature `dtls`, on by default):
   --dtls-client-ca FILE          require client certificates chaining to these CAs (PEM)
   --dtls-max-sessions N          sessions at once, handshaking or established (default 10000)
   --dtls-max-sessions-per-source N
-                                 of those, from one IP address (default 64)
+                                 of those, from one source (--source-prefix; default 64)
+  --dtls-max-handshakes N        of the sessions, still handshaking at once (default 2000); at
+                                 any of these caps the oldest handshake makes room
+  --dtls-max-handshakes-per-source N
+                                 of those, from one source (default 8)
   --dtls-handshake-timeout D     from the verified ClientHello to Finished (default 10s)
   --dtls-idle-timeout D          a session with no record either way is dropped (default 300s)
   --upstream-psk-identity ID, --upstream-psk-key-file FILE

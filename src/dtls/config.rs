@@ -15,6 +15,8 @@ use rtc_dtls::crypto::Certificate;
 use rtc_dtls::crypto_provider::{RTCCryptoProvider, SignatureScheme};
 use rustls::pki_types::CertificateDer;
 
+use crate::source_prefix::PrefixLengths;
+
 /// Pre-shared keys by identity (RFC 4279 §2). Both are bytes: an identity need not be text.
 pub type PskTable = BTreeMap<Vec<u8>, Vec<u8>>;
 
@@ -54,26 +56,49 @@ impl std::fmt::Debug for Credentials {
     }
 }
 
-/// Bounds on what peers may make a listener hold.
+/// Bounds on what peers may make a listener hold (`admission.rs` says how a full one makes
+/// room).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SessionLimits {
     /// Sessions at once, handshaking or established.
     pub max_sessions: usize,
-    /// Of those, from one IP address.
+    /// Of those, from one source (an IPv4 address or IPv6 /64 by default: `source_prefix`).
     pub max_sessions_per_source: usize,
+    /// Sessions still handshaking, at once: what a peer with addresses but no key can hold.
+    pub max_handshakes: usize,
+    /// Of those, from one source.
+    pub max_handshakes_per_source: usize,
+    /// What a source is: the prefix lengths of `--source-prefix`.
+    pub source_prefix: PrefixLengths,
     /// From the cookie-verified ClientHello to the Finished; a slower handshake is dropped.
     pub handshake_timeout: Duration,
+    /// How long a handshake is kept before a newcomer at a bound may take its place
+    /// (`admission.rs`): one retransmission timer (RFC 6347 §4.2.4.1: 1 s).
+    pub handshake_grace: Duration,
     /// An established session with no record either way for this long is dropped.
     pub idle_timeout: Duration,
+    /// A ClientHello without a cookie from the address of a session is answered only once
+    /// the session has heard nothing from its client for this long (`server.rs`, RFC 6347
+    /// §4.2.8): until then it is an off-path forgery's way to end the session.
+    pub rehello_quiet: Duration,
 }
 
 impl Default for SessionLimits {
+    /// 10,000 sessions, 64 per source; 2,000 handshaking, 8 per source. A handshaking
+    /// session holds about 7.5 KiB (docs/security.md), so the handshakes an attacker with
+    /// addresses but no key can hold cost at most 15 MiB, while one NAT's devices still
+    /// handshake 8 at a time.
     fn default() -> Self {
         SessionLimits {
             max_sessions: 10_000,
             max_sessions_per_source: 64,
+            max_handshakes: 2_000,
+            max_handshakes_per_source: 8,
+            source_prefix: PrefixLengths::DEFAULT,
             handshake_timeout: Duration::from_secs(10),
+            handshake_grace: Duration::from_secs(1),
             idle_timeout: Duration::from_secs(300),
+            rehello_quiet: Duration::from_secs(10),
         }
     }
 }
@@ -165,7 +190,7 @@ fn certificate(
             .import_signing_key(scheme, &certified.key_pkcs8)
             .ok()
     })
-    .ok_or("the key is not a PKCS#8 ECDSA (P-256, P-384) or Ed25519 key")?;
+    .ok_or("the key is not an ECDSA (P-256, P-384) or Ed25519 key, which the ECDHE_ECDSA suites need (RFC 7252 §9.1.3.2)")?;
     if certified.chain.is_empty() {
         return Err("the certificate file holds no certificate".into());
     }

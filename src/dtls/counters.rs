@@ -1,6 +1,8 @@
 //! What a coaps listener counts: handshakes by outcome and records dropped by reason
 //! (exported as `backoffd_dtls_*`, `crate::proxy::metrics`).
 
+use super::admission::Bound;
+
 /// How handshakes ended.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Handshakes {
@@ -33,6 +35,45 @@ pub struct Drops {
     pub rejected_records: u64,
     /// Answers for a session that had ended.
     pub ended_session: u64,
+    /// ClientHellos without a cookie from the address of a session its client was heard in
+    /// lately: not answered, so that a forged one cannot end the session (RFC 6347 §4.2.8,
+    /// `server.rs`).
+    pub hello_to_live_session: u64,
+}
+
+/// Counts by the bound a cookie-verified ClientHello met (`admission.rs`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ByBound {
+    /// All sessions.
+    pub sessions: u64,
+    /// Sessions still handshaking.
+    pub handshakes: u64,
+    /// One source's sessions.
+    pub source_sessions: u64,
+    /// One source's sessions still handshaking.
+    pub source_handshakes: u64,
+}
+
+impl ByBound {
+    /// One more at `bound`.
+    pub fn count(&mut self, bound: Bound) {
+        match bound {
+            Bound::Sessions => self.sessions += 1,
+            Bound::Handshakes => self.handshakes += 1,
+            Bound::SourceSessions => self.source_sessions += 1,
+            Bound::SourceHandshakes => self.source_handshakes += 1,
+        }
+    }
+
+    /// The counts with their metric labels.
+    pub fn labelled(&self) -> [(&'static str, u64); 4] {
+        [
+            ("sessions", self.sessions),
+            ("handshakes", self.handshakes),
+            ("source_sessions", self.source_sessions),
+            ("source_handshakes", self.source_handshakes),
+        ]
+    }
 }
 
 /// How sessions ended.
@@ -55,6 +96,10 @@ pub struct DtlsCounters {
     pub drops: Drops,
     /// Established sessions' endings.
     pub endings: Endings,
+    /// Handshaking sessions ended to make room for a newcomer, by the bound it met.
+    pub evicted: ByBound,
+    /// Newcomers refused (only established sessions filled the bound), by bound.
+    pub refused: ByBound,
     /// Decrypted CoAP datagrams handed to the proxy.
     pub datagrams_in: u64,
     /// CoAP datagrams sent encrypted.

@@ -46,8 +46,23 @@ pub fn write_dtls_metrics(
             ("fragmented_hello", d.fragmented_hello),
             ("rejected_record", d.rejected_records),
             ("ended_session", d.ended_session),
+            ("hello_to_live_session", d.hello_to_live_session),
             ("send_failed", send_drops),
         ],
+    );
+    out.labelled_counter(
+        "backoffd_dtls_evicted_total",
+        "Sessions still handshaking ended to make room for a cookie-verified ClientHello, by \
+         the bound it met: sessions, handshakes, source_sessions, source_handshakes.",
+        "bound",
+        &c.evicted.labelled(),
+    );
+    out.labelled_counter(
+        "backoffd_dtls_refused_total",
+        "Cookie-verified ClientHellos refused because only established sessions filled the \
+         bound they met, by bound.",
+        "bound",
+        &c.refused.labelled(),
     );
     let e = &c.endings;
     out.labelled_counter(

@@ -8,12 +8,16 @@
 //! - [`draws`]: the library's randomness, from our seeds;
 //! - [`server`]: the session table, with caps in total and per source, a handshake deadline,
 //!   an idle timeout and one wheel timer per session;
+//! - [`admission`]: who gets a session at the bounds, and whose handshake makes room;
 //! - [`client`]: the proxy's own sessions towards a coaps origin, one per upstream endpoint;
 //! - [`config`]: keys, certificates and bounds, and the library's configuration from them.
 //!
 //! The proxy's driver owns the socket (`crate::proxy::driver`) and hands the decrypted
 //! datagrams to the engine as [`crate::proxy::Peer::Dtls`].
 
+pub mod admission;
+#[cfg(test)]
+mod bounds_tests;
 pub mod client;
 #[cfg(test)]
 mod client_tests;

@@ -6,7 +6,20 @@
 //! cookie gets a HelloVerifyRequest made here, statelessly (`hello.rs`, `cookie.rs`), which
 //! is shorter than the hello: a forged source is never sent more than it sent. Only a
 //! ClientHello that echoes a valid cookie, and so proves that its address receives, opens a
-//! session, within caps in total and per source address.
+//! session, within bounds in total and per source, on all sessions and on those still
+//! handshaking; at a bound the oldest handshake past its 1 s grace makes room
+//! (`admission.rs`).
+//!
+//! **A session is not ended by a hello it cannot tell from a forgery.** A ClientHello
+//! without a cookie from the address of a session could be its client starting again
+//! after losing its state (RFC 6347 §4.2.8), or an off-path forgery: our
+//! HelloVerifyRequest would then reach the real client inside its session, and OpenSSL's
+//! client drops its session at that. §4.2.8 asks for the cookie exchange and for the old
+//! session to be kept until the new hello proves its address, which we do, but we answer
+//! only once the session has heard nothing from its client for `rehello_quiet` (10 s): a
+//! client that sent an authenticated record that lately has not lost its state, and one
+//! that has keeps sending its hello on its retransmission timer (1 s, doubling, §4.2.4), so
+//! it gets the HelloVerifyRequest within 10 s more.
 //!
 //! **The library sees the handshake it expects.** rtc-dtls (docs/dtls.md) does the cookie
 //! exchange itself, with its own cookie and state from the first hello on. So a new session
@@ -28,7 +41,7 @@
 //! (§4.2.4), the handshake deadline and the idle deadline.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -39,6 +52,7 @@ use rtc_dtls::crypto_provider::RTCCryptoProvider;
 use rtc_dtls::endpoint::{Endpoint, EndpointEvent};
 use slab::Slab;
 
+use super::admission::{source_of, Admission, Age, Verdict};
 use super::clock::Clock;
 use super::config::{server_handshake, DtlsServerConfig, SessionLimits};
 use super::cookie::{CookieJar, COOKIE_LEN};
@@ -46,6 +60,7 @@ use super::counters::DtlsCounters;
 use super::draws::{lend, SeededProvider};
 use super::hello::{shift_plaintext_seqs, ClientHello, HelloError};
 use crate::proxy::SessionId;
+use crate::source_prefix::SourcePrefix;
 use crate::time::Timestamp;
 use crate::timer::{TimerId, TimerWheel};
 
@@ -71,6 +86,8 @@ pub enum Ending {
     Idle,
     /// The client began a new handshake from the same address (RFC 6347 §4.2.8).
     Replaced,
+    /// Still handshaking at a bound: a newcomer took its place (`admission.rs`).
+    Evicted,
 }
 
 /// Why [`DtlsServer::send`] could not send.
@@ -85,6 +102,9 @@ enum Phase {
 
 struct Session {
     addr: SocketAddr,
+    /// What the session counts towards, and its age among the handshakes (`admission.rs`).
+    source: SourcePrefix,
+    age: Age,
     generation: u32,
     endpoint: Endpoint,
     /// The verified ClientHello's random: a hello repeating it is a retransmission.
@@ -92,6 +112,9 @@ struct Session {
     /// What the library's epoch-0 record numbers are moved up by (see the module doc).
     seq_shift: u64,
     phase: Phase,
+    /// The latest proof that the client holds the session: the verified hello, the
+    /// Finished, a decrypted record (see the module doc on hellos to a live session).
+    last_heard: Timestamp,
     timer: Option<TimerId>,
 }
 
@@ -105,7 +128,7 @@ pub struct DtlsServer {
     local: SocketAddr,
     sessions: Slab<Session>,
     by_addr: BTreeMap<SocketAddr, usize>,
-    per_source: BTreeMap<IpAddr, usize>,
+    admission: Admission,
     timers: TimerWheel<usize>,
     next_generation: u32,
     transmits: VecDeque<(SocketAddr, Vec<u8>)>,
@@ -138,7 +161,7 @@ impl DtlsServer {
             local,
             sessions: Slab::new(),
             by_addr: BTreeMap::new(),
-            per_source: BTreeMap::new(),
+            admission: Admission::default(),
             timers: TimerWheel::new(),
             next_generation: 0,
             transmits: VecDeque::new(),
@@ -252,12 +275,7 @@ impl DtlsServer {
 
     /// Sessions at once: (all, still handshaking).
     pub fn session_counts(&self) -> (usize, usize) {
-        let handshaking = self
-            .sessions
-            .iter()
-            .filter(|(_, s)| matches!(s.phase, Phase::Handshaking { .. }))
-            .count();
-        (self.sessions.len(), handshaking)
+        (self.sessions.len(), self.admission.handshaking())
     }
 
     /// The address a live session's records go to.
@@ -277,6 +295,10 @@ impl DtlsServer {
     ) {
         let cookie = self.valid_cookie(now, from, hello);
         if cookie.is_none() {
+            if now < self.sessions[index].last_heard + self.limits.rehello_quiet {
+                self.counters.drops.hello_to_live_session += 1;
+                return;
+            }
             return self.verify_request(now, from, hello);
         }
         if self.sessions[index].hello_random == hello.random() {
@@ -295,11 +317,7 @@ impl DtlsServer {
             self.counters.drops.malformed_hello += 1;
             return;
         };
-        let per_source = self.per_source.get(&from.ip()).copied().unwrap_or(0);
-        if self.sessions.len() >= self.limits.max_sessions
-            || per_source >= self.limits.max_sessions_per_source
-        {
-            self.counters.handshakes.refused += 1;
+        if !self.make_room(now, source_of(&self.limits, from.ip())) {
             return;
         }
         let index = self.open(now, from, hello);
@@ -318,6 +336,25 @@ impl DtlsServer {
         }
         self.drain_transmits(index, false);
         self.feed(now, index, hello.record());
+    }
+
+    /// Whether a newcomer from `source` may open a session, once the oldest handshakes the
+    /// bounds ask for have made room (`admission.rs`).
+    fn make_room(&mut self, now: Timestamp, source: SourcePrefix) -> bool {
+        loop {
+            match self.admission.verdict(&self.limits, source, now) {
+                Verdict::Admit => return true,
+                Verdict::Evict(index, bound) => {
+                    self.counters.evicted.count(bound);
+                    self.end(index, Ending::Evicted);
+                }
+                Verdict::Refuse(bound) => {
+                    self.counters.refused.count(bound);
+                    self.counters.handshakes.refused += 1;
+                    return false;
+                }
+            }
+        }
     }
 
     /// Our cookie for `hello`, if it echoes it.
@@ -357,8 +394,14 @@ impl DtlsServer {
             rtc_shared::TransportProtocol::UDP,
             Some(self.handshake.clone()),
         );
-        let index = self.sessions.insert(Session {
+        let source = source_of(&self.limits, from.ip());
+        let entry = self.sessions.vacant_entry();
+        let age = self.admission.opened(entry.key(), source, now);
+        let index = entry.key();
+        entry.insert(Session {
             addr: from,
+            source,
+            age,
             generation: self.next_generation,
             endpoint,
             hello_random: hello.random(),
@@ -366,10 +409,10 @@ impl DtlsServer {
             phase: Phase::Handshaking {
                 until: now + self.limits.handshake_timeout,
             },
+            last_heard: now,
             timer: None,
         });
         self.by_addr.insert(from, index);
-        *self.per_source.entry(from.ip()).or_insert(0) += 1;
         index
     }
 
@@ -405,11 +448,15 @@ impl DtlsServer {
                 EndpointEvent::HandshakeComplete => {
                     let s = &mut self.sessions[index];
                     s.phase = Phase::Established { last_record: now };
+                    s.last_heard = now;
+                    self.admission.established(index, s.age, s.source);
                     self.counters.handshakes.completed += 1;
                     self.events.push_back(DtlsEvent::Established(id, s.addr));
                 }
                 EndpointEvent::ApplicationData(data) => {
-                    self.sessions[index].phase = Phase::Established { last_record: now };
+                    let s = &mut self.sessions[index];
+                    s.phase = Phase::Established { last_record: now };
+                    s.last_heard = now;
                     self.counters.datagrams_in += 1;
                     self.received.push_back((id, data.to_vec()));
                 }
@@ -466,7 +513,7 @@ impl DtlsServer {
                 Ending::Closed => endings.closed += 1,
                 Ending::Idle => endings.idle += 1,
                 Ending::Replaced => endings.replaced += 1,
-                Ending::HandshakeFailed | Ending::HandshakeTimeout => {}
+                Ending::HandshakeFailed | Ending::HandshakeTimeout | Ending::Evicted => {}
             }
         } else if why == Ending::HandshakeTimeout {
             self.counters.handshakes.timed_out += 1;
@@ -481,12 +528,7 @@ impl DtlsServer {
             self.timers.cancel(id);
         }
         self.by_addr.remove(&s.addr);
-        if let Some(n) = self.per_source.get_mut(&s.addr.ip()) {
-            *n -= 1;
-            if *n == 0 {
-                self.per_source.remove(&s.addr.ip());
-            }
-        }
+        self.admission.removed(index, s.age, s.source);
     }
 
     fn id(&self, index: usize) -> SessionId {

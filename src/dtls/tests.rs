@@ -70,26 +70,37 @@ fn certificate_client(port: u16, suite: CipherSuiteId) -> Client {
     connect(port, config)
 }
 
-struct Client {
-    addr: SocketAddr,
-    endpoint: Endpoint,
-    events: Vec<String>,
+pub(super) struct Client {
+    pub(super) addr: SocketAddr,
+    pub(super) endpoint: Endpoint,
+    pub(super) events: Vec<String>,
 }
 
-fn psk_client(port: u16, key: &'static [u8], suite: CipherSuiteId) -> Client {
-    let config = ConfigBuilder::default()
+pub(super) fn psk_client(port: u16, key: &'static [u8], suite: CipherSuiteId) -> Client {
+    connect(port, psk_config(key, suite))
+}
+
+/// A PSK client's configuration: identity client1, `key`, only `suite`.
+pub(super) fn psk_config(
+    key: &'static [u8],
+    suite: CipherSuiteId,
+) -> rtc_dtls::config::HandshakeConfig {
+    ConfigBuilder::default()
         .with_psk(Some(Arc::new(move |_: &[u8]| Ok(key.to_vec()))))
         .with_psk_identity_hint(Some(b"client1".to_vec()))
         .with_cipher_suites(vec![suite])
         .with_extended_master_secret(ExtendedMasterSecretType::Require)
         .with_crypto_provider(default_provider().unwrap())
         .build(true, None)
-        .unwrap();
-    connect(port, config)
+        .unwrap()
 }
 
 fn connect(port: u16, config: rtc_dtls::config::HandshakeConfig) -> Client {
-    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    connect_from(format!("127.0.0.1:{port}").parse().unwrap(), config)
+}
+
+/// A client at `addr` whose first hello is queued.
+pub(super) fn connect_from(addr: SocketAddr, config: rtc_dtls::config::HandshakeConfig) -> Client {
     let mut endpoint = Endpoint::new(addr, rtc_shared::TransportProtocol::UDP, None);
     endpoint
         .connect(
@@ -107,7 +118,11 @@ fn connect(port: u16, config: rtc_dtls::config::HandshakeConfig) -> Client {
 }
 
 /// Moves datagrams both ways until neither side sends; returns what the server sent.
-fn exchange(server: &mut DtlsServer, client: &mut Client, now: Timestamp) -> Vec<Vec<u8>> {
+pub(super) fn exchange(
+    server: &mut DtlsServer,
+    client: &mut Client,
+    now: Timestamp,
+) -> Vec<Vec<u8>> {
     let mut sent = Vec::new();
     for _ in 0..20 {
         let mut quiet = true;
