@@ -16,8 +16,11 @@
 //! lossy network would hold them, and go the moment the proof arrives, or at their own
 //! retransmission (a withheld transmission does not count among a CON's 1 + MAX_RETRANSMIT).
 //! A spoofed victim so receives one datagram over the allowance, and no more while that CON
-//! is retransmitted (its retransmissions are within the allowance or withheld); only once it
-//! has been given up (EXCHANGE_LIFETIME, 247 s, after it went) may another take its place.
+//! is retransmitted (its retransmissions are within the allowance or withheld); another may
+//! take its place only EXCHANGE_LIFETIME (247 s) after it went, however it ended. One that
+//! goes unacknowledged for [`PROBE_ANSWER_WAIT`] shows that the source does not receive
+//! ([`SourceValidation::silent`]): what is held for it is then given up
+//! (`awaiting_proof.rs`).
 //!
 //! Before that CON, an answer that does not fit is held and the client pinged (RFC 7252
 //! §4.3): an RST proves the client, and the answer goes as it would have, piggybacked or NON
@@ -51,14 +54,16 @@ const MAX_SOURCES: usize = 65_536;
 /// Withheld CONs remembered per source, to send at once when the proof comes; more wait for
 /// their own retransmission.
 const MAX_WITHHELD: usize = 32;
-/// Bytes of answers one unproven source's exchanges may keep while they wait for its proof
-/// (held, or withheld CONs): past it, a request's answer is a 5.03 instead. A source that never
-/// proves itself (a spoofed victim) cannot make the proxy keep more than this for it, however
-/// many requests are sent in its name; a real client has its requests' answers for one round
-/// trip there, as many as its requests in flight (256 by default) of about a kilobyte.
+/// Bytes of answers the exchanges of one source network's clients (`--source-prefix`: one
+/// IPv4 address, one IPv6 /64) may keep while they wait for their proofs (held, or withheld
+/// CONs): past it, a request gets 4.01 with an Echo value instead (`awaiting_proof.rs`).
+/// Sources that never prove themselves (spoofed victims) cannot make the proxy keep more than
+/// this for one network, however many requests are sent in their names; a real client has
+/// its requests' answers for one round trip there, as many as its requests in flight (256 by
+/// default) of about a kilobyte.
 pub(super) const MAX_HELD_BYTES: usize = 256 << 10;
-/// Bytes of such answers for all unproven sources together: past it, the same 5.03. Proven
-/// clients are not affected.
+/// Bytes of such answers for all unproven sources together: past it, the oldest held give
+/// way to a newer one (`awaiting_proof.rs`). Proven clients are not affected.
 pub(super) const MAX_HELD_BYTES_TOTAL: usize = 4 << 20;
 /// How long an answer waits for the RST to the ping that asks the client for its proof
 /// before it goes as a CON asking for it instead: below ACK_TIMEOUT (2 s, RFC 7252 §4.8), so
