@@ -193,11 +193,8 @@ pub struct Proof {
     pub ack_proofs_refused: u64,
     /// 4.01s with an Echo value (RFC 9175 §2.4) for an answer that could not be held for its
     /// unproven client's proof (`awaiting_proof.rs`), before its request went upstream or in
-    /// its place, by cause: the client had shown that it does not receive (its first CON
-    /// unacknowledged, or ICMP port unreachable) ...
-    pub backlog_challenges_silent: u64,
-    /// ... its source network's share of held answers (`validation::MAX_HELD_BYTES`) was
-    /// taken ...
+    /// its place, by cause: its source network's share of held answers
+    /// (`validation::MAX_HELD_BYTES`) was taken ...
     pub backlog_challenges_share: u64,
     /// ... all held answers were at their bound (`validation::MAX_HELD_BYTES_TOTAL`) and none
     /// was left to give way.

@@ -120,6 +120,8 @@ struct SourceState {
     /// ACKs and RSTs that matched nothing while unproven (see `wrong_proof`).
     wrong: u8,
     last: Timestamp,
+    /// When a datagram last came from it (see [`SourceValidation::silent`]).
+    heard: Timestamp,
 }
 
 impl SourceState {
@@ -196,6 +198,7 @@ impl SourceValidation {
             proof: Proof::FRESH,
             wrong: 0,
             last: now,
+            heard: now,
         });
         s.last = now;
         // A proof that ran out: unproven again, from the start.
@@ -222,7 +225,9 @@ impl SourceValidation {
 
     /// A datagram of `len` bytes came from `addr`.
     pub(super) fn received(&mut self, now: Timestamp, addr: SocketAddr, len: usize) {
-        self.entry(now, addr).received += len as u64;
+        let s = self.entry(now, addr);
+        s.received += len as u64;
+        s.heard = now;
     }
 
     /// Whether `addr` has proven its address.
@@ -324,21 +329,30 @@ impl SourceValidation {
     }
 
     /// Whether `addr` is not proven and showed within a lifetime that it does not receive
-    /// (see [`Proof::Unproven`]): its probe went [`PROBE_ANSWER_WAIT`] ago or more without
-    /// its ACK (ended or not), or ICMP port unreachable came back. An answer too big for its
-    /// allowance is then not held for it, and what is held is given up (`awaiting_proof.rs`).
+    /// (see [`Proof::Unproven`]), and nothing came from it since: its probe went
+    /// [`PROBE_ANSWER_WAIT`] ago or more without its ACK (ended or not), or ICMP port
+    /// unreachable came back. What is held for it is then given up (`awaiting_proof.rs`). A
+    /// real client on a lossy path that lost the probe or its ACK still shows itself: it
+    /// retransmits a request not yet acknowledged, answers pings, sends more.
     pub(super) fn silent(&self, now: Timestamp, addr: SocketAddr) -> bool {
-        let Some(Proof::Unproven {
+        let Some(s) = self.sources.get(&addr) else {
+            return false;
+        };
+        let Proof::Unproven {
             probed_at,
             silent_since,
             ..
-        }) = self.sources.get(&addr).map(|s| s.proof)
+        } = s.proof
         else {
             return false;
         };
-        let unanswered = probed_at.map(|at| at + PROBE_ANSWER_WAIT);
-        let since = [unanswered.filter(|&at| at <= now), silent_since];
-        (since.into_iter().flatten().max()).is_some_and(|at| now < at + EXCHANGE_LIFETIME)
+        let unanswered = probed_at
+            .filter(|&at| s.heard <= at)
+            .map(|at| at + PROBE_ANSWER_WAIT)
+            .filter(|&at| at <= now);
+        let unreachable = silent_since.filter(|&at| s.heard <= at);
+        let since = [unanswered, unreachable].into_iter().flatten().max();
+        since.is_some_and(|at| now < at + EXCHANGE_LIFETIME)
     }
 
     /// ICMP port unreachable came back for a datagram to `addr`: nobody receives there. An
@@ -502,6 +516,19 @@ mod tests {
         v.unreachable(at(5000), other);
         v.unreachable(at(5000), victim);
         assert!(v.silent(at(5000), other) && !v.silent(at(5000), victim));
+        // Anything it sends after shows that it is there after all.
+        v.received(at(5001), other, 4);
+        assert!(!v.silent(at(5001), other));
+    }
+
+    #[test]
+    fn a_source_heard_from_after_its_probe_is_not_silent() {
+        let (mut v, client) = (validation(), VICTIM.parse().unwrap());
+        v.received(at(0), client, 12);
+        assert_eq!(v.admit(at(10), client, 1000, Some(key(1))), Verdict::Send);
+        // A lossy client that lost the probe retransmits its request.
+        v.received(at(1500), client, 12);
+        assert!(!v.silent(at(5000), client));
     }
 
     #[test]
