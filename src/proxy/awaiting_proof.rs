@@ -42,6 +42,10 @@ use super::peer::Peer;
 use super::table::Exchanges;
 use super::validation::{LIKELY_ANSWER, MAX_HELD_BYTES, MAX_HELD_BYTES_TOTAL, PROOF_WAIT};
 
+/// Answers waiting for a silent client's proof from which they are given up early (see
+/// [`Proxy::client_silent`]).
+const EARLY_GIVE_UP: usize = 8;
+
 /// Why an answer could not be held for its client's proof (counted, like refusals).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum NoRoom {
@@ -201,15 +205,27 @@ impl Proxy {
         }
     }
 
-    /// Whether the client of `key` is not proven and has shown that it does not receive
-    /// (`validation::silent`): the CON asking it for its proof went unacknowledged, or ICMP
-    /// port unreachable came back.
+    /// Whether what waits for the proof of `key`'s client is to be given up now: the client
+    /// is not proven and has shown that it does not receive (`validation::silent`: the CON
+    /// asking for its proof went unacknowledged and nothing came from it since, or ICMP port
+    /// unreachable came back), `key`'s answer cannot go (past the allowance), and `key` is an
+    /// observation or the client has [`EARLY_GIVE_UP`] answers or more waiting. A few answers
+    /// wait out their time as before, so that a real client that lost that CON on a lossy path
+    /// and went quiet for a while loses nothing; what a flood makes a victim keep goes.
     pub(super) fn client_silent(&self, now: Timestamp, key: ExchangeKey) -> bool {
-        let addr = self
-            .exchanges
-            .get(key)
-            .and_then(|x| x.client.claimed_address());
-        addr.is_some_and(|a| self.gate.validation().silent(now, a))
+        let Some(x) = self.exchanges.get(key) else {
+            return false;
+        };
+        let Some(addr) = x.client.claimed_address() else {
+            return false;
+        };
+        let len = x.answer.as_deref().map_or(0, <[u8]>::len);
+        if !self.gate.validation().silent(now, addr) || self.gate.fits(x.client, len) {
+            return false;
+        }
+        let (exchanges, gate) = (&self.exchanges, &self.gate);
+        let waiting = (self.held).count_client(addr, |k| waiting_for_proof(exchanges, gate, k));
+        matches!(x.state, State::Observing(_)) || waiting >= EARLY_GIVE_UP
     }
 
     /// A timer of `key` fired and its client is silent ([`client_silent`]): what is held
