@@ -10,21 +10,24 @@
 //!   that a real client gives within a round trip (or [`PROOF_WAIT`] and a round trip, by
 //!   the ACK of a CON); a newcomer that answers pings but does not know Echo (aiocoap 0.4
 //!   RSTs pings, and reports a 4.01 as it is) is still served.
-//! - its source network's share taken, or the client shown not to receive (the first CON
-//!   to it went unacknowledged, or ICMP port unreachable came back, `validation::silent`):
-//!   4.01 with an Echo value (RFC 9175 §2.4), which costs the proxy no state, fits the
-//!   allowance, and which libcoap repeats, proving itself in one round trip. A source may
-//!   not push its own older answers out with newer ones: its share is its share. Before the
-//!   request is forwarded if it can be (`Proxy::check_source`), else in place of its answer.
+//! - its source network's share taken: 4.01 with an Echo value (RFC 9175 §2.4), which costs
+//!   the proxy no state, fits the allowance, and which libcoap repeats, proving itself in one
+//!   round trip. A network may not push its own older answers out with newer ones: its share
+//!   is its share. Before the request is forwarded if it can be (`Proxy::check_source`),
+//!   else in place of its answer.
 //! - what is turned away for a request that is not safe to repeat (POST, PATCH, iPATCH,
 //!   RFC 7252 §5.1) is a bare 5.03 with Max-Age, as before (a 4.01 asks for the repeat).
 //!
-//! A client that shows it does not receive has every answer held for it given up at once,
-//! rather than when each CON is given up EXCHANGE_LIFETIME after it went: its first CON
-//! (the probe, `validation.rs`) unacknowledged for ACK_TIMEOUT (2 s), found at the next timer
-//! of any of its exchanges, or ICMP port unreachable. A source gets no other probe for a
-//! lifetime after one went, however it ended, so the reflection bound (3x plus one datagram)
-//! holds however often this happens.
+//! A client that shows it does not receive (`validation::silent`: its first CON, the probe,
+//! unacknowledged for ACK_TIMEOUT, 2 s, or ICMP port unreachable) has every answer held for
+//! it given up at once, rather than when each CON is given up EXCHANGE_LIFETIME after it
+//! went; found at the next timer of any of its exchanges (or at the ICMP error). A held
+//! answer is so given up as 4.01 with an Echo value; its later answers are still held and
+//! pinged for (a real client that lost the probe on a lossy path still proves itself by an
+//! RST), but go as 4.01 with an Echo value at the end of the wait rather than as a CON, which
+//! would wait behind a probe that cannot come: a source gets no other probe for a lifetime
+//! after one went, however it ended, so the reflection bound (3x plus one datagram) holds
+//! however often this happens.
 
 use crate::coap::option::BLOCK2;
 use crate::coap::{ping, rewrite, Code, Message, MessageType};
@@ -39,11 +42,13 @@ use super::peer::Peer;
 use super::table::Exchanges;
 use super::validation::{LIKELY_ANSWER, MAX_HELD_BYTES, MAX_HELD_BYTES_TOTAL, PROOF_WAIT};
 
-/// Why an answer could not be held for its client's proof (`refusals`-like causes, counted).
+/// Answers waiting for a silent client's proof from which they are given up early (see
+/// [`Proxy::client_silent`]).
+const EARLY_GIVE_UP: usize = 8;
+
+/// Why an answer could not be held for its client's proof (counted, like refusals).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum NoRoom {
-    /// The client showed that it does not receive (`validation::silent`).
-    Silent,
     /// Its source network's share of held answers is taken.
     Share,
     /// All held answers together are at their bound, and none was left to give way.
@@ -94,14 +99,11 @@ impl Proxy {
     /// Whether an answer for `client` too big for its allowance may not be held now, and why
     /// (before its request goes upstream: then it gets 4.01 with an Echo value at once).
     /// Only the reasons that a newcomer cannot change: a full total makes room instead.
-    pub(super) fn cannot_hold_for(&self, now: Timestamp, client: Peer) -> Option<NoRoom> {
-        let addr = client.claimed_address()?;
+    pub(super) fn cannot_hold_for(&self, client: Peer) -> Option<NoRoom> {
+        client.claimed_address()?;
         if self.gate.proven(client) {
             // The common case, at one look-up: nothing is held for a proven client.
             return None;
-        }
-        if self.gate.validation().silent(now, addr) {
-            return Some(NoRoom::Silent);
         }
         let share = self.clients.prefix_answer_bytes(client) + LIKELY_ANSWER;
         (share > MAX_HELD_BYTES).then_some(NoRoom::Share)
@@ -115,10 +117,6 @@ impl Proxy {
         client: Peer,
         len: usize,
     ) -> Result<(), NoRoom> {
-        let addr = client.claimed_address();
-        if addr.is_some_and(|a| self.gate.validation().silent(now, a)) {
-            return Err(NoRoom::Silent);
-        }
         if self.clients.prefix_answer_bytes(client) + len > MAX_HELD_BYTES {
             return Err(NoRoom::Share);
         }
@@ -146,7 +144,6 @@ impl Proxy {
     pub(super) fn count_backlog_challenge(&mut self, cause: Option<NoRoom>) {
         let c = &mut self.counters.proof;
         match cause {
-            Some(NoRoom::Silent) => c.backlog_challenges_silent += 1,
             Some(NoRoom::Share) => c.backlog_challenges_share += 1,
             Some(NoRoom::Total) => c.backlog_challenges_total += 1,
             None => {}
@@ -208,15 +205,27 @@ impl Proxy {
         }
     }
 
-    /// Whether the client of `key` is not proven and has shown that it does not receive
-    /// (`validation::silent`): the CON asking it for its proof went unacknowledged, or ICMP
-    /// port unreachable came back.
+    /// Whether what waits for the proof of `key`'s client is to be given up now: the client
+    /// is not proven and has shown that it does not receive (`validation::silent`: the CON
+    /// asking for its proof went unacknowledged and nothing came from it since, or ICMP port
+    /// unreachable came back), `key`'s answer cannot go (past the allowance), and `key` is an
+    /// observation or the client has [`EARLY_GIVE_UP`] answers or more waiting. A few answers
+    /// wait out their time as before, so that a real client that lost that CON on a lossy path
+    /// and went quiet for a while loses nothing; what a flood makes a victim keep goes.
     pub(super) fn client_silent(&self, now: Timestamp, key: ExchangeKey) -> bool {
-        let addr = self
-            .exchanges
-            .get(key)
-            .and_then(|x| x.client.claimed_address());
-        addr.is_some_and(|a| self.gate.validation().silent(now, a))
+        let Some(x) = self.exchanges.get(key) else {
+            return false;
+        };
+        let Some(addr) = x.client.claimed_address() else {
+            return false;
+        };
+        let len = x.answer.as_deref().map_or(0, <[u8]>::len);
+        if !self.gate.validation().silent(now, addr) || self.gate.fits(x.client, len) {
+            return false;
+        }
+        let (exchanges, gate) = (&self.exchanges, &self.gate);
+        let waiting = (self.held).count_client(addr, |k| waiting_for_proof(exchanges, gate, k));
+        matches!(x.state, State::Observing(_)) || waiting >= EARLY_GIVE_UP
     }
 
     /// A timer of `key` fired and its client is silent ([`client_silent`]): what is held

@@ -662,7 +662,7 @@ impl Proxy {
         }
         // At defaults, the same challenge when an answer too big for the allowance could not
         // be held for the proof (`awaiting_proof.rs`): asked before anything goes upstream.
-        let cannot_hold = self.cannot_hold_for(now, from);
+        let cannot_hold = self.cannot_hold_for(from);
         if !self.config.validate_sources && cannot_hold.is_none() {
             return Ok(());
         }

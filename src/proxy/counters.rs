@@ -93,8 +93,9 @@ pub struct Refusals {
     /// 5.03s because the client's opt-in send rate (`--client-bytes-per-sec`) could not take
     /// an answer.
     pub refused_client_rate: u64,
-    /// 5.03s in place of an answer that an unproven client's answers waiting for its proof
-    /// had no room for (`validation::MAX_HELD_BYTES`, `MAX_HELD_BYTES_TOTAL`).
+    /// 5.03s in place of the answer to a request not safe to repeat (POST, PATCH, iPATCH)
+    /// that could not be held for its unproven client's proof (`awaiting_proof.rs`; a safe
+    /// one gets 4.01 with an Echo value, `Proof::backlog_challenges_*`).
     pub refused_proof_backlog: u64,
     /// 5.03s because `max_inflight` requests were in flight in all.
     pub refused_inflight: u64,
@@ -198,11 +199,8 @@ pub struct Proof {
     pub ack_proofs_refused: u64,
     /// 4.01s with an Echo value (RFC 9175 §2.4) for an answer that could not be held for its
     /// unproven client's proof (`awaiting_proof.rs`), before its request went upstream or in
-    /// its place, by cause: the client had shown that it does not receive (its first CON
-    /// unacknowledged, or ICMP port unreachable) ...
-    pub backlog_challenges_silent: u64,
-    /// ... its source network's share of held answers (`validation::MAX_HELD_BYTES`) was
-    /// taken ...
+    /// its place, by cause: its source network's share of held answers
+    /// (`validation::MAX_HELD_BYTES`) was taken ...
     pub backlog_challenges_share: u64,
     /// ... all held answers were at their bound (`validation::MAX_HELD_BYTES_TOTAL`) and none
     /// was left to give way.

@@ -90,6 +90,15 @@ impl HeldAnswers {
             .unwrap_or_default()
     }
 
+    /// How many of `client`'s keys still wait (`waiting`).
+    pub(super) fn count_client(
+        &self,
+        client: SocketAddr,
+        waiting: impl Fn(ExchangeKey) -> bool,
+    ) -> usize {
+        (self.by_client.get(&client)).map_or(0, |list| list.iter().filter(|&&k| waiting(k)).count())
+    }
+
     /// Drops every key that no longer waits.
     fn compact(&mut self, waiting: &impl Fn(ExchangeKey) -> bool) {
         self.queue.retain(|&(_, key)| waiting(key));

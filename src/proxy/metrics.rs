@@ -262,7 +262,6 @@ pub(super) fn write_proxy_metrics(c: &Counters, send_drops: u64, out: &mut Metri
         "4.01s with Echo for an answer that could not be held for its client's proof, by cause.",
         "cause",
         &[
-            ("silent", c.proof.backlog_challenges_silent),
             ("share", c.proof.backlog_challenges_share),
             ("total", c.proof.backlog_challenges_total),
         ],

@@ -16,8 +16,11 @@
 //! lossy network would hold them, and go the moment the proof arrives, or at their own
 //! retransmission (a withheld transmission does not count among a CON's 1 + MAX_RETRANSMIT).
 //! A spoofed victim so receives one datagram over the allowance, and no more while that CON
-//! is retransmitted (its retransmissions are within the allowance or withheld); only once it
-//! has been given up (EXCHANGE_LIFETIME, 247 s, after it went) may another take its place.
+//! is retransmitted (its retransmissions are within the allowance or withheld); another may
+//! take its place only EXCHANGE_LIFETIME (247 s) after it went, however it ended. One that
+//! goes unacknowledged for [`PROBE_ANSWER_WAIT`] shows that the source does not receive
+//! ([`SourceValidation::silent`]): what is held for it is then given up
+//! (`awaiting_proof.rs`).
 //!
 //! Before that CON, an answer that does not fit is held and the client pinged (RFC 7252
 //! §4.3): an RST proves the client, and the answer goes as it would have, piggybacked or NON
@@ -51,14 +54,16 @@ const MAX_SOURCES: usize = 65_536;
 /// Withheld CONs remembered per source, to send at once when the proof comes; more wait for
 /// their own retransmission.
 const MAX_WITHHELD: usize = 32;
-/// Bytes of answers one unproven source's exchanges may keep while they wait for its proof
-/// (held, or withheld CONs): past it, a request's answer is a 5.03 instead. A source that never
-/// proves itself (a spoofed victim) cannot make the proxy keep more than this for it, however
-/// many requests are sent in its name; a real client has its requests' answers for one round
-/// trip there, as many as its requests in flight (256 by default) of about a kilobyte.
+/// Bytes of answers the exchanges of one source network's clients (`--source-prefix`: one
+/// IPv4 address, one IPv6 /64) may keep while they wait for their proofs (held, or withheld
+/// CONs): past it, a request gets 4.01 with an Echo value instead (`awaiting_proof.rs`).
+/// Sources that never prove themselves (spoofed victims) cannot make the proxy keep more than
+/// this for one network, however many requests are sent in their names; a real client has
+/// its requests' answers for one round trip there, as many as its requests in flight (256 by
+/// default) of about a kilobyte.
 pub(super) const MAX_HELD_BYTES: usize = 256 << 10;
-/// Bytes of such answers for all unproven sources together: past it, the same 5.03. Proven
-/// clients are not affected.
+/// Bytes of such answers for all unproven sources together: past it, the oldest held give
+/// way to a newer one (`awaiting_proof.rs`). Proven clients are not affected.
 pub(super) const MAX_HELD_BYTES_TOTAL: usize = 4 << 20;
 /// How long an answer waits for the RST to the ping that asks the client for its proof
 /// before it goes as a CON asking for it instead: below ACK_TIMEOUT (2 s, RFC 7252 §4.8), so
@@ -115,6 +120,8 @@ struct SourceState {
     /// ACKs and RSTs that matched nothing while unproven (see `wrong_proof`).
     wrong: u8,
     last: Timestamp,
+    /// When a datagram last came from it (see [`SourceValidation::silent`]).
+    heard: Timestamp,
 }
 
 impl SourceState {
@@ -191,6 +198,7 @@ impl SourceValidation {
             proof: Proof::FRESH,
             wrong: 0,
             last: now,
+            heard: now,
         });
         s.last = now;
         // A proof that ran out: unproven again, from the start.
@@ -217,7 +225,9 @@ impl SourceValidation {
 
     /// A datagram of `len` bytes came from `addr`.
     pub(super) fn received(&mut self, now: Timestamp, addr: SocketAddr, len: usize) {
-        self.entry(now, addr).received += len as u64;
+        let s = self.entry(now, addr);
+        s.received += len as u64;
+        s.heard = now;
     }
 
     /// Whether `addr` has proven its address.
@@ -319,21 +329,30 @@ impl SourceValidation {
     }
 
     /// Whether `addr` is not proven and showed within a lifetime that it does not receive
-    /// (see [`Proof::Unproven`]): its probe went [`PROBE_ANSWER_WAIT`] ago or more without
-    /// its ACK (ended or not), or ICMP port unreachable came back. An answer too big for its
-    /// allowance is then not held for it, and what is held is given up (`awaiting_proof.rs`).
+    /// (see [`Proof::Unproven`]), and nothing came from it since: its probe went
+    /// [`PROBE_ANSWER_WAIT`] ago or more without its ACK (ended or not), or ICMP port
+    /// unreachable came back. What is held for it is then given up (`awaiting_proof.rs`). A
+    /// real client on a lossy path that lost the probe or its ACK still shows itself: it
+    /// retransmits a request not yet acknowledged, answers pings, sends more.
     pub(super) fn silent(&self, now: Timestamp, addr: SocketAddr) -> bool {
-        let Some(Proof::Unproven {
+        let Some(s) = self.sources.get(&addr) else {
+            return false;
+        };
+        let Proof::Unproven {
             probed_at,
             silent_since,
             ..
-        }) = self.sources.get(&addr).map(|s| s.proof)
+        } = s.proof
         else {
             return false;
         };
-        let unanswered = probed_at.map(|at| at + PROBE_ANSWER_WAIT);
-        let since = [unanswered.filter(|&at| at <= now), silent_since];
-        (since.into_iter().flatten().max()).is_some_and(|at| now < at + EXCHANGE_LIFETIME)
+        let unanswered = probed_at
+            .filter(|&at| s.heard <= at)
+            .map(|at| at + PROBE_ANSWER_WAIT)
+            .filter(|&at| at <= now);
+        let unreachable = silent_since.filter(|&at| s.heard <= at);
+        let since = [unanswered, unreachable].into_iter().flatten().max();
+        since.is_some_and(|at| now < at + EXCHANGE_LIFETIME)
     }
 
     /// ICMP port unreachable came back for a datagram to `addr`: nobody receives there. An
@@ -497,6 +516,19 @@ mod tests {
         v.unreachable(at(5000), other);
         v.unreachable(at(5000), victim);
         assert!(v.silent(at(5000), other) && !v.silent(at(5000), victim));
+        // Anything it sends after shows that it is there after all.
+        v.received(at(5001), other, 4);
+        assert!(!v.silent(at(5001), other));
+    }
+
+    #[test]
+    fn a_source_heard_from_after_its_probe_is_not_silent() {
+        let (mut v, client) = (validation(), VICTIM.parse().unwrap());
+        v.received(at(0), client, 12);
+        assert_eq!(v.admit(at(10), client, 1000, Some(key(1))), Verdict::Send);
+        // A lossy client that lost the probe retransmits its request.
+        v.received(at(1500), client, 12);
+        assert!(!v.silent(at(5000), client));
     }
 
     #[test]
