@@ -24,6 +24,15 @@
 //! HTTP/2 client they share) in `http2.rs`, rows 7, 12 and 13 in `serve.rs`. Issue 25's probes
 //! (the HTTP front and the answer store) are in `attack/hostile_http.rs`: `http_slots`,
 //! `answer_store`, `http_bodies`, `sse_cr` and `pipelined_local`.
+//!
+//! Issue 40's probes of the RFC 8323 listeners (with the `tcp` feature), in
+//! `attack/stream.rs`:
+//!
+//! | probe | issue row | figure |
+//! |---|---|---|
+//! | `stream_non_reader` | issue 40 row 3 | RSS growth from 1, 10 and 40 coap+tcp connections pipelining cached GETs without reading, and 5 s after they close |
+//! | `stream_idle_fill` | issue 40 row 4 | 8 addresses x 64 idle connections (CSM, then nothing) on the TCP and TLS listeners: a legitimate client's GET |
+//! | `stream_bad_csm` | issue 40 row 7 | a CSM with Max-Message-Size 0, and half a message after the CSM: what the client gets, when the connection ends |
 
 // The reflection cases are the test's (tests/proxy_reflection.rs), so that the figures printed
 // here are the ones it asserts on; the tests themselves are not compiled into the bench. It
@@ -43,6 +52,10 @@ mod http2;
 
 #[path = "attack/serve.rs"]
 mod serve;
+
+#[cfg(feature = "tcp")]
+#[path = "attack/stream.rs"]
+mod stream;
 
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -74,6 +87,12 @@ const PROBES: &[(&str, Probe)] = &[
     ("http_bodies", hostile_http::http_bodies),
     ("sse_cr", hostile_http::sse_cr),
     ("pipelined_local", hostile_http::pipelined_local),
+    #[cfg(feature = "tcp")]
+    ("stream_non_reader", stream::stream_non_reader),
+    #[cfg(feature = "tcp")]
+    ("stream_idle_fill", stream::stream_idle_fill),
+    #[cfg(feature = "tcp")]
+    ("stream_bad_csm", stream::stream_bad_csm),
 ];
 
 fn main() {

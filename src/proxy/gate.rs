@@ -117,6 +117,11 @@ impl SendGate {
         self.out.pop_with(send)
     }
 
+    /// Bytes queued for the driver (see `Outbox::queued_bytes`).
+    pub(super) fn queued_bytes(&self) -> usize {
+        self.out.queued_bytes()
+    }
+
     /// Datagrams queued, for tests.
     #[cfg(test)]
     pub(super) fn queued(&self) -> usize {
