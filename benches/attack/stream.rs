@@ -36,6 +36,16 @@ fn rss(daemon: &Proc) -> u64 {
     daemon.status_kib("VmRSS:")
 }
 
+/// The CPU time the daemon has used (user and system), from /proc/<pid>/stat.
+fn cpu(daemon: &Proc) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", daemon.child.id())).unwrap();
+    // Fields after the command name (which ends with ')'): utime and stime are the 12th and
+    // 13th, in clock ticks (100 per second on Linux).
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let fields: Vec<u64> = rest.split(' ').map(|f| f.parse().unwrap_or(0)).collect();
+    Duration::from_millis((fields[11] + fields[12]) * 10)
+}
+
 /// A CSM with `max` as its Max-Message-Size.
 fn csm(max: u32) -> Vec<u8> {
     let mut out = Vec::new();
@@ -145,9 +155,11 @@ fn non_readers(p: &Proxy, n: usize, before: u64) -> (String, Vec<TcpStream>) {
     let one = get(b"12345678", "cached");
     assert_eq!(one.len(), 17);
     let batch = one.repeat(1024);
+    // From two addresses: 32 connections per source prefix at most by default.
     let workers: Vec<_> = (0..n)
-        .map(|_| {
-            let mut s = tcp_client(tcp, Ipv4Addr::LOCALHOST, Duration::from_secs(1));
+        .map(|i| {
+            let from = Ipv4Addr::new(127, 0, 0, 2 + (i % 2) as u8);
+            let mut s = tcp_client(tcp, from, Duration::from_secs(1));
             s.set_write_timeout(Some(Duration::from_millis(200)))
                 .unwrap();
             let (stop, batch) = (stop.clone(), batch.clone());
@@ -165,16 +177,20 @@ fn non_readers(p: &Proxy, n: usize, before: u64) -> (String, Vec<TcpStream>) {
             })
         })
         .collect();
-    thread::sleep(Duration::from_secs(3));
+    thread::sleep(Duration::from_secs(1));
+    let busy_from = cpu(&p.proc);
+    thread::sleep(Duration::from_secs(2));
+    let busy = cpu(&p.proc) - busy_from;
     let peak = rss(&p.proc);
     stop.store(true, Ordering::Relaxed);
     let (conns, sent): (Vec<TcpStream>, Vec<usize>) =
         workers.into_iter().map(|w| w.join().unwrap()).unzip();
     let figure = format!(
-        "+{} (RSS {}); {} KiB of GETs taken by the kernel",
+        "+{} (RSS {}); {} KiB of GETs taken by the kernel; the proxy's CPU in the last 2 s: {}",
         mib(peak.saturating_sub(before)),
         mib(peak),
-        sent.iter().sum::<usize>() / 1024
+        sent.iter().sum::<usize>() / 1024,
+        ms(busy)
     );
     (figure, conns)
 }
@@ -324,7 +340,7 @@ pub fn stream_idle_fill() -> Vec<(String, String)> {
     };
     let m = scrape(p.metrics.unwrap());
     let count = |s: &str| m.samples.get(s).map_or("-".into(), |v| v.to_string());
-    let rows = vec![
+    let mut rows = vec![
         (
             format!("8 addresses x 64 connections, CSM then nothing, on TCP and TLS (opened in {})", ms(opening)),
             format!("{held}; RSS +{}", mib(rss(&p.proc).saturating_sub(before))),
@@ -345,7 +361,37 @@ pub fn stream_idle_fill() -> Vec<(String, String)> {
     drop(held_tls);
     stop.store(true, Ordering::Relaxed);
     let _ = std::fs::remove_dir_all(&dir);
+    rows.extend(full_listener());
     rows
+}
+
+/// 16 addresses x 32 idle connections: the TCP listener full at its 512; a legitimate
+/// client's GET.
+fn full_listener() -> Vec<(String, String)> {
+    let (stop, p) = stream_proxy(None, &[]);
+    let tcp = p.tcp.unwrap();
+    let held: Vec<TcpStream> = (0..16u8)
+        .flat_map(|i| (0..32).map(move |_| Ipv4Addr::new(127, 0, 1, 2 + i)))
+        .map(|from| tcp_client(tcp, from, Duration::from_millis(50)))
+        .collect();
+    thread::sleep(Duration::from_millis(500));
+    let m = scrape(p.metrics.unwrap());
+    let open = (m.samples)
+        .get("backoffd_coap_stream_connections{transport=\"tcp\",phase=\"open\"}")
+        .map_or("-".into(), |v| v.to_string());
+    let t = Instant::now();
+    let legit = legit_get(
+        tcp_client(tcp, Ipv4Addr::LOCALHOST, Duration::from_secs(5)),
+        t,
+    );
+    drop(held);
+    stop.store(true, Ordering::Relaxed);
+    vec![(
+        format!(
+            "16 addresses x 32 idle connections on TCP ({open} open): a legitimate client's GET"
+        ),
+        legit,
+    )]
 }
 
 /// The certificates of a PEM file.

@@ -303,7 +303,7 @@ impl StreamListener {
             return;
         };
         match conn.on_ready(ready) {
-            Ok(()) => self.pump(ctx, slot, engine),
+            Ok(()) => self.pump(ctx, slot, engine, Requests::Take),
             Err(_) => self.remove(ctx, slot, CloseReason::Error, engine),
         }
     }
@@ -319,7 +319,7 @@ impl StreamListener {
         let slot = slot as usize;
         if let Some(conn) = self.conns.get_mut(slot) {
             if conn.on_timer(ctx.now(), timer) {
-                self.pump(ctx, slot, engine);
+                self.pump(ctx, slot, engine, Requests::Take);
             }
         }
     }
@@ -359,8 +359,11 @@ impl StreamListener {
         let mut written = std::mem::take(&mut self.written);
         written.sort_unstable();
         written.dedup();
+        // No requests are taken here: each connection takes its share in a turn of its own
+        // (its readiness, or the next turn it asks for), so that none waits behind the others
+        // round after round, and the engine's queue is empty when a turn begins.
         for &slot in &written {
-            self.pump(ctx, slot, engine);
+            self.pump(ctx, slot, engine, Requests::Leave);
         }
         written.clear();
         self.written = written;
@@ -373,7 +376,7 @@ impl StreamListener {
         let slots: Vec<usize> = self.conns.iter().map(|(slot, _)| slot).collect();
         for slot in slots {
             self.conns[slot].core_mut().conn.release();
-            self.pump(ctx, slot, engine);
+            self.pump(ctx, slot, engine, Requests::Leave);
         }
     }
 
@@ -461,13 +464,13 @@ impl StreamListener {
         entry.insert(stream);
         *self.per_source.entry(source).or_default() += 1;
         self.counters.accepted += 1;
-        self.pump(ctx, slot, engine);
+        self.pump(ctx, slot, engine, Requests::Take);
     }
 
     /// Reads, hands requests to the engine and writes, for as long as that makes progress
     /// (within the read budget and the output bound), then closes the connection if it is
     /// over and its last words are out, or settles it.
-    fn pump(&mut self, ctx: &mut Ctx<'_>, slot: usize, engine: &mut Proxy) {
+    fn pump(&mut self, ctx: &mut Ctx<'_>, slot: usize, engine: &mut Proxy, requests: Requests) {
         let now = ctx.now();
         let Some(stream) = self.conns.get_mut(slot) else {
             return;
@@ -477,7 +480,10 @@ impl StreamListener {
             if let Err(e) = stream.read(now, &mut self.buf) {
                 break Err(e);
             }
-            let fed = feed(now, stream, engine);
+            let fed = match requests {
+                Requests::Take => feed(now, stream, engine),
+                Requests::Leave => 0,
+            };
             if fed > 0 {
                 self.fed = true;
                 self.owing.push(slot);
@@ -541,6 +547,15 @@ impl StreamListener {
             accept_failures: self.listening.failures(),
         }
     }
+}
+
+/// Whether a [`StreamListener::pump`] hands the connection's requests to the engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Requests {
+    /// Yes: the connection's turn.
+    Take,
+    /// No: only reading and writing.
+    Leave,
 }
 
 /// Hands the connection's requests to the engine, one at a time, while its output bound lets
