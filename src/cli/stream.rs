@@ -92,15 +92,15 @@ pub fn describe(part: &StreamPart) -> String {
         for listen in &part.listens {
             let l = &listen.limits;
             out += &format!(
-                "  {} on {}: up to {} connections, {} per source ({}); CSM within {:?}, messages whole within {:?}, pinged after {:?} idle\n",
+                "  {} on {}: up to {} connections, {} per source; CSM within {:?}, pinged after {:?} idle, messages whole within {:?} (a source: {})\n",
                 listen.transport.scheme(),
                 listen.addr,
                 l.max_connections,
                 l.max_connections_per_source,
-                l.source_prefix,
                 l.conn.csm_timeout,
+                l.conn.idle_timeout,
                 l.conn.message_timeout,
-                l.conn.idle_timeout
+                l.source_prefix
             );
         }
         out
