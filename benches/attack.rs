@@ -19,23 +19,26 @@
 //! | `non_reader` | 11 | a peer that never reads: held output, and when it is given up; the connection cap |
 //! | `metrics_idle` | 12 | a scrape's time with every metrics slot held by an idle keep-alive |
 //! | `retry_flood` | 13 | retry-port connects in one session: intervals kept, the verdict, log lines |
-//! | `held_backlog` | issue 40 row 1 | a forged flood fills the answers held for proofs: new libcoap and aiocoap clients at +1 s and +15 s, the forged sources' ratio |
-//! | `observe_share` | issue 40 row 5 | observations one address takes with 4 coap+tcp connections x 256 registrations; whether another address's registration is accepted and notified |
-//! | `icmp_observer` | issue 40 row 8 | an unproven observer closes its socket: how long its observation lives on |
 //!
 //! The probes live under `attack/`: rows 1 and 3-6 in `coap.rs`, rows 2 and 8-11 (and the
 //! HTTP/2 client they share) in `http2.rs`, rows 7, 12 and 13 in `serve.rs`. Issue 25's probes
 //! (the HTTP front and the answer store) are in `attack/hostile_http.rs`: `http_slots`,
-//! `answer_store`, `http_bodies`, `sse_cr` and `pipelined_local`. Issue 40's rows 1 and 8
-//! (answers held for a proof of address) are in `attack/held.rs`, row 5 (the observations'
-//! per-source share) in `attack/observe.rs`.
+//! `answer_store`, `http_bodies`, `sse_cr` and `pipelined_local`.
 //!
-//! Issue 40's coaps probes (built with the `dtls` feature) are in `attack/dtls.rs`:
+//! Issue 40's probes (tables that forged or idle peers could fill) are in `attack/held.rs`
+//! (rows 1 and 8), `attack/observe.rs` (row 5), `attack/dtls.rs` (rows 2, 6 and 9, with the
+//! `dtls` feature) and `attack/stream.rs` (rows 3, 4 and 7, with the `tcp` feature):
 //!
 //! | probe | issue row | figure |
 //! |---|---|---|
+//! | `held_backlog` | issue 40 row 1 | a forged flood fills the answers held for proofs: new libcoap and aiocoap clients at +1 s and +15 s, the forged sources' ratio |
 //! | `dtls_hello_flood` | issue 40 row 2 | 157 addresses x 64 ports of cookie-verified hellos, again every 10 s: handshaking sessions, RSS growth, a legitimate PSK client's 3 tries |
+//! | `stream_non_reader` | issue 40 row 3 | RSS growth from 1, 10 and 40 coap+tcp connections pipelining cached GETs without reading, and 5 s after they close |
+//! | `stream_idle_fill` | issue 40 row 4 | 8 addresses x 64 idle connections (CSM, then nothing) on the TCP and TLS listeners: a legitimate client's GET |
+//! | `observe_share` | issue 40 row 5 | observations one address takes with 4 coap+tcp connections x 256 registrations; whether another address's registration is accepted and notified |
 //! | `dtls_forged_hello` | issue 40 row 6 | a cookie-less hello from a live session's address and port: a HelloVerifyRequest into the session or not, the session after it |
+//! | `stream_bad_csm` | issue 40 row 7 | a CSM with Max-Message-Size 0, and half a message after the CSM: what the client gets, when the connection ends |
+//! | `icmp_observer` | issue 40 row 8 | an unproven observer closes its socket: how long its observation lives on |
 //! | `dtls_sec1_key` | issue 40 row 9 | `--dtls-key` with a SEC1 key: whether the proxy starts and serves coap-client-openssl |
 
 // The reflection cases are the test's (tests/proxy_reflection.rs), so that the figures printed
@@ -66,6 +69,10 @@ mod observe;
 #[cfg(feature = "dtls")]
 #[path = "attack/dtls.rs"]
 mod dtls;
+
+#[cfg(feature = "tcp")]
+#[path = "attack/stream.rs"]
+mod stream;
 
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -106,6 +113,12 @@ const PROBES: &[(&str, Probe)] = &[
     ("dtls_forged_hello", dtls::forged_hello),
     #[cfg(feature = "dtls")]
     ("dtls_sec1_key", dtls::sec1_key),
+    #[cfg(feature = "tcp")]
+    ("stream_non_reader", stream::stream_non_reader),
+    #[cfg(feature = "tcp")]
+    ("stream_idle_fill", stream::stream_idle_fill),
+    #[cfg(feature = "tcp")]
+    ("stream_bad_csm", stream::stream_bad_csm),
 ];
 
 fn main() {

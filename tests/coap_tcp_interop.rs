@@ -28,6 +28,10 @@
 //! | udp_and_tcp_clients_reach_libcoap_over_tcp                | libcoap notls both ends |
 //! | a_gone_tcp_origin_gets_5_02_and_is_reconnected            | libcoap notls both ends |
 //! | udp_clients_reach_libcoap_over_tls_and_a_wrong_ca_gets_5_02 | libcoap notls, openssl server |
+//!
+//! Issue 40's bounds (`bounds.rs`), with raw clients and the scripted Rust origin: clients
+//! that never read, idle connections filling the listener, a CSM no answer fits in, half a
+//! message left hanging.
 
 #![cfg(feature = "tcp")]
 
@@ -44,6 +48,8 @@ use backoffd::coap_tcp::signal::{self, Settings};
 mod common;
 mod peers;
 
+#[path = "coap_tcp_interop/bounds.rs"]
+mod bounds;
 #[allow(dead_code)]
 #[path = "coaps_interop/certs.rs"]
 mod certs;

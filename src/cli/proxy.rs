@@ -148,12 +148,16 @@ CoAP over TCP, TLS and WebSockets (RFC 8323; cargo feature `tcp`, on by default)
                                  its certificate chain and private key (PEM)
   --listen-ws ADDR               a coap+ws listener (GET /.well-known/coap, subprotocol coap)
   --tcp-max-connections N        connections at once per listener; at the cap the oldest
-                                 without a CSM is closed for a new one, else the new one
-                                 is (default 512)
+                                 without a CSM is closed for a new one, else an idle one
+                                 (nothing in flight, no observation) of the source holding
+                                 the most, quiet longest; else the new one is (default 512)
   --tcp-max-connections-per-source N
-                                 of those, from one IP address (default 64)
+                                 of those, from one source (--source-prefix), the same rule
+                                 among its own (default 32)
   --tcp-csm-timeout D            the peer's CSM must come within it, and a Pong (default 10s)
   --tcp-idle-timeout D           a quiet connection is pinged after it (default 300s)
+  --tcp-message-timeout D        a message begun must be whole within it, else Abort
+                                 (default 10s)
 
 Durations: 500ms, 2s, 1.5s, 250us, 1m. Sizes: 65536, 64KiB, 4MiB (bytes, or 1024-based
 units). Invalid configuration exits 2 naming the flag.

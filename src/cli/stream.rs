@@ -51,6 +51,7 @@ pub const SPEC: &[Spec] = &[
     value("tcp-max-connections-per-source"),
     value("tcp-csm-timeout"),
     value("tcp-idle-timeout"),
+    value("tcp-message-timeout"),
 ];
 
 /// Where the first listener is, as a URI authority with its scheme (nothing if there is none).
@@ -91,13 +92,15 @@ pub fn describe(part: &StreamPart) -> String {
         for listen in &part.listens {
             let l = &listen.limits;
             out += &format!(
-                "  {} on {}: up to {} connections, {} per source; CSM within {:?}, pinged after {:?} idle\n",
+                "  {} on {}: up to {} connections, {} per source; CSM within {:?}, pinged after {:?} idle, messages whole within {:?} (a source: {})\n",
                 listen.transport.scheme(),
                 listen.addr,
                 l.max_connections,
                 l.max_connections_per_source,
                 l.conn.csm_timeout,
-                l.conn.idle_timeout
+                l.conn.idle_timeout,
+                l.conn.message_timeout,
+                l.source_prefix
             );
         }
         out
@@ -228,12 +231,14 @@ fn limits(flags: &Flags) -> Result<StreamLimits, UsageError> {
     let mut conn = d.conn;
     conn.csm_timeout = duration("tcp-csm-timeout", conn.csm_timeout)?;
     conn.idle_timeout = duration("tcp-idle-timeout", conn.idle_timeout)?;
+    conn.message_timeout = duration("tcp-message-timeout", conn.message_timeout)?;
     Ok(StreamLimits {
         max_connections: count("tcp-max-connections", d.max_connections)?,
         max_connections_per_source: count(
             "tcp-max-connections-per-source",
             d.max_connections_per_source,
         )?,
+        source_prefix: super::proxy::source_prefix(flags)?,
         conn,
     })
 }

@@ -98,6 +98,7 @@ impl Carried {
                     TlsUpper::Coap => conn.handle_input(now, &plaintext),
                     TlsUpper::Ws(ws) => {
                         ws.handle_input(&plaintext, |m| conn.handle_ws_message(now, m));
+                        conn.carrier_holds_part(ws.holds_part());
                         if let Some(why) = ws.closed() {
                             conn.cut_off(Ending::Transport(why));
                         }
@@ -111,6 +112,7 @@ impl Carried {
             }
             Carrier::Ws(ws) => {
                 ws.handle_input(data, |message| conn.handle_ws_message(now, message));
+                conn.carrier_holds_part(ws.holds_part());
                 if let Some(why) = ws.closed() {
                     self.carrier_closed = true;
                     conn.cut_off(Ending::Transport(why));
@@ -128,23 +130,47 @@ impl Carried {
     /// A datagram the engine sent this peer; what the engine must hear back (see
     /// [`StreamConn::deliver`]).
     pub fn deliver(&mut self, datagram: &[u8]) -> Option<Vec<u8>> {
-        if self.carrier_output().len() > 2 * self.limits.max_output {
-            self.conn.cut_off(Ending::SlowReader);
-        }
         let ack = self.conn.deliver(datagram);
         self.seal();
         ack
     }
 
-    /// The next request for the engine.
+    /// The next request for the engine, if the output bound lets one be taken (see
+    /// [`StreamConn::poll_to_engine`]).
     pub fn poll_to_engine(&mut self) -> Option<Vec<u8>> {
-        self.conn.poll_to_engine()
+        let request = self.conn.poll_to_engine();
+        // Taking a request can have let signals through (a Pong to write).
+        self.seal();
+        request
     }
 
-    /// Whether to read now: the connection takes input and the carrier's output is not
-    /// backed up.
+    /// The engine queued `bytes` because of the request just taken (see
+    /// [`StreamConn::queued_by_engine`]).
+    pub fn queued_by_engine(&mut self, bytes: usize) {
+        self.conn.queued_by_engine(bytes);
+    }
+
+    /// Everything the engine had queued has gone to its transports.
+    pub fn engine_queue_emptied(&mut self) {
+        self.conn.engine_queue_emptied();
+        self.seal();
+    }
+
+    /// Whether a request waits that only the engine's queue keeps from being taken (see
+    /// [`StreamConn::has_work`]).
+    pub fn has_work(&self) -> bool {
+        self.conn.has_work()
+    }
+
+    /// When the peer last sent anything.
+    pub fn last_input(&self) -> Timestamp {
+        self.conn.last_input()
+    }
+
+    /// Whether to read now: the connection takes input (its output, the carrier's
+    /// included, is not backed up; no message waits for its turn).
     pub fn wants_input(&self) -> bool {
-        self.conn.wants_input() && self.carrier_output().len() < self.limits.max_output
+        self.conn.wants_input()
     }
 
     /// The connection's next deadline.
@@ -186,6 +212,7 @@ impl Carried {
             Carrier::Tls(tls, _) => tls.consume_output(n),
             Carrier::Ws(ws) => ws.consume_output(n),
         }
+        self.seal();
     }
 
     /// What the connection counted.
@@ -261,6 +288,12 @@ impl Carried {
             }
             Carrier::Ws(_) => {}
         }
+        let held = match &self.carrier {
+            Carrier::Tcp => 0,
+            Carrier::Tls(tls, _) => tls.pending_output().len(),
+            Carrier::Ws(ws) => ws.pending_output().len(),
+        };
+        self.conn.carrier_holds(held);
     }
 }
 

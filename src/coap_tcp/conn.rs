@@ -7,13 +7,21 @@
 //! once, since a reliable transport has delivered it (§2.2: no ACKs, no retransmissions).
 //!
 //! The connection's life (§5.3): our CSM goes out first; the peer's must come first, within
-//! `csm_timeout`, or the connection is aborted. Open, a connection quiet for `idle_timeout`
-//! gets a Ping (§5.4); no answer within `csm_timeout` closes it. A Release or Abort from the
-//! peer ends it; a protocol error sends an Abort (§5.6) and ends it.
+//! `csm_timeout`, or the connection is aborted. A CSM announcing a Max-Message-Size no answer
+//! fits in is aborted too (§5.3.1, [`signal::MIN_MAX_MESSAGE_SIZE`]). Open, a connection quiet
+//! for `idle_timeout` gets a Ping (§5.4); no answer within `csm_timeout` closes it; a message
+//! begun and not whole within `message_timeout` is aborted. A Release or Abort from the peer
+//! ends it; a protocol error sends an Abort (§5.6) and ends it.
+//!
+//! Requests are taken one at a time ([`StreamConn::poll_to_engine`]), each only while the
+//! answers waiting for the socket, and those the engine has queued but not yet delivered
+//! ([`StreamConn::queued_by_engine`]), are below `max_output`: however much one read brought,
+//! the answers it can cause stay within the bound. What is not taken waits in the input, and
+//! no more is read meanwhile.
 
-use std::collections::VecDeque;
 use std::time::Duration;
 
+use super::buffers::{Incoming, Outgoing};
 use super::frame::{self, Frame, Framing};
 use super::signal::{self, Settings, Signal};
 use crate::coap::{empty_ack, Message, MessageType};
@@ -28,9 +36,14 @@ pub struct ConnLimits {
     pub csm_timeout: Duration,
     /// How long a connection may be quiet before it is pinged.
     pub idle_timeout: Duration,
-    /// Output bytes waiting for the socket past which no more input is read. Answers still
-    /// come (notifications, late responses); past twice this the peer is a reader too slow
-    /// to keep, and the connection ends ([`Ending::SlowReader`]).
+    /// How long a message may take to come whole once part of it has (after the CSM): a
+    /// peer that sends half a message and stops is aborted then, not kept until the
+    /// keepalive finds it.
+    pub message_timeout: Duration,
+    /// Output bytes waiting for the socket (and answers the engine has queued) past which no
+    /// more requests are taken and no more input is read. Answers still come
+    /// (notifications, late responses); past twice this the peer is a reader too slow to
+    /// keep, and the connection ends ([`Ending::SlowReader`]).
     pub max_output: usize,
 }
 
@@ -40,6 +53,7 @@ impl Default for ConnLimits {
             max_message_size: signal::DEFAULT_MAX_MESSAGE_SIZE,
             csm_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(300),
+            message_timeout: Duration::from_secs(10),
             max_output: 64 * 1024,
         }
     }
@@ -54,6 +68,11 @@ pub enum Ending {
     NoPong,
     /// We aborted it (§5.6): a protocol error, named.
     Aborted(&'static str),
+    /// We aborted it (§5.6): its CSM announced a Max-Message-Size (this one) below
+    /// [`signal::MIN_MAX_MESSAGE_SIZE`], which no answer would fit in (§5.3.1).
+    MaxMessageSizeTooSmall(u32),
+    /// We aborted it (§5.6): a message begun was not whole within `message_timeout`.
+    MessageTimeout,
     /// The peer sent Abort, with its diagnostic.
     PeerAborted(String),
     /// The peer sent Release (§5.5).
@@ -90,6 +109,18 @@ enum Keepalive {
     Pinged { give_up_at: Timestamp },
 }
 
+/// What the input holds after the messages that could be handled were.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Front {
+    /// Nothing.
+    Empty,
+    /// A whole message, waiting for its turn: a request until the driver takes it, or any
+    /// message while the output is backed up.
+    Waiting,
+    /// Part of a message of an open connection, to be whole by `deadline`.
+    Partial { deadline: Timestamp },
+}
+
 /// What a connection counts, for the listener's metrics.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ConnCounters {
@@ -101,6 +132,9 @@ pub struct ConnCounters {
     pub oversized_answers: u64,
     /// Messages ignored: responses from the peer, empty messages, unknown signals.
     pub ignored: u64,
+    /// Times requests stopped being taken because the answers waiting for the socket
+    /// reached `max_output`.
+    pub pauses: u64,
 }
 
 /// See the module docs.
@@ -108,10 +142,21 @@ pub struct StreamConn {
     framing: Framing,
     limits: ConnLimits,
     phase: Phase,
-    input: Vec<u8>,
+    input: Incoming,
+    front: Front,
     output: Outgoing,
+    /// Bytes the engine queued for this connection (or because of its requests) that have
+    /// not come through [`deliver`](Self::deliver) yet.
+    owed: usize,
+    /// Bytes of ours a carrier (TLS, WebSocket) still holds for the socket.
+    carried: usize,
+    /// Whether the last request offered was declined for the output bound.
+    paused: bool,
     next_mid: u16,
-    to_engine: VecDeque<Vec<u8>>,
+    /// The time of the latest input or timeout: when a message is taken later, its time.
+    clock: Timestamp,
+    /// When the peer last sent anything.
+    last_input: Timestamp,
     counters: ConnCounters,
 }
 
@@ -132,10 +177,15 @@ impl StreamConn {
             phase: Phase::AwaitingCsm {
                 deadline: now + limits.csm_timeout,
             },
-            input: Vec::new(),
+            input: Incoming::default(),
+            front: Front::Empty,
             output,
+            owed: 0,
+            carried: 0,
+            paused: false,
             next_mid: 0,
-            to_engine: VecDeque::new(),
+            clock: now,
+            last_input: now,
             counters: ConnCounters::default(),
         }
     }
@@ -145,17 +195,12 @@ impl StreamConn {
         if self.ended().is_some() {
             return;
         }
-        let mut input = std::mem::take(&mut self.input);
-        input.extend_from_slice(data);
-        let max = self.limits.max_message_size as usize;
-        let read = frame::take_stream_frames(&mut input, max, |f| {
-            self.handle_frame(now, f);
-            self.ended().is_none()
-        });
-        self.input = input;
-        if let Err(e) = read {
-            self.abort(e.diagnostic(), None);
+        self.clock = now;
+        if !data.is_empty() {
+            self.last_input = now;
         }
+        self.input.push(data);
+        self.advance();
     }
 
     /// One message from a WebSocket binary frame (§4.4).
@@ -163,10 +208,12 @@ impl StreamConn {
         if self.ended().is_some() {
             return;
         }
+        (self.clock, self.last_input) = (now, now);
         match frame::decode_ws(payload, self.limits.max_message_size as usize) {
-            Ok(f) => self.handle_frame(now, &f),
-            Err(e) => self.abort(e.diagnostic(), None),
+            Ok(f) => self.input.push_frame(&f),
+            Err(e) => return self.abort(e.diagnostic(), None),
         }
+        self.advance();
     }
 
     /// The peer closed its side.
@@ -174,10 +221,62 @@ impl StreamConn {
         if self.ended().is_none() {
             self.phase = Phase::Ended(Ending::Closed);
         }
-        self.to_engine.clear();
+        self.input.clear();
+        self.front = Front::Empty;
     }
 
-    fn handle_frame(&mut self, now: Timestamp, f: &Frame<'_>) {
+    /// The largest message taken from the input. A WebSocket's messages were checked
+    /// against the bound as they came (their framing here adds a length).
+    fn input_max(&self) -> usize {
+        match self.framing {
+            Framing::Stream => self.limits.max_message_size as usize,
+            Framing::WebSocket => usize::MAX,
+        }
+    }
+
+    /// Handles the messages at the front of the input that are not requests, while the
+    /// output takes more; notes what is left ([`Front`]).
+    fn advance(&mut self) {
+        let mut input = std::mem::take(&mut self.input);
+        let max = self.input_max();
+        let front = loop {
+            if self.ended().is_some() {
+                input.clear();
+                break Front::Empty;
+            }
+            let (f, n) = match input.front(max) {
+                Ok(Some(read)) => read,
+                Ok(None) if input.is_empty() => break Front::Empty,
+                Ok(None) => break self.partial(),
+                Err(e) => {
+                    self.abort(e.diagnostic(), None);
+                    continue;
+                }
+            };
+            if self.is_open() && (f.code.is_request() || self.output_full()) {
+                break Front::Waiting;
+            }
+            self.handle_frame(&f);
+            input.take(n);
+        };
+        self.input = input;
+        self.front = front;
+    }
+
+    /// The front for part of a message: its deadline runs from when it was first seen.
+    fn partial(&self) -> Front {
+        match (self.front, &self.phase) {
+            (Front::Partial { deadline }, _) => Front::Partial { deadline },
+            (_, Phase::Open { .. }) => Front::Partial {
+                deadline: self.clock + self.limits.message_timeout,
+            },
+            // Before the CSM its own deadline runs.
+            _ => Front::Empty,
+        }
+    }
+
+    /// A message that is not a request (or any message before the CSM).
+    fn handle_frame(&mut self, f: &Frame<'_>) {
         let peer = match &mut self.phase {
             Phase::AwaitingCsm { .. } if f.code != signal::CSM => {
                 return self.abort("the first message must be a CSM (RFC 8323 §5.3)", None);
@@ -185,32 +284,21 @@ impl StreamConn {
             Phase::AwaitingCsm { .. } => Settings::default(),
             Phase::Open { peer, keepalive } => {
                 *keepalive = Keepalive::Quiet {
-                    ping_at: now + self.limits.idle_timeout,
+                    ping_at: self.clock + self.limits.idle_timeout,
                 };
                 *peer
             }
             Phase::Ended(_) => return,
         };
         if f.code.class() == 7 {
-            return self.handle_signal(now, f, peer);
+            return self.handle_signal(f, peer);
         }
-        if !f.code.is_request() {
-            // Empty messages are to be ignored (§3.4); the proxy asks its clients nothing,
-            // so a response is for nobody.
-            self.counters.ignored += 1;
-            return;
-        }
-        let mut datagram = Vec::new();
-        f.to_datagram(&mut datagram, MessageType::Con, self.next_mid);
-        if Message::parse(&datagram).is_err() {
-            return self.abort("a message whose options are not well formed", None);
-        }
-        self.next_mid = self.next_mid.wrapping_add(1);
-        self.counters.requests += 1;
-        self.to_engine.push_back(datagram);
+        // Empty messages are to be ignored (§3.4); the proxy asks its clients nothing, so a
+        // response is for nobody.
+        self.counters.ignored += 1;
     }
 
-    fn handle_signal(&mut self, now: Timestamp, f: &Frame<'_>, peer: Settings) {
+    fn handle_signal(&mut self, f: &Frame<'_>, peer: Settings) {
         let (signal, bad) = match signal::parse(f, peer) {
             Ok(read) => read,
             Err(e) => return self.abort(signal_error(e), None),
@@ -219,11 +307,14 @@ impl StreamConn {
             return self.abort("a CSM option this end does not know", Some(option));
         }
         match signal {
+            Signal::Csm(settings) if settings.max_message_size < signal::MIN_MAX_MESSAGE_SIZE => {
+                self.refuse_max_message_size(settings.max_message_size)
+            }
             Signal::Csm(settings) => {
                 self.phase = Phase::Open {
                     peer: settings,
                     keepalive: Keepalive::Quiet {
-                        ping_at: now + self.limits.idle_timeout,
+                        ping_at: self.clock + self.limits.idle_timeout,
                     },
                 }
             }
@@ -239,22 +330,126 @@ impl StreamConn {
         }
     }
 
+    /// A CSM whose Max-Message-Size no answer fits in: every answer would be dropped, and
+    /// the peer would wait for them forever. Abort says so, naming the option (§5.6).
+    fn refuse_max_message_size(&mut self, size: u32) {
+        self.abort(
+            "Max-Message-Size too small for any answer (RFC 8323 §5.3.1)",
+            Some(signal::MAX_MESSAGE_SIZE),
+        );
+        self.phase = Phase::Ended(Ending::MaxMessageSizeTooSmall(size));
+    }
+
     /// Sends Abort saying `why` and ends the connection (§5.6).
     fn abort(&mut self, why: &'static str, bad_option: Option<u16>) {
         let framing = self.framing;
         (self.output).push(|o| signal::encode_abort(o, framing, why, bad_option));
-        self.phase = Phase::Ended(Ending::Aborted(why));
-        self.to_engine.clear();
+        self.end(Ending::Aborted(why));
     }
 
-    /// The next request for the engine, as a UDP-format datagram.
+    fn end(&mut self, why: Ending) {
+        self.phase = Phase::Ended(why);
+        self.input.clear();
+        self.front = Front::Empty;
+    }
+
+    /// The next request for the engine, as a UDP-format datagram: none while the output is
+    /// at its bound (`max_output`, counting what the engine has queued and not yet
+    /// delivered). Tell the connection what the engine queued for it after each
+    /// ([`queued_by_engine`](Self::queued_by_engine)).
     pub fn poll_to_engine(&mut self) -> Option<Vec<u8>> {
-        self.to_engine.pop_front()
+        if self.front != Front::Waiting || !self.is_open() {
+            return None;
+        }
+        if self.output_full() {
+            self.counters.pauses += u64::from(!self.paused);
+            self.paused = true;
+            return None;
+        }
+        self.paused = false;
+        let mut input = std::mem::take(&mut self.input);
+        let datagram = match input.front(self.input_max()) {
+            Ok(Some((f, n))) if f.code.is_request() => {
+                let mut datagram = Vec::new();
+                f.to_datagram(&mut datagram, MessageType::Con, self.next_mid);
+                input.take(n);
+                Some(datagram)
+            }
+            // A signal left while the output was full: handled now.
+            _ => None,
+        };
+        self.input = input;
+        if let Some(datagram) = &datagram {
+            if Message::parse(datagram).is_err() {
+                self.abort("a message whose options are not well formed", None);
+                return None;
+            }
+            if let Phase::Open { keepalive, .. } = &mut self.phase {
+                *keepalive = Keepalive::Quiet {
+                    ping_at: self.clock + self.limits.idle_timeout,
+                };
+            }
+            self.next_mid = self.next_mid.wrapping_add(1);
+            self.counters.requests += 1;
+        }
+        self.advance();
+        datagram.or_else(|| self.poll_to_engine_after_signals())
+    }
+
+    /// After a signal at the front was handled: the request behind it, if any.
+    fn poll_to_engine_after_signals(&mut self) -> Option<Vec<u8>> {
+        match self.front == Front::Waiting && !self.output_full() {
+            true => self.poll_to_engine(),
+            false => None,
+        }
+    }
+
+    /// The engine queued `bytes` because of the request just taken (its answer, or what
+    /// goes upstream for it): they count against the output bound until they are delivered
+    /// or [`engine_queue_emptied`](Self::engine_queue_emptied).
+    pub fn queued_by_engine(&mut self, bytes: usize) {
+        self.owed += bytes;
+    }
+
+    /// Everything the engine had queued has gone to its transports.
+    pub fn engine_queue_emptied(&mut self) {
+        self.owed = 0;
+        self.resume();
+    }
+
+    /// Bytes of ours a carrier (TLS, WebSocket) still holds for the socket: they count
+    /// against the output bound.
+    pub fn carrier_holds(&mut self, bytes: usize) {
+        self.carried = bytes;
+        self.resume();
+    }
+
+    /// Handles what waited for the output to drain, once it has.
+    fn resume(&mut self) {
+        if self.front == Front::Waiting && !self.output_full() {
+            self.advance();
+        }
+    }
+
+    /// Whether the carrier (a WebSocket) holds part of a message: its deadline runs as for
+    /// part of one in the input ([`ConnLimits::message_timeout`]).
+    pub fn carrier_holds_part(&mut self, part: bool) {
+        self.front = match (part, self.front) {
+            (true, Front::Empty) => self.partial(),
+            (false, Front::Partial { .. }) if self.input.is_empty() => Front::Empty,
+            (_, front) => front,
+        };
+    }
+
+    /// Whether the output, with what the engine owes and the carrier holds, is at its bound.
+    fn output_full(&self) -> bool {
+        self.output.bytes().len() + self.owed + self.carried >= self.limits.max_output
     }
 
     /// A datagram the engine sent this peer. What it must hear back (the ACK of a CON, which
     /// the transport has delivered) is returned, for the engine.
     pub fn deliver(&mut self, datagram: &[u8]) -> Option<Vec<u8>> {
+        self.owed = self.owed.saturating_sub(datagram.len());
         let msg = Message::parse(datagram).ok()?;
         let ack = (msg.msg_type() == MessageType::Con).then(|| {
             let mut ack = Vec::new();
@@ -274,7 +469,7 @@ impl StreamConn {
             self.counters.oversized_answers += 1;
             return ack;
         }
-        if self.output.bytes.len() + f.size() > 2 * self.limits.max_output {
+        if self.output.bytes().len() + self.carried + f.size() > 2 * self.limits.max_output {
             self.cut_off(Ending::SlowReader);
             return ack;
         }
@@ -284,30 +479,45 @@ impl StreamConn {
         ack
     }
 
-    /// Whether input should be read now: not once ended, not while output is backed up.
+    /// Whether input should be read now: not once ended, not while a message waits for its
+    /// turn, not while the output is at its bound.
     pub fn wants_input(&self) -> bool {
-        self.ended().is_none() && self.output.bytes.len() < self.limits.max_output
+        self.ended().is_none() && self.front != Front::Waiting && !self.output_full()
+    }
+
+    /// Whether a request waits that only the engine's queue keeps from being taken: once
+    /// what the engine queued is delivered ([`engine_queue_emptied`](Self::engine_queue_emptied)),
+    /// [`poll_to_engine`](Self::poll_to_engine) gives it without more input.
+    pub fn has_work(&self) -> bool {
+        let unwritten = self.output.bytes().len() + self.carried;
+        self.front == Front::Waiting && self.is_open() && unwritten < self.limits.max_output
     }
 
     /// When [`handle_timeout`](Self::handle_timeout) is next needed.
     pub fn poll_timeout(&self) -> Option<Timestamp> {
-        match &self.phase {
-            Phase::AwaitingCsm { deadline } => Some(*deadline),
-            Phase::Open { keepalive, .. } => Some(match keepalive {
+        let phase = match &self.phase {
+            Phase::AwaitingCsm { deadline } => *deadline,
+            Phase::Open { keepalive, .. } => match keepalive {
                 Keepalive::Quiet { ping_at } => *ping_at,
                 Keepalive::Pinged { give_up_at } => *give_up_at,
-            }),
-            Phase::Ended(_) => None,
-        }
+            },
+            Phase::Ended(_) => return None,
+        };
+        Some(match self.front {
+            Front::Partial { deadline } => phase.min(deadline),
+            _ => phase,
+        })
     }
 
-    /// Runs the CSM and keepalive deadlines (early calls do nothing).
+    /// Runs the CSM, keepalive and message deadlines (early calls do nothing).
     pub fn handle_timeout(&mut self, now: Timestamp) {
+        self.clock = now;
+        self.message_deadline(now);
         match self.phase {
             Phase::AwaitingCsm { deadline } if now >= deadline => {
                 let framing = self.framing;
                 (self.output).push(|o| signal::encode_abort(o, framing, "no CSM in time", None));
-                self.phase = Phase::Ended(Ending::NoCsm);
+                self.end(Ending::NoCsm);
             }
             Phase::Open {
                 ref mut keepalive, ..
@@ -320,12 +530,31 @@ impl StreamConn {
                     };
                 }
                 Keepalive::Pinged { give_up_at } if now >= give_up_at => {
-                    self.phase = Phase::Ended(Ending::NoPong);
+                    self.end(Ending::NoPong);
                 }
                 _ => {}
             },
             _ => {}
         }
+    }
+
+    /// A part of a message not whole by its deadline is aborted, unless it is we who stopped
+    /// reading (the output at its bound): then the peer gets the time again.
+    fn message_deadline(&mut self, now: Timestamp) {
+        let Front::Partial { deadline } = self.front else {
+            return;
+        };
+        if now < deadline {
+            return;
+        }
+        if self.output_full() {
+            self.front = Front::Partial {
+                deadline: now + self.limits.message_timeout,
+            };
+            return;
+        }
+        self.abort("a message not completed in time", None);
+        self.phase = Phase::Ended(Ending::MessageTimeout);
     }
 
     /// Why the connection ended, once it has: the driver closes it when its output is out.
@@ -341,23 +570,29 @@ impl StreamConn {
         matches!(self.phase, Phase::Open { .. })
     }
 
+    /// When the peer last sent anything.
+    pub fn last_input(&self) -> Timestamp {
+        self.last_input
+    }
+
     /// Sends Release (§5.5) and ends: the proxy is shutting down.
     pub fn release(&mut self) {
         if self.ended().is_none() {
             let framing = self.framing;
             self.output.push(|o| signal::encode_release(o, framing));
-            self.phase = Phase::Ended(Ending::Released);
+            self.end(Ending::Released);
         }
     }
 
     /// Bytes waiting for the socket.
     pub fn pending_output(&self) -> &[u8] {
-        &self.output.bytes
+        self.output.bytes()
     }
 
     /// The first `n` of them were written.
     pub fn consume_output(&mut self, n: usize) {
         self.output.consume(n);
+        self.resume();
     }
 
     /// The next whole message written, taken out: what a WebSocket frame carries (§4.4),
@@ -369,9 +604,8 @@ impl StreamConn {
     /// Ends the connection for `why`, dropping what it has not written and the requests not
     /// yet taken: what carries it failed, or its reader is too slow ([`Ending::SlowReader`]).
     pub fn cut_off(&mut self, why: Ending) {
-        self.output = Outgoing::default();
-        self.to_engine.clear();
-        self.phase = Phase::Ended(why);
+        self.output.clear();
+        self.end(why);
     }
 
     /// What it counted.
@@ -379,44 +613,9 @@ impl StreamConn {
         self.counters
     }
 
-    /// Bytes it holds: input not yet a whole message, and output not yet written.
+    /// Bytes it holds: input not yet taken, and output not yet written.
     pub fn buffered(&self) -> usize {
-        self.input.len() + self.output.bytes.len()
-    }
-}
-
-/// What the connection writes, and where each message ends (a WebSocket frame carries one
-/// message, and that format has no length to find the end by).
-#[derive(Default)]
-struct Outgoing {
-    bytes: Vec<u8>,
-    ends: VecDeque<usize>,
-}
-
-impl Outgoing {
-    fn push(&mut self, write: impl FnOnce(&mut Vec<u8>)) {
-        write(&mut self.bytes);
-        self.ends.push_back(self.bytes.len());
-    }
-
-    fn consume(&mut self, n: usize) {
-        let n = n.min(self.bytes.len());
-        self.bytes.drain(..n);
-        for end in &mut self.ends {
-            *end = end.saturating_sub(n);
-        }
-        while self.ends.front() == Some(&0) {
-            self.ends.pop_front();
-        }
-    }
-
-    fn pop_message(&mut self) -> Option<Vec<u8>> {
-        let end = self.ends.pop_front()?;
-        let message = self.bytes.drain(..end).collect();
-        for e in &mut self.ends {
-            *e -= end;
-        }
-        Some(message)
+        self.input.len() + self.output.bytes().len()
     }
 }
 

@@ -11,6 +11,7 @@
 //! The proxy's driver owns the sockets (`crate::proxy::tcp_listener`) and hands the requests
 //! to the engine as [`crate::proxy::Peer::Stream`].
 
+mod buffers;
 pub mod carried;
 pub mod client;
 pub mod conn;

@@ -20,7 +20,7 @@ pub const RELEASE: Code = Code::new(7, 4);
 pub const ABORT: Code = Code::new(7, 5);
 
 /// CSM option Max-Message-Size (§5.3.1).
-const MAX_MESSAGE_SIZE: u16 = 2;
+pub const MAX_MESSAGE_SIZE: u16 = 2;
 /// CSM option Block-Wise-Transfer (§5.3.2).
 const BLOCK_WISE_TRANSFER: u16 = 4;
 /// Abort option Bad-CSM-Option (§5.6).
@@ -28,6 +28,14 @@ const BAD_CSM_OPTION: u16 = 2;
 
 /// The Max-Message-Size an end has until its CSM says otherwise (§5.3.1).
 pub const DEFAULT_MAX_MESSAGE_SIZE: u32 = 1152;
+
+/// The smallest Max-Message-Size a peer may announce (§5.3.1 sets no floor; this is ours).
+/// The proxy relays answers as they are and cannot cut them smaller, so a peer that takes
+/// less than this would have every answer dropped while it waits for them: its CSM gets an
+/// Abort instead (§5.6). 64 bytes hold the smallest block RFC 7959 allows (16 bytes, SZX 0)
+/// with its header, an 8-byte token and the options a response carries (ETag,
+/// Content-Format, Max-Age, Block2), so a client that asks for small blocks is served.
+pub const MIN_MAX_MESSAGE_SIZE: u32 = 64;
 
 /// What one end's CSM announced (§5.3): later CSMs update it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -239,3 +239,6 @@ fn websocket_messages_carry_no_length() {
     conn.handle_ws_message(T0, &[0x10, 0x01]);
     assert!(matches!(conn.ended(), Some(Ending::Aborted(_))));
 }
+
+#[path = "bounds_tests.rs"]
+mod bounds;

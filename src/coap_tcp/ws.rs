@@ -114,6 +114,15 @@ impl WsSession {
         self.output.drain(..n.min(self.output.len()));
     }
 
+    /// Whether part of a message has come and not the rest: a frame short of its bytes, or
+    /// the first fragments of a message (RFC 6455 §5.4).
+    pub fn holds_part(&self) -> bool {
+        match &self.phase {
+            Phase::Open { message } => message.is_some() || !self.input.is_empty(),
+            _ => false,
+        }
+    }
+
     /// Input not yet a whole frame, and output not yet written.
     pub fn buffered(&self) -> usize {
         let message = match &self.phase {

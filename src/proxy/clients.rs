@@ -120,9 +120,11 @@ impl Clients {
         self.forget_if_unused(slot);
     }
 
-    /// Drops the entry if nothing depends on it.
+    /// Drops the entry if nothing depends on it (and if it is still there: the last
+    /// reference of a stream connection's request can go before its request is done with,
+    /// since nothing is kept for it, `kept.rs`).
     pub(super) fn forget_if_unused(&mut self, slot: ClientSlot) {
-        if self.slab[slot.0 as usize].refs == 0 {
+        if self.slab.get(slot.0 as usize).is_some_and(|s| s.refs == 0) {
             let state = self.slab.remove(slot.0 as usize);
             self.by_peer.remove(&state.peer);
         }

@@ -117,6 +117,12 @@ impl SendGate {
         self.out.pop_with(send)
     }
 
+    /// Bytes queued for the driver (see `Outbox::queued_bytes`).
+    #[cfg(feature = "tcp")]
+    pub(super) fn queued_bytes(&self) -> usize {
+        self.out.queued_bytes()
+    }
+
     /// Datagrams queued, for tests.
     #[cfg(test)]
     pub(super) fn queued(&self) -> usize {

@@ -244,6 +244,16 @@ fn keep_in(
     counters: &mut KeptAnswers,
     evicted: impl Fn(&mut KeptAnswers, &Gone<ClientKey>),
 ) {
+    if let Peer::Stream(_) = request.0 {
+        // A stream connection (RFC 8323) never sends a request twice: the transport loses
+        // nothing and each request gets a Message ID of the connection's own
+        // (`coap_tcp::conn`). Its key would only hold memory until EXCHANGE_LIFETIME, past
+        // the connection's end (issue 40: 100,000 keys, 20 MiB, after 40 connections
+        // pipelining cache hits had closed).
+        by_client.remove(&request);
+        clients.release(slot);
+        return;
+    }
     let replay = kept_for(&request.0, replay);
     let seq = ring.push(now, request, replay, Some(slot));
     by_client.insert(request, indexed_as(seq));

@@ -66,6 +66,13 @@ impl Outbox {
         Some(sent)
     }
 
+    /// Bytes queued and not yet taken: what a stream connection's requests just added is
+    /// the growth of this (`stream_listener.rs` bounds it by the connection's output).
+    #[cfg(feature = "tcp")]
+    pub(super) fn queued_bytes(&self) -> usize {
+        self.bytes.len() - self.read
+    }
+
     #[cfg(test)]
     pub(super) fn len(&self) -> usize {
         self.queue.len()

@@ -5,13 +5,19 @@
 //! such a peer come back here to be framed.
 //!
 //! Bounds, so that connections that ask for nothing cannot lock out ones that do:
-//! - connections in total and per source address, and at either cap the oldest connection
-//!   that has not sent its CSM yet is closed for the new one (none: the new one is closed);
+//! - connections in total and per source prefix (`--source-prefix`: an IPv4 address, an
+//!   IPv6 /64), and at either cap one connection is closed for the new one: the oldest that
+//!   has sent no CSM, else an idle one (nothing in flight, no observation) of the source
+//!   holding the most, quiet longest (`stream_room.rs`); none such: the new one is closed;
 //! - the CSM deadline (RFC 8323 §5.3): a connection that sends none is aborted after
 //!   `csm_timeout` (10 s by default), and an open one that stays quiet for `idle_timeout` is
-//!   pinged and closed if the Pong does not come within `csm_timeout`;
+//!   pinged and closed if the Pong does not come within `csm_timeout`; a message begun must
+//!   be whole within `message_timeout`;
 //! - the stream driver's read budget per turn, its write-stall timeout, and each
-//!   connection's bound on buffered input (one message) and output (`max_output`).
+//!   connection's bound on output (`max_output`), checked before each request is handed to
+//!   the engine, counting the answers the engine has queued for it and not yet delivered:
+//!   one read's requests cannot queue more answers than the bound, whatever the answers'
+//!   size (issue 40: 16 KiB of 17-byte cache hits were 1,000 answers of a kilobyte).
 
 // I/O module: The stream listener's driver: owns its listening socket and connections.
 #![allow(
@@ -20,7 +26,7 @@
     clippy::disallowed_macros
 )]
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -28,7 +34,7 @@ use std::sync::Arc;
 use mio::net::{TcpListener, TcpStream};
 use slab::Slab;
 
-use super::stream_metrics::{CloseReason, Snapshot, StreamCounters};
+use super::stream_metrics::{CloseReason, Refusal, Snapshot, StreamCounters};
 use super::{ConnectionId, Peer, Proxy};
 use crate::coap_tcp::carried::{Carried, Carrier};
 use crate::coap_tcp::{ConnLimits, Ending};
@@ -36,8 +42,13 @@ use crate::net::Outbox;
 use crate::reactor::listener::Listening;
 use crate::reactor::stream::{Stream, StreamCore, READ_CHUNK};
 use crate::reactor::{Ctx, Readiness};
+use crate::source_prefix::{PrefixLengths, SourcePrefix};
 use crate::time::Timestamp;
 use crate::timer::TimerId;
+
+#[path = "stream_room.rs"]
+mod room;
+use room::{Candidate, Eviction, Standing};
 
 /// The first stream listener's registration key (and its accept-retry timer's); listener
 /// `n`'s is `TCP_KEY + n * KEY_SPAN`, and its connection slot `i` has that plus `1 + i`.
@@ -49,6 +60,12 @@ const KEY_SPAN: u32 = 1 << 21;
 pub const MAX_CONNECTIONS: usize = 1 << 20;
 /// A [`ConnectionId`]'s index is the listener's number in its top byte, the slot below.
 const SLOT_BITS: u32 = 24;
+/// What the engine may hold queued for the transports before the stream connections' requests
+/// wait for the loop's next turn (each connection then asks for one, `StreamCore::has_work`):
+/// as much as one connection may read in a turn (16 reads of 16 KiB). However many
+/// connections resume at once, the answers queued between two transmissions stay within it,
+/// and so does the memory the queue keeps.
+const TURN_OUTPUT_BUDGET: usize = 256 * 1024;
 
 /// What a listener's connections are carried by.
 #[derive(Clone, Debug)]
@@ -105,17 +122,22 @@ pub struct StreamListen {
 pub struct StreamLimits {
     /// Connections open at once.
     pub max_connections: usize,
-    /// Connections open at once from one IP address.
+    /// Connections open at once from one source prefix.
     pub max_connections_per_source: usize,
+    /// What one source is (`--source-prefix`).
+    pub source_prefix: PrefixLengths,
     /// Each connection's bounds and deadlines.
     pub conn: ConnLimits,
 }
 
 impl Default for StreamLimits {
+    /// 512 connections, 32 per source prefix: 16 IPv4 addresses (or IPv6 /64s) are needed
+    /// to hold them all, and even then a newcomer closes an idle one.
     fn default() -> Self {
         StreamLimits {
             max_connections: 512,
-            max_connections_per_source: 64,
+            max_connections_per_source: 32,
+            source_prefix: PrefixLengths::DEFAULT,
             conn: ConnLimits::default(),
         }
     }
@@ -124,9 +146,29 @@ impl Default for StreamLimits {
 /// One connection's core: the RFC 8323 connection and what the listener knows of it.
 struct Conn {
     id: ConnectionId,
-    source: IpAddr,
+    /// The address it connects from, which the engine counts its per-source shares by.
+    address: IpAddr,
+    source: SourcePrefix,
     accepted_at: Timestamp,
     conn: Carried,
+}
+
+impl Conn {
+    /// Where it stands for closing it for a newcomer; `busy` are the connections the engine
+    /// holds something for (a request in flight, an observation).
+    fn standing(&self, busy: &HashSet<ConnectionId>) -> Standing {
+        let c = &self.conn;
+        match (c.ended(), c.is_open()) {
+            (Some(_), _) => Standing::Kept,
+            (None, false) => Standing::NoCsm {
+                accepted_at: self.accepted_at,
+            },
+            (None, true) if busy.contains(&self.id) => Standing::Kept,
+            (None, true) => Standing::Idle {
+                quiet_since: c.last_input(),
+            },
+        }
+    }
 }
 
 impl Outbox for Conn {
@@ -154,6 +196,9 @@ impl StreamCore for Conn {
     fn handle_timeout(&mut self, now: Timestamp) {
         self.conn.handle_timeout(now)
     }
+    fn has_work(&self) -> bool {
+        self.conn.has_work()
+    }
 }
 
 /// A stream listener and its connections. See the module docs.
@@ -167,7 +212,7 @@ pub struct StreamListener {
     /// Each slot's generation: bumped when its connection closes, so that a [`ConnectionId`]
     /// names one connection only.
     generations: Vec<u32>,
-    per_source: HashMap<IpAddr, usize>,
+    per_source: HashMap<SourcePrefix, usize>,
     limits: StreamLimits,
     buf: Vec<u8>,
     /// Slots the engine wrote to since the last [`settle`](Self::settle).
@@ -175,6 +220,9 @@ pub struct StreamListener {
     /// ACKs of the engine's CONs, which the transport delivered: the engine hears them at
     /// [`settle`](Self::settle).
     acks: Vec<(ConnectionId, Vec<u8>)>,
+    /// Slots the engine queued answers for since its queue last went out: at
+    /// [`settle`](Self::settle) (after the transmissions) what they owe is delivered.
+    owing: Vec<usize>,
     /// Whether the engine was handed something since the last settle: it may have answers.
     fed: bool,
     counters: StreamCounters,
@@ -204,6 +252,7 @@ impl StreamListener {
             buf: vec![0; READ_CHUNK],
             written: Vec::new(),
             acks: Vec::new(),
+            owing: Vec::new(),
             fed: false,
             counters: StreamCounters::default(),
         })
@@ -256,7 +305,7 @@ impl StreamListener {
             return;
         };
         match conn.on_ready(ready) {
-            Ok(()) => self.pump(ctx, slot, engine),
+            Ok(()) => self.pump(ctx, slot, engine, Requests::Take),
             Err(_) => self.remove(ctx, slot, CloseReason::Error, engine),
         }
     }
@@ -272,7 +321,7 @@ impl StreamListener {
         let slot = slot as usize;
         if let Some(conn) = self.conns.get_mut(slot) {
             if conn.on_timer(ctx.now(), timer) {
-                self.pump(ctx, slot, engine);
+                self.pump(ctx, slot, engine, Requests::Take);
             }
         }
     }
@@ -295,6 +344,16 @@ impl StreamListener {
     /// gave the connections. True if the engine was handed something since the last call
     /// (it may have more to send).
     pub fn settle(&mut self, ctx: &mut Ctx<'_>, engine: &mut Proxy) -> bool {
+        // Called after the transmissions: what the engine queued has been delivered.
+        let mut owing = std::mem::take(&mut self.owing);
+        owing.sort_unstable();
+        owing.dedup();
+        for slot in owing {
+            if let Some(stream) = self.conns.get_mut(slot) {
+                stream.core_mut().conn.engine_queue_emptied();
+                self.written.push(slot);
+            }
+        }
         self.fed |= !self.acks.is_empty();
         for (id, ack) in std::mem::take(&mut self.acks) {
             engine.handle_client_datagram(ctx.now(), Peer::Stream(id), &ack);
@@ -302,8 +361,11 @@ impl StreamListener {
         let mut written = std::mem::take(&mut self.written);
         written.sort_unstable();
         written.dedup();
+        // No requests are taken here: each connection takes its share in a turn of its own
+        // (its readiness, or the next turn it asks for), so that none waits behind the others
+        // round after round, and the engine's queue is empty when a turn begins.
         for &slot in &written {
-            self.pump(ctx, slot, engine);
+            self.pump(ctx, slot, engine, Requests::Leave);
         }
         written.clear();
         self.written = written;
@@ -316,47 +378,67 @@ impl StreamListener {
         let slots: Vec<usize> = self.conns.iter().map(|(slot, _)| slot).collect();
         for slot in slots {
             self.conns[slot].core_mut().conn.release();
-            self.pump(ctx, slot, engine);
+            self.pump(ctx, slot, engine, Requests::Leave);
         }
     }
 
     fn accept(&mut self, ctx: &mut Ctx<'_>, engine: &mut Proxy) {
+        // What the engine works for, found once per batch of accepts and only at a cap.
+        let mut busy: Option<HashSet<ConnectionId>> = None;
         while let Some((socket, from)) = self.listening.driven().and_then(|l| l.accept(ctx)) {
-            if self.make_room(ctx, from.ip(), engine) {
-                self.add(ctx, socket, from, engine);
-            } else {
-                self.counters.refused += 1;
+            let source = self.limits.source_prefix.source_of(from.ip());
+            match self.make_room(ctx, source, &mut busy, engine) {
+                Ok(()) => self.add(ctx, socket, (from.ip(), source), engine),
+                Err(refusal) => self.counters.refused(refusal),
             }
         }
     }
 
     /// Whether a connection from `source` may open: under both caps, or at a cap with a
-    /// connection in its scope still waiting for its CSM, which is closed for it (the oldest).
-    fn make_room(&mut self, ctx: &mut Ctx<'_>, source: IpAddr, engine: &mut Proxy) -> bool {
+    /// connection to close for it (`stream_room.rs`), which is closed. At the source's cap
+    /// only its own are candidates.
+    fn make_room(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        source: SourcePrefix,
+        busy: &mut Option<HashSet<ConnectionId>>,
+        engine: &mut Proxy,
+    ) -> Result<(), Refusal> {
         let total_full = self.conns.len() >= self.limits.max_connections;
-        let from_source = self.per_source.get(&source).copied().unwrap_or(0);
-        let source_full = from_source >= self.limits.max_connections_per_source;
-        if !total_full && !source_full {
-            return true;
-        }
-        let oldest_waiting = (self.conns.iter())
-            .map(|(slot, s)| (slot, s.core()))
-            .filter(|(_, c)| !c.conn.is_open() && c.conn.ended().is_none())
-            .filter(|(_, c)| total_full || c.source == source)
-            .min_by_key(|(_, c)| c.accepted_at)
-            .map(|(slot, _)| slot);
-        match oldest_waiting {
-            Some(slot) => {
-                self.remove(ctx, slot, CloseReason::Evicted, engine);
-                // Closing one from another source does not make room under this one's cap.
-                self.per_source.get(&source).copied().unwrap_or(0)
-                    < self.limits.max_connections_per_source
-            }
-            None => false,
-        }
+        let source_full = self.connections_of(source) >= self.limits.max_connections_per_source;
+        let (scope, refusal) = match (total_full, source_full) {
+            (false, false) => return Ok(()),
+            (_, true) => (Some(source), Refusal::PerSource),
+            (true, false) => (None, Refusal::Total),
+        };
+        let busy = busy.get_or_insert_with(|| busy_connections(engine));
+        let candidates = (self.conns.iter()).map(|(slot, s)| Candidate {
+            slot,
+            source: s.core().source,
+            standing: s.core().standing(busy),
+        });
+        let Some((slot, why)) = room::choose(candidates, scope, |s| self.connections_of(s)) else {
+            return Err(refusal);
+        };
+        let why = match why {
+            Eviction::NoCsm => CloseReason::Evicted,
+            Eviction::Idle => CloseReason::EvictedIdle,
+        };
+        self.remove(ctx, slot, why, engine);
+        Ok(())
     }
 
-    fn add(&mut self, ctx: &mut Ctx<'_>, socket: TcpStream, from: SocketAddr, engine: &mut Proxy) {
+    fn connections_of(&self, source: SourcePrefix) -> usize {
+        self.per_source.get(&source).copied().unwrap_or(0)
+    }
+
+    fn add(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        socket: TcpStream,
+        (address, source): (IpAddr, SourcePrefix),
+        engine: &mut Proxy,
+    ) {
         let _ = socket.set_nodelay(true);
         let key_base = self.key_base();
         let entry = self.conns.vacant_entry();
@@ -373,7 +455,8 @@ impl StreamListener {
                 self.number << SLOT_BITS | slot as u32,
                 self.generations[slot],
             ),
-            source: from.ip(),
+            address,
+            source,
             accepted_at: now,
             conn: Carried::new(now, carrier, self.limits.conn),
         };
@@ -382,26 +465,42 @@ impl StreamListener {
             return;
         };
         entry.insert(stream);
-        *self.per_source.entry(from.ip()).or_default() += 1;
+        *self.per_source.entry(source).or_default() += 1;
         self.counters.accepted += 1;
-        self.pump(ctx, slot, engine);
+        self.pump(ctx, slot, engine, Requests::Take);
     }
 
-    /// Reads, hands requests to the engine and writes, then closes the connection if it is
+    /// Reads, hands requests to the engine and writes, for as long as that makes progress
+    /// (within the read budget and the output bound), then closes the connection if it is
     /// over and its last words are out, or settles it.
-    fn pump(&mut self, ctx: &mut Ctx<'_>, slot: usize, engine: &mut Proxy) {
+    fn pump(&mut self, ctx: &mut Ctx<'_>, slot: usize, engine: &mut Proxy, requests: Requests) {
         let now = ctx.now();
         let Some(stream) = self.conns.get_mut(slot) else {
             return;
         };
-        let read = stream.read(now, &mut self.buf);
-        let (id, source) = (stream.core().id, stream.core().source);
-        while let Some(datagram) = stream.core_mut().conn.poll_to_engine() {
-            let from = Peer::Stream(id).connected_from(source);
-            engine.handle_client_datagram(now, from, &datagram);
-            self.fed = true;
-        }
-        if read.and_then(|()| stream.flush(now)).is_err() {
+        let io = loop {
+            let reads_left = stream.reads_left();
+            if let Err(e) = stream.read(now, &mut self.buf) {
+                break Err(e);
+            }
+            let fed = match requests {
+                Requests::Take => feed(now, stream, engine),
+                Requests::Leave => 0,
+            };
+            if fed > 0 {
+                self.fed = true;
+                self.owing.push(slot);
+            }
+            let unwritten = stream.core().conn.pending_output().len();
+            if let Err(e) = stream.flush(now) {
+                break Err(e);
+            }
+            let wrote = stream.core().conn.pending_output().len() < unwritten;
+            if stream.reads_left() == reads_left && fed == 0 && !wrote {
+                break Ok(());
+            }
+        };
+        if io.is_err() {
             let why = match stream.core().conn.pending_output().is_empty() {
                 true => CloseReason::Error,
                 false => CloseReason::WriteStall,
@@ -453,12 +552,53 @@ impl StreamListener {
     }
 }
 
+/// Whether a [`StreamListener::pump`] hands the connection's requests to the engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Requests {
+    /// Yes: the connection's turn.
+    Take,
+    /// No: only reading and writing.
+    Leave,
+}
+
+/// Hands the connection's requests to the engine, one at a time, while its output bound lets
+/// it take them: each request's answer (or what it sends upstream) counts against the bound
+/// until the engine's queue goes out. How many it handed.
+fn feed(now: Timestamp, stream: &mut Stream<Conn>, engine: &mut Proxy) -> usize {
+    let from = Peer::Stream(stream.core().id).connected_from(stream.core().address);
+    let conn = &mut stream.core_mut().conn;
+    let mut fed = 0;
+    while engine.gate.queued_bytes() < TURN_OUTPUT_BUDGET {
+        let Some(datagram) = conn.poll_to_engine() else {
+            break;
+        };
+        let queued = engine.gate.queued_bytes();
+        engine.handle_client_datagram(now, from, &datagram);
+        conn.queued_by_engine(engine.gate.queued_bytes().saturating_sub(queued));
+        fed += 1;
+    }
+    fed
+}
+
+/// The stream connections the engine holds something for: a request in flight, an answer
+/// being delivered, an observation. None of them is closed for a newcomer.
+fn busy_connections(engine: &Proxy) -> HashSet<ConnectionId> {
+    (engine.exchanges.iter())
+        .filter_map(|(_, x)| match x.client {
+            Peer::Stream(id) => Some(id),
+            _ => None,
+        })
+        .collect()
+}
+
 impl From<&Ending> for CloseReason {
     fn from(ending: &Ending) -> Self {
         match ending {
             Ending::NoCsm => CloseReason::NoCsm,
             Ending::NoPong => CloseReason::NoPong,
             Ending::Aborted(_) => CloseReason::Aborted,
+            Ending::MaxMessageSizeTooSmall(_) => CloseReason::BadCsm,
+            Ending::MessageTimeout => CloseReason::MessageTimeout,
             Ending::PeerAborted(_) => CloseReason::PeerAborted,
             Ending::Released => CloseReason::Released,
             Ending::Closed => CloseReason::PeerClosed,

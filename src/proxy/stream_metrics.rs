@@ -13,6 +13,10 @@ pub enum CloseReason {
     NoPong,
     /// We aborted it: a protocol error (§5.6).
     Aborted,
+    /// We aborted it: its CSM announced a Max-Message-Size no answer fits in (§5.3.1).
+    BadCsm,
+    /// We aborted it: a message begun was not whole within the message timeout.
+    MessageTimeout,
     /// The peer sent Abort.
     PeerAborted,
     /// Released (§5.5), by the peer or at our shutdown.
@@ -25,17 +29,22 @@ pub enum CloseReason {
     Transport,
     /// Output waited the write-stall timeout with the socket taking none of it.
     WriteStall,
-    /// CloseReason at a cap for a new connection, having sent no CSM.
+    /// Closed at a cap for a new connection, having sent no CSM.
     Evicted,
+    /// Closed at a cap for a new connection: open, idle (nothing in flight, no
+    /// observation), of the source holding the most, quiet longest.
+    EvictedIdle,
     /// The socket failed.
     Error,
 }
 
 impl CloseReason {
-    const ALL: [CloseReason; 11] = [
+    const ALL: [CloseReason; 14] = [
         CloseReason::NoCsm,
         CloseReason::NoPong,
         CloseReason::Aborted,
+        CloseReason::BadCsm,
+        CloseReason::MessageTimeout,
         CloseReason::PeerAborted,
         CloseReason::Released,
         CloseReason::PeerClosed,
@@ -43,6 +52,7 @@ impl CloseReason {
         CloseReason::Transport,
         CloseReason::WriteStall,
         CloseReason::Evicted,
+        CloseReason::EvictedIdle,
         CloseReason::Error,
     ];
 
@@ -51,6 +61,8 @@ impl CloseReason {
             CloseReason::NoCsm => "no_csm",
             CloseReason::NoPong => "no_pong",
             CloseReason::Aborted => "aborted",
+            CloseReason::BadCsm => "bad_csm",
+            CloseReason::MessageTimeout => "message_timeout",
             CloseReason::PeerAborted => "peer_aborted",
             CloseReason::Released => "released",
             CloseReason::PeerClosed => "peer_closed",
@@ -58,9 +70,19 @@ impl CloseReason {
             CloseReason::Transport => "transport",
             CloseReason::WriteStall => "write_stall",
             CloseReason::Evicted => "evicted",
+            CloseReason::EvictedIdle => "evicted_idle",
             CloseReason::Error => "error",
         }
     }
+}
+
+/// Which cap refused a new connection, none being there to close for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// The listener's total.
+    Total,
+    /// Its source prefix's share.
+    PerSource,
 }
 
 /// A listener's counts, over its life.
@@ -68,16 +90,27 @@ impl CloseReason {
 pub struct StreamCounters {
     /// Connections accepted.
     pub accepted: u64,
-    /// Connections closed at once: a cap was reached and none could be closed for them.
+    /// Connections closed at once: the total cap was reached and none could be closed for
+    /// them.
     pub refused: u64,
+    /// The same at their source prefix's cap.
+    pub refused_per_source: u64,
     /// Connections closed, by reason (in [`CloseReason::ALL`]'s order).
-    closed: [u64; 11],
+    closed: [u64; CloseReason::ALL.len()],
     /// What the connections counted: closed ones, and open ones once added
     /// ([`with_open`](Self::with_open)).
     conns: ConnCounters,
 }
 
 impl StreamCounters {
+    /// A new connection refused at a cap.
+    pub fn refused(&mut self, cap: Refusal) {
+        match cap {
+            Refusal::Total => self.refused += 1,
+            Refusal::PerSource => self.refused_per_source += 1,
+        }
+    }
+
     /// A connection closed for `why`, having counted `counted`.
     pub fn closed(&mut self, why: CloseReason, counted: &ConnCounters) {
         self.closed[why as usize] += 1;
@@ -99,6 +132,7 @@ fn add(total: &mut ConnCounters, c: &ConnCounters) {
     total.answers += c.answers;
     total.oversized_answers += c.oversized_answers;
     total.ignored += c.ignored;
+    total.pauses += c.pauses;
 }
 
 /// One listener's figures for a scrape.
@@ -153,12 +187,13 @@ pub fn write(listeners: &[Snapshot], out: &mut MetricsWriter) {
     );
     out.multi_labelled_counter(
         "backoffd_coap_stream_accepted_total",
-        "Connections accepted, and refused at a cap (with none awaiting its CSM to close for them).",
+        "Connections accepted, and refused at the total cap or at their source prefix's (with none there to close for them: none without a CSM, none idle).",
         &["transport", "outcome"],
         &rows(&|l| {
             vec![
                 ("accepted", l.counters.accepted),
                 ("refused", l.counters.refused),
+                ("refused_per_source", l.counters.refused_per_source),
                 ("accept_failed", l.accept_failures),
             ]
         }),
@@ -172,6 +207,15 @@ pub fn write(listeners: &[Snapshot], out: &mut MetricsWriter) {
                 .map(|why| (why.label(), l.counters.closed[*why as usize]))
                 .collect()
         }),
+    );
+    let pauses: Vec<(&str, u64)> = (listeners.iter())
+        .map(|l| (l.transport, l.counters.conns.pauses))
+        .collect();
+    out.labelled_counter(
+        "backoffd_coap_stream_output_pauses_total",
+        "Times a connection's requests stopped being taken because its answers waiting for the socket (or queued for it) reached 64 KiB; taking resumes as they drain.",
+        "transport",
+        &pauses,
     );
     out.multi_labelled_counter(
         "backoffd_coap_stream_messages_total",

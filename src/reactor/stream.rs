@@ -60,6 +60,12 @@ pub trait StreamCore: Outbox {
     }
     /// Bytes the peer sent, in order.
     fn handle_input(&mut self, now: Timestamp, data: &[u8]);
+    /// Whether input already read waits that the core can take now without more input
+    /// (it paused for its own reasons, e.g. answers it was owed): the driver asks for
+    /// another turn ([`Ctx::ready_again`]), since no edge will come for what was read.
+    fn has_work(&self) -> bool {
+        false
+    }
     /// The peer closed its side (a read returned 0); nothing more will arrive.
     fn handle_eof(&mut self, _now: Timestamp) {}
     /// When the core next needs [`handle_timeout`](Self::handle_timeout), if ever.
@@ -218,6 +224,11 @@ impl<C: StreamCore> Stream<C> {
         Ok(())
     }
 
+    /// Reads left in this readiness' budget.
+    pub fn reads_left(&self) -> u32 {
+        self.budget
+    }
+
     /// Writes as much of the core's output as the socket takes (nothing while connecting).
     /// Fails with `TimedOut` once output has waited the write-stall timeout
     /// ([`WRITE_STALL_TIMEOUT`] by default) with the socket taking none of it.
@@ -254,7 +265,7 @@ impl<C: StreamCore> Stream<C> {
 
     /// After the component's work: WRITABLE interest iff output waits (or the connect does),
     /// the timer at the core's deadline, and another call next turn if the budget ran out
-    /// with input left.
+    /// with input left or the core has work in what it read ([`StreamCore::has_work`]).
     pub fn settle(&mut self, ctx: &mut Ctx<'_>) {
         let wants_write = self.connecting || !self.core.pending_output().is_empty();
         self.interest
@@ -264,7 +275,7 @@ impl<C: StreamCore> Stream<C> {
             (a, b) => a.or(b),
         };
         self.timer.set(ctx, wanted, self.key);
-        if self.readable && self.budget == 0 {
+        if (self.readable && self.budget == 0) || self.core.has_work() {
             ctx.ready_again(&self.registration);
         }
     }

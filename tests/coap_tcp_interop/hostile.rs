@@ -37,7 +37,7 @@ fn libcoap_is_served(tcp: SocketAddr) {
     assert!(got.stdout_text().contains("hello"), "{}", got.dump());
 }
 
-/// 200 connections from four addresses that never send a CSM, all open at once: a client
+/// 200 connections from eight addresses that never send a CSM, all open at once: a client
 /// is served beside them, and each of them gets an Abort and is closed at the CSM deadline
 /// (10 s by default, the bound the README documents; the is 30 s).
 #[test]
@@ -47,7 +47,7 @@ fn connections_without_a_csm_are_closed_and_clients_served() {
     let metrics = proxy.metrics.unwrap();
     let opened = Instant::now();
     let mut idle: Vec<RawClient> = (0..200)
-        .map(|i| raw_from(std::net::Ipv4Addr::new(127, 0, 0, 2 + i % 4), tcp))
+        .map(|i| raw_from(std::net::Ipv4Addr::new(127, 0, 0, 2 + i % 8), tcp))
         .collect();
     for c in &mut idle {
         let first = c.next(T20).expect("the proxy's CSM");
@@ -80,20 +80,21 @@ fn connections_without_a_csm_are_closed_and_clients_served() {
     assert_eq!(gauge(metrics, "awaiting_csm"), 0.0);
 }
 
-/// At the per-source cap (64 by default) a new connection from that address closes the
+/// At the per-source cap (32 by default) a new connection from that address closes the
 /// oldest one of it that has sent no CSM; at the total cap (`--tcp-max-connections`) any
-/// such one goes; with none such, the new connection is refused.
+/// such one goes. (Idle connections that did send one make room too, and busy ones never:
+/// `bounds.rs`.)
 #[test]
 fn at_the_caps_a_connection_without_a_csm_makes_room() {
     let (_origin, port) = aiocoap_server();
-    let (proxy, tcp) = tcp_proxy(port, &["--tcp-max-connections", "80"]);
+    let (proxy, tcp) = tcp_proxy(port, &["--tcp-max-connections", "64"]);
     let metrics = proxy.metrics.unwrap();
     let crowd = std::net::Ipv4Addr::new(127, 0, 0, 9);
-    let mut idle: Vec<RawClient> = (0..64).map(|_| raw_from(crowd, tcp)).collect();
-    eventually("64 connections", T20, || {
-        gauge(metrics, "awaiting_csm") == 64.0
+    let mut idle: Vec<RawClient> = (0..32).map(|_| raw_from(crowd, tcp)).collect();
+    eventually("32 connections", T20, || {
+        gauge(metrics, "awaiting_csm") == 32.0
     });
-    // A 65th from the same address, which sends its CSM and asks: served.
+    // A 33rd from the same address, which sends its CSM and asks: served.
     let mut asker = raw_from(crowd, tcp);
     asker.send_csm();
     asker.get(b"a1", "hello");
@@ -104,41 +105,22 @@ fn at_the_caps_a_connection_without_a_csm_makes_room() {
     assert!(oldest.next(T20).is_none(), "the oldest one was closed");
     assert_eq!(counter(metrics, "closed", "reason", "evicted"), 1.0);
 
-    // 16 open connections (CSM sent) from elsewhere fill the total cap of 80 ...
-    let mut open: Vec<RawClient> = (0..16)
+    // 32 open connections (CSM sent) from elsewhere fill the total cap of 64 ...
+    let open: Vec<RawClient> = (0..32)
         .map(|_| {
             let mut c = raw_from(std::net::Ipv4Addr::new(127, 0, 0, 10), tcp);
             c.send_csm();
             c
         })
         .collect();
-    eventually("80 connections", T20, || {
-        gauge(metrics, "open") + gauge(metrics, "awaiting_csm") == 80.0
+    eventually("64 connections", T20, || {
+        gauge(metrics, "open") + gauge(metrics, "awaiting_csm") == 64.0
     });
     // ... and libcoap, from a third address, is served: one without a CSM made room.
     libcoap_is_served(tcp);
     assert!(counter(metrics, "closed", "reason", "evicted") >= 2.0);
-
-    // With every connection open (CSM sent), a new one is refused.
-    drop(idle);
-    eventually("the idle ones closed", T20, || {
-        gauge(metrics, "awaiting_csm") == 0.0
-    });
-    let more: Vec<RawClient> = (0..80 - open.len() - 1)
-        .map(|_| {
-            let mut c = raw_from(std::net::Ipv4Addr::new(127, 0, 0, 11), tcp);
-            c.send_csm();
-            c
-        })
-        .collect();
-    open.extend(more);
-    eventually("80 open", T20, || gauge(metrics, "open") == 80.0);
-    let mut refused = raw_from(std::net::Ipv4Addr::new(127, 0, 0, 12), tcp);
-    assert!(
-        refused.next(Duration::from_secs(5)).is_none(),
-        "closed at once"
-    );
-    assert_eq!(counter(metrics, "accepted", "outcome", "refused"), 1.0);
+    assert_eq!(counter(metrics, "closed", "reason", "evicted_idle"), 0.0);
     drop(asker);
     drop(open);
+    drop(idle);
 }
