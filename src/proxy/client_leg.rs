@@ -96,6 +96,10 @@ impl Proxy {
         // The client's entry, looked up once: what follows takes a reference on it or not.
         let source = SourceKey::of(origin, self.config.limits.source_prefix);
         let client = (from, self.clients.slot_from(from, source));
+        // Held while the request is handled: whatever it ends on the way (a deregistration's
+        // observation, whose answer a stream peer keeps nothing of, `kept.rs`) may release
+        // the client's last other reference, and the slot must outlive this request.
+        self.clients.take_ref(client.1);
         // A request over the limits costs no more than its parse: it is refused before any
         // other look at its options, and a (de)registration the proxy refuses changes nothing.
         let routed =
@@ -117,7 +121,7 @@ impl Proxy {
             Ok(None) => {}
             Err(answer) => self.answer_locally(now, client, token, msg, &answer),
         }
-        self.clients.forget_if_unused(client.1);
+        self.clients.release(client.1);
     }
 
     /// Consults the response cache with the request as it would go upstream.
