@@ -118,7 +118,6 @@ impl SendGate {
     }
 
     /// Bytes queued for the driver (see `Outbox::queued_bytes`).
-    #[cfg(feature = "tcp")]
     pub(super) fn queued_bytes(&self) -> usize {
         self.out.queued_bytes()
     }

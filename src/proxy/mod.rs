@@ -50,10 +50,6 @@ mod config;
 mod counters;
 mod deliveries;
 mod driver;
-#[cfg(feature = "dtls")]
-mod dtls_listener;
-#[cfg(feature = "dtls")]
-mod dtls_upstream;
 mod endpoints;
 mod engine;
 mod events;
@@ -70,6 +66,7 @@ mod local_answer;
 mod metrics;
 #[cfg(not(feature = "cache"))]
 mod no_cache;
+mod transport;
 // Without the `cache` feature one stand-in answers to the names of the four cache modules,
 // so that the engine's paths and calls stay as they are.
 #[cfg(not(feature = "cache"))]
@@ -88,7 +85,6 @@ mod stream_upstream;
 mod table;
 #[cfg(test)]
 mod tests;
-mod transports;
 mod upstream_leg;
 mod upstream_request;
 mod upstreams;

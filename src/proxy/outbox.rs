@@ -68,7 +68,6 @@ impl Outbox {
 
     /// Bytes queued and not yet taken: what a stream connection's requests just added is
     /// the growth of this (`stream_listener.rs` bounds it by the connection's output).
-    #[cfg(feature = "tcp")]
     pub(super) fn queued_bytes(&self) -> usize {
         self.bytes.len() - self.read
     }

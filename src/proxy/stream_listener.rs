@@ -35,10 +35,13 @@ use mio::net::{TcpListener, TcpStream};
 use slab::Slab;
 
 use super::stream_metrics::{CloseReason, Refusal, Snapshot, StreamCounters};
-use super::{ConnectionId, Peer, Proxy};
+use super::transport::Intake;
+use super::{ConnectionId, Destination, Peer};
 use crate::coap_tcp::carried::{Carried, Carrier};
 use crate::coap_tcp::{ConnLimits, Ending};
+use crate::metrics::MetricsWriter;
 use crate::net::Outbox;
+use crate::reactor::keys::KeyRange;
 use crate::reactor::listener::Listening;
 use crate::reactor::stream::{Stream, StreamCore, READ_CHUNK};
 use crate::reactor::{Ctx, Readiness};
@@ -50,14 +53,11 @@ use crate::timer::TimerId;
 mod room;
 use room::{Candidate, Eviction, Standing};
 
-/// The first stream listener's registration key (and its accept-retry timer's); listener
-/// `n`'s is `TCP_KEY + n * KEY_SPAN`, and its connection slot `i` has that plus `1 + i`.
-/// Above every upstream endpoint's key, below the coaps keys.
-pub const TCP_KEY: u32 = 1 << 30;
-/// The keys of one listener.
-const KEY_SPAN: u32 = 1 << 21;
-/// The most connections a listener may be given: their keys stay within its span.
+/// The most connections a listener may be given: their keys stay within its range (the
+/// listening socket's key, then one per connection slot).
 pub const MAX_CONNECTIONS: usize = 1 << 20;
+/// The most stream listeners a proxy may have: their number is in their connections' ids.
+const MAX_LISTENERS: u32 = 4;
 /// A [`ConnectionId`]'s index is the listener's number in its top byte, the slot below.
 const SLOT_BITS: u32 = 24;
 /// What the engine may hold queued for the transports before the stream connections' requests
@@ -205,8 +205,11 @@ impl StreamCore for Conn {
 pub struct StreamListener {
     listening: Listening,
     transport: Transport,
-    /// Its number among the proxy's stream listeners: its keys and connection ids say it.
+    /// Its number among the proxy's stream listeners: its connection ids say it.
     number: u32,
+    /// The listening socket's key (and its accept-retry timer's), then connection slot `i`'s
+    /// at `1 + i`.
+    keys: KeyRange,
     local_addr: SocketAddr,
     conns: Slab<Stream<Conn>>,
     /// Each slot's generation: bumped when its connection closes, so that a [`ConnectionId`]
@@ -223,15 +226,13 @@ pub struct StreamListener {
     /// Slots the engine queued answers for since its queue last went out: at
     /// [`settle`](Self::settle) (after the transmissions) what they owe is delivered.
     owing: Vec<usize>,
-    /// Whether the engine was handed something since the last settle: it may have answers.
-    fed: bool,
     counters: StreamCounters,
 }
 
 impl StreamListener {
     /// Binds `listen.addr` as the proxy's stream listener number `number` (0 to 3).
     pub fn bind(listen: &StreamListen, number: u32) -> io::Result<Self> {
-        if number > 3 {
+        if number >= MAX_LISTENERS {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "at most 4 stream listeners",
@@ -244,6 +245,7 @@ impl StreamListener {
             listening: Listening::Bound(socket),
             transport: listen.transport.clone(),
             number,
+            keys: KeyRange::default(),
             local_addr,
             conns: Slab::new(),
             generations: Vec::new(),
@@ -253,38 +255,29 @@ impl StreamListener {
             written: Vec::new(),
             acks: Vec::new(),
             owing: Vec::new(),
-            fed: false,
             counters: StreamCounters::default(),
         })
     }
 
-    /// The address bound.
-    pub fn local_addr(&self) -> SocketAddr {
-        self.local_addr
-    }
-
-    /// What carries its connections.
-    pub fn transport(&self) -> &Transport {
-        &self.transport
-    }
-
-    /// Registers the listening socket with the loop.
-    pub fn start(&mut self, ctx: &mut Ctx<'_>) -> io::Result<()> {
+    /// Registers the listening socket with the loop under the first of `keys`; its
+    /// connections take the others.
+    fn start(&mut self, ctx: &mut Ctx<'_>, keys: KeyRange) -> io::Result<()> {
+        self.keys = keys;
+        let key = keys.key(0).ok_or(io::ErrorKind::InvalidInput)?;
         let name = match self.transport {
             Transport::Tcp => "coap+tcp listener",
             Transport::Tls(_) => "coaps+tcp listener",
             Transport::Ws => "coap+ws listener",
         };
-        self.listening.start(ctx, self.key_base(), name)
+        self.listening.start(ctx, key, name)
     }
 
-    fn key_base(&self) -> u32 {
-        TCP_KEY + self.number * KEY_SPAN
-    }
-
-    /// Whether `key` is the listener's or one of its connections'.
-    pub fn owns(&self, key: u32) -> bool {
-        (self.key_base()..=self.key_base() + MAX_CONNECTIONS as u32).contains(&key)
+    /// The connection slot whose key `key` is; `None` for the listening socket's.
+    fn slot_of(&self, key: u32) -> Option<usize> {
+        self.keys
+            .index(key)?
+            .checked_sub(1)
+            .map(|slot| slot as usize)
     }
 
     /// Whether connection `id` is (or was) one of this listener's.
@@ -293,14 +286,13 @@ impl StreamListener {
     }
 
     /// Readiness of the listener or a connection.
-    pub fn on_ready(&mut self, ctx: &mut Ctx<'_>, key: u32, ready: Readiness, engine: &mut Proxy) {
-        let Some(slot) = (key - self.key_base()).checked_sub(1) else {
+    fn on_ready(&mut self, ctx: &mut Ctx<'_>, key: u32, ready: Readiness, engine: &mut Intake) {
+        let Some(slot) = self.slot_of(key) else {
             if let Some(listener) = self.listening.driven() {
                 listener.on_ready();
             }
             return self.accept(ctx, engine);
         };
-        let slot = slot as usize;
         let Some(conn) = self.conns.get_mut(slot) else {
             return;
         };
@@ -311,14 +303,13 @@ impl StreamListener {
     }
 
     /// A timer of the listener (its accept pause) or of a connection.
-    pub fn on_timer(&mut self, ctx: &mut Ctx<'_>, timer: TimerId, key: u32, engine: &mut Proxy) {
-        let Some(slot) = (key - self.key_base()).checked_sub(1) else {
+    fn on_timer(&mut self, ctx: &mut Ctx<'_>, timer: TimerId, key: u32, engine: &mut Intake) {
+        let Some(slot) = self.slot_of(key) else {
             if self.listening.driven().is_some_and(|l| l.on_timer(timer)) {
                 self.accept(ctx, engine);
             }
             return;
         };
-        let slot = slot as usize;
         if let Some(conn) = self.conns.get_mut(slot) {
             if conn.on_timer(ctx.now(), timer) {
                 self.pump(ctx, slot, engine, Requests::Take);
@@ -341,9 +332,8 @@ impl StreamListener {
     }
 
     /// After the engine's transmissions: hands it the ACKs of its CONs and writes what it
-    /// gave the connections. True if the engine was handed something since the last call
-    /// (it may have more to send).
-    pub fn settle(&mut self, ctx: &mut Ctx<'_>, engine: &mut Proxy) -> bool {
+    /// gave the connections.
+    fn settle(&mut self, ctx: &mut Ctx<'_>, engine: &mut Intake) {
         // Called after the transmissions: what the engine queued has been delivered.
         let mut owing = std::mem::take(&mut self.owing);
         owing.sort_unstable();
@@ -354,9 +344,8 @@ impl StreamListener {
                 self.written.push(slot);
             }
         }
-        self.fed |= !self.acks.is_empty();
         for (id, ack) in std::mem::take(&mut self.acks) {
-            engine.handle_client_datagram(ctx.now(), Peer::Stream(id), &ack);
+            engine.client(Peer::Stream(id), &ack);
         }
         let mut written = std::mem::take(&mut self.written);
         written.sort_unstable();
@@ -369,11 +358,10 @@ impl StreamListener {
         }
         written.clear();
         self.written = written;
-        std::mem::take(&mut self.fed)
     }
 
     /// Stops accepting and releases every connection (RFC 8323 §5.5).
-    pub fn shutdown(&mut self, ctx: &mut Ctx<'_>, engine: &mut Proxy) {
+    fn shutdown(&mut self, ctx: &mut Ctx<'_>, engine: &mut Intake) {
         self.listening.close(ctx);
         let slots: Vec<usize> = self.conns.iter().map(|(slot, _)| slot).collect();
         for slot in slots {
@@ -382,7 +370,7 @@ impl StreamListener {
         }
     }
 
-    fn accept(&mut self, ctx: &mut Ctx<'_>, engine: &mut Proxy) {
+    fn accept(&mut self, ctx: &mut Ctx<'_>, engine: &mut Intake) {
         // What the engine works for, found once per batch of accepts and only at a cap.
         let mut busy: Option<HashSet<ConnectionId>> = None;
         while let Some((socket, from)) = self.listening.driven().and_then(|l| l.accept(ctx)) {
@@ -402,7 +390,7 @@ impl StreamListener {
         ctx: &mut Ctx<'_>,
         source: SourcePrefix,
         busy: &mut Option<HashSet<ConnectionId>>,
-        engine: &mut Proxy,
+        engine: &mut Intake,
     ) -> Result<(), Refusal> {
         let total_full = self.conns.len() >= self.limits.max_connections;
         let source_full = self.connections_of(source) >= self.limits.max_connections_per_source;
@@ -437,10 +425,9 @@ impl StreamListener {
         ctx: &mut Ctx<'_>,
         socket: TcpStream,
         (address, source): (IpAddr, SourcePrefix),
-        engine: &mut Proxy,
+        engine: &mut Intake,
     ) {
         let _ = socket.set_nodelay(true);
-        let key_base = self.key_base();
         let entry = self.conns.vacant_entry();
         let slot = entry.key();
         if self.generations.len() <= slot {
@@ -460,7 +447,9 @@ impl StreamListener {
             accepted_at: now,
             conn: Carried::new(now, carrier, self.limits.conn),
         };
-        let key = key_base + 1 + slot as u32;
+        let Some(key) = self.keys.key(1 + slot as u32) else {
+            return;
+        };
         let Ok(stream) = Stream::accepted(ctx, socket, key, core) else {
             return;
         };
@@ -473,7 +462,7 @@ impl StreamListener {
     /// Reads, hands requests to the engine and writes, for as long as that makes progress
     /// (within the read budget and the output bound), then closes the connection if it is
     /// over and its last words are out, or settles it.
-    fn pump(&mut self, ctx: &mut Ctx<'_>, slot: usize, engine: &mut Proxy, requests: Requests) {
+    fn pump(&mut self, ctx: &mut Ctx<'_>, slot: usize, engine: &mut Intake, requests: Requests) {
         let now = ctx.now();
         let Some(stream) = self.conns.get_mut(slot) else {
             return;
@@ -484,11 +473,10 @@ impl StreamListener {
                 break Err(e);
             }
             let fed = match requests {
-                Requests::Take => feed(now, stream, engine),
+                Requests::Take => feed(stream, engine),
                 Requests::Leave => 0,
             };
             if fed > 0 {
-                self.fed = true;
                 self.owing.push(slot);
             }
             let unwritten = stream.core().conn.pending_output().len();
@@ -518,7 +506,7 @@ impl StreamListener {
     }
 
     /// Closes the connection in `slot`; the engine forgets the peer (its observations end).
-    fn remove(&mut self, ctx: &mut Ctx<'_>, slot: usize, why: CloseReason, engine: &mut Proxy) {
+    fn remove(&mut self, ctx: &mut Ctx<'_>, slot: usize, why: CloseReason, engine: &mut Intake) {
         let Some(stream) = self.conns.try_remove(slot) else {
             return;
         };
@@ -533,8 +521,7 @@ impl StreamListener {
         self.counters.closed(why, &core.conn.counters());
         let scheme = self.transport.scheme();
         log::debug!("{scheme}: connection {slot} closed: {why:?}");
-        engine.handle_client_unreachable(ctx.now(), Peer::Stream(core.id));
-        self.fed = true;
+        engine.client_gone(Peer::Stream(core.id));
     }
 
     /// The listener's figures for the metrics (`backoffd_coap_stream_*`).
@@ -552,6 +539,100 @@ impl StreamListener {
     }
 }
 
+/// The proxy's stream listeners (at most [`MAX_LISTENERS`]) as one transport: their metrics
+/// are one family, labelled by transport.
+pub(super) struct StreamListeners {
+    listeners: Vec<StreamListener>,
+    keys: KeyRange,
+}
+
+impl StreamListeners {
+    /// Binds every listener `listens` names, numbered in order.
+    pub(super) fn bind(listens: &[StreamListen]) -> io::Result<Self> {
+        let listeners = (listens.iter().zip(0..))
+            .map(|(listen, number)| StreamListener::bind(listen, number))
+            .collect::<io::Result<Vec<_>>>()?;
+        Ok(StreamListeners {
+            listeners,
+            keys: KeyRange::default(),
+        })
+    }
+
+    fn owner_of(&mut self, key: u32) -> Option<&mut StreamListener> {
+        self.listeners.iter_mut().find(|l| l.keys.owns(key))
+    }
+}
+
+/// The keys of one listener: its listening socket's and its connections'.
+const LISTENER_KEYS: u32 = 1 + MAX_CONNECTIONS as u32;
+
+impl super::transport::Transport for StreamListeners {
+    fn keys_needed(&self) -> u32 {
+        LISTENER_KEYS * self.listeners.len() as u32
+    }
+
+    fn start(&mut self, ctx: &mut Ctx<'_>, keys: KeyRange) -> io::Result<()> {
+        self.keys = keys;
+        let mut space = keys.space();
+        for listener in &mut self.listeners {
+            listener.start(ctx, space.take(LISTENER_KEYS)?)?;
+        }
+        Ok(())
+    }
+
+    fn keys(&self) -> KeyRange {
+        self.keys
+    }
+
+    fn on_ready(&mut self, ctx: &mut Ctx<'_>, key: u32, ready: Readiness, intake: &mut Intake) {
+        if let Some(listener) = self.owner_of(key) {
+            listener.on_ready(ctx, key, ready, intake);
+        }
+    }
+
+    fn on_timer(&mut self, ctx: &mut Ctx<'_>, timer: TimerId, key: u32, intake: &mut Intake) {
+        if let Some(listener) = self.owner_of(key) {
+            listener.on_timer(ctx, timer, key, intake);
+        }
+    }
+
+    fn carries(&self, to: Destination) -> bool {
+        matches!(to, Destination::Client(Peer::Stream(_)))
+    }
+
+    fn send(&mut self, _: Timestamp, to: Destination, payload: &[u8]) -> io::Result<()> {
+        let Destination::Client(Peer::Stream(id)) = to else {
+            return Err(io::ErrorKind::NotConnected.into());
+        };
+        match self.listeners.iter_mut().find(|l| l.carries(id)) {
+            Some(listener) => listener.send(id, payload),
+            None => Err(io::ErrorKind::NotConnected.into()),
+        }
+    }
+
+    fn settle(&mut self, ctx: &mut Ctx<'_>, intake: &mut Intake) {
+        for listener in &mut self.listeners {
+            listener.settle(ctx, intake);
+        }
+    }
+
+    fn shutdown(&mut self, ctx: &mut Ctx<'_>, intake: &mut Intake) {
+        for listener in &mut self.listeners {
+            listener.shutdown(ctx, intake);
+        }
+    }
+
+    fn listening(&self, out: &mut Vec<(&'static str, SocketAddr)>) {
+        let addrs = self.listeners.iter();
+        out.extend(addrs.map(|l| (l.transport.scheme(), l.local_addr)));
+    }
+
+    fn write_metrics(&self, out: &mut MetricsWriter) {
+        let snapshots: Vec<Snapshot> = self.listeners.iter().map(|l| l.snapshot()).collect();
+        super::stream_metrics::write(&snapshots, out);
+    }
+}
+
 /// Whether a [`StreamListener::pump`] hands the connection's requests to the engine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Requests {
@@ -564,17 +645,17 @@ enum Requests {
 /// Hands the connection's requests to the engine, one at a time, while its output bound lets
 /// it take them: each request's answer (or what it sends upstream) counts against the bound
 /// until the engine's queue goes out. How many it handed.
-fn feed(now: Timestamp, stream: &mut Stream<Conn>, engine: &mut Proxy) -> usize {
+fn feed(stream: &mut Stream<Conn>, engine: &mut Intake) -> usize {
     let from = Peer::Stream(stream.core().id).connected_from(stream.core().address);
     let conn = &mut stream.core_mut().conn;
     let mut fed = 0;
-    while engine.gate.queued_bytes() < TURN_OUTPUT_BUDGET {
+    while engine.queued_bytes() < TURN_OUTPUT_BUDGET {
         let Some(datagram) = conn.poll_to_engine() else {
             break;
         };
-        let queued = engine.gate.queued_bytes();
-        engine.handle_client_datagram(now, from, &datagram);
-        conn.queued_by_engine(engine.gate.queued_bytes().saturating_sub(queued));
+        let queued = engine.queued_bytes();
+        engine.client(from, &datagram);
+        conn.queued_by_engine(engine.queued_bytes().saturating_sub(queued));
         fed += 1;
     }
     fed
@@ -582,9 +663,9 @@ fn feed(now: Timestamp, stream: &mut Stream<Conn>, engine: &mut Proxy) -> usize 
 
 /// The stream connections the engine holds something for: a request in flight, an answer
 /// being delivered, an observation. None of them is closed for a newcomer.
-fn busy_connections(engine: &Proxy) -> HashSet<ConnectionId> {
-    (engine.exchanges.iter())
-        .filter_map(|(_, x)| match x.client {
+fn busy_connections(engine: &Intake) -> HashSet<ConnectionId> {
+    (engine.busy_clients())
+        .filter_map(|client| match client {
             Peer::Stream(id) => Some(id),
             _ => None,
         })

@@ -5,7 +5,7 @@
 //!
 //! A connection opens when the engine opens its endpoint, and again when the engine sends on
 //! an endpoint whose connection has closed. When one fails or closes, the engine hears it
-//! ([`Proxy::handle_upstream_closed`]): what waits there gets 5.02, since nothing is resent.
+//! (an [`UpstreamFailure::Closed`]): what waits there gets 5.02, since nothing is resent.
 
 // I/O module: The TCP upstream's driver: owns its connections' sockets.
 #![allow(
@@ -15,25 +15,23 @@
 )]
 
 use std::collections::HashMap;
+use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use super::stream_listener::TCP_KEY;
-use super::{EndpointId, Proxy};
+use super::transport::udp::MAX_ENDPOINTS;
+use super::transport::{Claim, Intake, Transport, UpstreamFailure};
+use super::{Destination, EndpointId};
 use crate::coap_tcp::carried::CarriedUpstream;
 use crate::coap_tcp::tls::TlsSession;
 use crate::coap_tcp::ConnLimits;
 use crate::metrics::MetricsWriter;
 use crate::net::Outbox;
+use crate::reactor::keys::KeyRange;
 use crate::reactor::stream::{Stream, StreamCore, READ_CHUNK};
 use crate::reactor::{Ctx, Readiness};
 use crate::time::Timestamp;
 use crate::timer::TimerId;
-
-/// Endpoint `e`'s connection has key `STREAM_UPSTREAM_KEY + e`: past the stream listeners'.
-pub const STREAM_UPSTREAM_KEY: u32 = TCP_KEY + (4 << 21);
-/// The most endpoints whose keys fit below the coaps keys.
-const MAX_ENDPOINTS: u32 = 1 << 21;
 
 impl Outbox for CarriedUpstream {
     fn pending_output(&self) -> &[u8] {
@@ -88,12 +86,14 @@ pub struct StreamUpstream {
     tls: Option<UpstreamTls>,
     /// The engine's open endpoints towards the origin, with their connection if one is up.
     endpoints: HashMap<EndpointId, Option<Stream<CarriedUpstream>>>,
+    /// Endpoints opened whose connection is to be made at the next settle.
+    to_connect: Vec<EndpointId>,
     /// Datagrams for endpoints whose connection is still to be made (at the next settle).
     waiting: Vec<(EndpointId, Vec<u8>)>,
     /// Endpoints written to since the last settle.
     written: Vec<EndpointId>,
-    /// Whether the engine was told something since the last settle.
-    fed: bool,
+    /// Endpoint `e`'s connection has the range's key `e`.
+    keys: KeyRange,
     buf: Vec<u8>,
     counts: Counts,
 }
@@ -106,9 +106,10 @@ impl StreamUpstream {
             limits,
             tls,
             endpoints: HashMap::new(),
+            to_connect: Vec::new(),
             waiting: Vec::new(),
             written: Vec::new(),
-            fed: false,
+            keys: KeyRange::default(),
             buf: vec![0; READ_CHUNK],
             counts: Counts::default(),
         }
@@ -121,115 +122,22 @@ impl StreamUpstream {
         }
     }
 
-    /// Whether endpoints towards `peer` are connections of this upstream.
-    pub fn is_for(&self, peer: SocketAddr) -> bool {
-        peer == self.origin
-    }
-
-    /// Whether endpoint `id` is one of this upstream's.
-    pub fn carries(&self, id: EndpointId) -> bool {
-        self.endpoints.contains_key(&id)
-    }
-
-    /// Whether `key` is one of this upstream's connections'.
-    pub fn owns(&self, key: u32) -> bool {
-        (STREAM_UPSTREAM_KEY..STREAM_UPSTREAM_KEY + MAX_ENDPOINTS).contains(&key)
-    }
-
-    /// The engine opened endpoint `id`: its connection is made at once.
-    pub fn open(&mut self, ctx: &mut Ctx<'_>, id: EndpointId, engine: &mut Proxy) {
-        self.endpoints.insert(id, None);
-        self.connect(ctx, id, engine);
-    }
-
-    /// The engine closed endpoint `id`: Release goes out, and the socket closes.
-    pub fn close(&mut self, ctx: &mut Ctx<'_>, id: EndpointId) {
-        if let Some(Some(mut stream)) = self.endpoints.remove(&id) {
-            stream.core_mut().release();
-            let _ = stream.flush(ctx.now());
-            stream.close(ctx);
-        }
-    }
-
-    /// A datagram the engine sent on endpoint `id`.
-    pub fn send(&mut self, now: Timestamp, id: EndpointId, datagram: &[u8]) {
-        match self.endpoints.get_mut(&id) {
-            Some(Some(stream)) => {
-                stream.core_mut().send(now, datagram);
-                self.written.push(id);
-            }
-            Some(None) => self.waiting.push((id, datagram.to_vec())),
-            None => {}
-        }
-    }
-
-    /// Readiness of a connection.
-    pub fn on_ready(&mut self, ctx: &mut Ctx<'_>, key: u32, ready: Readiness, engine: &mut Proxy) {
-        let id = EndpointId(key - STREAM_UPSTREAM_KEY);
-        let Some(Some(stream)) = self.endpoints.get_mut(&id) else {
+    fn connect(&mut self, ctx: &mut Ctx<'_>, id: EndpointId, engine: &mut Intake) {
+        let Some(key) = self.keys.key(id.0) else {
             return;
         };
-        match stream.on_ready(ready) {
-            Ok(()) => self.pump(ctx, id, engine),
-            Err(e) => {
-                self.counts.connect_failures += 1;
-                log::info!("{} upstream {}: {e}", self.scheme(), self.origin);
-                self.drop_connection(ctx, id, engine);
-            }
-        }
-    }
-
-    /// A connection's timer.
-    pub fn on_timer(&mut self, ctx: &mut Ctx<'_>, timer: TimerId, key: u32, engine: &mut Proxy) {
-        let id = EndpointId(key - STREAM_UPSTREAM_KEY);
-        if let Some(Some(stream)) = self.endpoints.get_mut(&id) {
-            if stream.on_timer(ctx.now(), timer) {
-                self.pump(ctx, id, engine);
-            }
-        }
-    }
-
-    /// After the engine's transmissions: makes the connections it needs, and writes. True if
-    /// the engine was told something since the last call.
-    pub fn settle(&mut self, ctx: &mut Ctx<'_>, engine: &mut Proxy) -> bool {
-        for (id, datagram) in std::mem::take(&mut self.waiting) {
-            if matches!(self.endpoints.get(&id), Some(None)) {
-                self.connect(ctx, id, engine);
-            }
-            if let Some(Some(stream)) = self.endpoints.get_mut(&id) {
-                stream.core_mut().send(ctx.now(), &datagram);
-                self.written.push(id);
-            }
-        }
-        let mut written = std::mem::take(&mut self.written);
-        written.sort_unstable_by_key(|id| id.0);
-        written.dedup();
-        for &id in &written {
-            self.pump(ctx, id, engine);
-        }
-        written.clear();
-        self.written = written;
-        std::mem::take(&mut self.fed)
-    }
-
-    fn connect(&mut self, ctx: &mut Ctx<'_>, id: EndpointId, engine: &mut Proxy) {
-        if id.0 >= MAX_ENDPOINTS {
-            return;
-        }
         let tls = match &self.tls {
             None => None,
             Some(t) => match TlsSession::client(Arc::clone(&t.config), t.name.clone()) {
                 Ok(session) => Some(session),
                 Err(e) => {
                     log::warn!("coaps+tcp upstream {}: {e}", self.origin);
-                    engine.handle_upstream_closed(ctx.now(), id);
-                    self.fed = true;
-                    return;
+                    return engine.upstream_failed(id, UpstreamFailure::Closed);
                 }
             },
         };
         let core = CarriedUpstream::new(ctx.now(), self.limits, tls);
-        match Stream::connect(ctx, self.origin, STREAM_UPSTREAM_KEY + id.0, core) {
+        match Stream::connect(ctx, self.origin, key, core) {
             Ok(stream) => {
                 self.counts.connects += 1;
                 self.endpoints.insert(id, Some(stream));
@@ -242,23 +150,21 @@ impl StreamUpstream {
                     self.scheme(),
                     self.origin
                 );
-                engine.handle_upstream_closed(ctx.now(), id);
-                self.fed = true;
+                engine.upstream_failed(id, UpstreamFailure::Closed);
             }
         }
     }
 
     /// Reads, hands the origin's answers to the engine, writes; closes a connection that is
     /// over.
-    fn pump(&mut self, ctx: &mut Ctx<'_>, id: EndpointId, engine: &mut Proxy) {
+    fn pump(&mut self, ctx: &mut Ctx<'_>, id: EndpointId, engine: &mut Intake) {
         let now = ctx.now();
         let Some(Some(stream)) = self.endpoints.get_mut(&id) else {
             return;
         };
         let read = stream.read(now, &mut self.buf);
         while let Some(datagram) = stream.core_mut().poll_to_engine() {
-            engine.handle_upstream_datagram(now, id, &datagram);
-            self.fed = true;
+            engine.upstream(id, &datagram);
         }
         let io = read.and_then(|()| stream.flush(now));
         let over = stream.core().ended().is_some()
@@ -280,19 +186,133 @@ impl StreamUpstream {
 
     /// The connection of endpoint `id` is gone; the endpoint stays, and the next datagram
     /// on it connects again.
-    fn drop_connection(&mut self, ctx: &mut Ctx<'_>, id: EndpointId, engine: &mut Proxy) {
+    fn drop_connection(&mut self, ctx: &mut Ctx<'_>, id: EndpointId, engine: &mut Intake) {
         if let Some(slot) = self.endpoints.get_mut(&id) {
             if let Some(stream) = slot.take() {
                 stream.close(ctx);
                 self.counts.closed += 1;
             }
         }
-        engine.handle_upstream_closed(ctx.now(), id);
-        self.fed = true;
+        engine.upstream_failed(id, UpstreamFailure::Closed);
+    }
+}
+
+impl Transport for StreamUpstream {
+    fn keys_needed(&self) -> u32 {
+        MAX_ENDPOINTS
+    }
+
+    fn start(&mut self, _: &mut Ctx<'_>, keys: KeyRange) -> io::Result<()> {
+        self.keys = keys;
+        Ok(())
+    }
+
+    fn keys(&self) -> KeyRange {
+        self.keys
+    }
+
+    /// Readiness of a connection.
+    fn on_ready(&mut self, ctx: &mut Ctx<'_>, key: u32, ready: Readiness, engine: &mut Intake) {
+        let Some(id) = self.keys.index(key).map(EndpointId) else {
+            return;
+        };
+        let Some(Some(stream)) = self.endpoints.get_mut(&id) else {
+            return;
+        };
+        match stream.on_ready(ready) {
+            Ok(()) => self.pump(ctx, id, engine),
+            Err(e) => {
+                self.counts.connect_failures += 1;
+                log::info!("{} upstream {}: {e}", self.scheme(), self.origin);
+                self.drop_connection(ctx, id, engine);
+            }
+        }
+    }
+
+    /// A connection's timer.
+    fn on_timer(&mut self, ctx: &mut Ctx<'_>, timer: TimerId, key: u32, engine: &mut Intake) {
+        let Some(id) = self.keys.index(key).map(EndpointId) else {
+            return;
+        };
+        if let Some(Some(stream)) = self.endpoints.get_mut(&id) {
+            if stream.on_timer(ctx.now(), timer) {
+                self.pump(ctx, id, engine);
+            }
+        }
+    }
+
+    fn carries(&self, to: Destination) -> bool {
+        matches!(to, Destination::Upstream(id) if self.endpoints.contains_key(&id))
+    }
+
+    /// A datagram the engine sent on endpoint `id`: framed, or kept until its connection is
+    /// made (at settle).
+    fn send(&mut self, now: Timestamp, to: Destination, datagram: &[u8]) -> io::Result<()> {
+        let Destination::Upstream(id) = to else {
+            return Err(io::ErrorKind::NotConnected.into());
+        };
+        match self.endpoints.get_mut(&id) {
+            Some(Some(stream)) => {
+                stream.core_mut().send(now, datagram);
+                self.written.push(id);
+            }
+            Some(None) => self.waiting.push((id, datagram.to_vec())),
+            None => {}
+        }
+        Ok(())
+    }
+
+    /// After the engine's transmissions: makes the connections it needs, and writes.
+    fn settle(&mut self, ctx: &mut Ctx<'_>, engine: &mut Intake) {
+        for id in std::mem::take(&mut self.to_connect) {
+            if matches!(self.endpoints.get(&id), Some(None)) {
+                self.connect(ctx, id, engine);
+            }
+        }
+        for (id, datagram) in std::mem::take(&mut self.waiting) {
+            if matches!(self.endpoints.get(&id), Some(None)) {
+                self.connect(ctx, id, engine);
+            }
+            if let Some(Some(stream)) = self.endpoints.get_mut(&id) {
+                stream.core_mut().send(ctx.now(), &datagram);
+                self.written.push(id);
+            }
+        }
+        let mut written = std::mem::take(&mut self.written);
+        written.sort_unstable_by_key(|id| id.0);
+        written.dedup();
+        for &id in &written {
+            self.pump(ctx, id, engine);
+        }
+        written.clear();
+        self.written = written;
+    }
+
+    fn claims(&self, origin: SocketAddr) -> Claim {
+        match origin == self.origin {
+            true => Claim::Origin,
+            false => Claim::No,
+        }
+    }
+
+    /// The engine opened endpoint `id`: its connection is made at this turn's settle.
+    fn open_endpoint(&mut self, _: &mut Ctx<'_>, id: EndpointId, _: SocketAddr) -> io::Result<()> {
+        self.endpoints.insert(id, None);
+        self.to_connect.push(id);
+        Ok(())
+    }
+
+    /// The engine closed endpoint `id`: Release goes out, and the socket closes.
+    fn close_endpoint(&mut self, ctx: &mut Ctx<'_>, id: EndpointId) {
+        if let Some(Some(mut stream)) = self.endpoints.remove(&id) {
+            stream.core_mut().release();
+            let _ = stream.flush(ctx.now());
+            stream.close(ctx);
+        }
     }
 
     /// The upstream's metrics (`backoffd_coap_stream_upstream_*`).
-    pub fn write_metrics(&self, out: &mut MetricsWriter) {
+    fn write_metrics(&self, out: &mut MetricsWriter) {
         let up = self.endpoints.values().filter(|s| s.is_some()).count();
         out.gauge(
             "backoffd_coap_stream_upstream_connections",

@@ -52,6 +52,7 @@
 )]
 
 pub mod datagram;
+pub mod keys;
 pub mod listener;
 mod registration;
 mod signals;
