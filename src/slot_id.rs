@@ -2,9 +2,9 @@
 //! and the engine speak of one of the core's sessions or connections.
 //!
 //! It lives low, at crate level, because both sides need it and neither may depend on the
-//! other: the transport cores (`crate::dtls`'s session table, `crate::coap_tcp`'s connection
-//! table) hand it out, and the engine (`crate::proxy`) keys a client by it. A core that took
-//! it from the engine would depend on what it serves.
+//! other: the transport cores (the DTLS session table, the stream connection table) hand it
+//! out, and the engine keys a client by it. A core that took it from the engine would depend
+//! on what it serves.
 
 /// A DTLS session's name in the session table (RFC 7252 §9).
 pub type SessionId = SlotId;

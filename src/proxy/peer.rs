@@ -10,7 +10,7 @@
 //!   anti-amplification allowance and the send budget until the address proves that it
 //!   receives (`validation.rs`; RFC 9175 §2.4, RFC 7252 §11.3).
 //! - [`Peer::Local`]: a client inside this process, the HTTP cross-proxy's connection number
-//!   n (`crate::hc`). Nobody outside can claim to be one, so nothing is validated.
+//!   n. Nobody outside can claim to be one, so nothing is validated.
 //!
 //! Each transport is one variant holding a small copyable name, like `Local`; the
 //! connection's own state never enters the engine:
