@@ -27,6 +27,9 @@
 //! - [`net`]: socket helpers: dual-stack listeners, flushing a core's output.
 //! - [`stats`]: latency summaries and histograms.
 //! - [`relay`]: the stateless UDP relay, the proxy benchmark's baseline, as a component.
+//! - [`slot_id`] and [`base64`]: small pieces shared by layers that must not depend on each
+//!   other: the name of a transport core's session or connection, which the engine keys a
+//!   client by, and the encoding the WebSocket handshake and the cross-proxy's events use.
 //!
 //! Not in the library: the application is the binaries' (`src/cli/`: the command line, the
 //! `serve --config` format, the demo and timer-bench), and the benchmarks' load generator
@@ -93,6 +96,7 @@
     )
 )]
 
+pub mod base64;
 pub mod coap;
 #[cfg(feature = "tcp")]
 pub mod coap_tcp;
@@ -109,6 +113,7 @@ pub mod proxy;
 pub mod reactor;
 pub mod reconnect;
 pub mod relay;
+pub mod slot_id;
 pub mod source_prefix;
 pub mod stats;
 #[cfg(test)]

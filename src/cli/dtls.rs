@@ -238,7 +238,7 @@ fn limits(flags: &Flags) -> Result<SessionLimits, UsageError> {
             "dtls-max-handshakes-per-source",
             d.max_handshakes_per_source,
         )?,
-        source_prefix: super::proxy::source_prefix(flags)?,
+        source_prefix: super::shared_flags::source_prefix(flags)?,
         handshake_timeout: duration("dtls-handshake-timeout", d.handshake_timeout)?,
         idle_timeout: duration("dtls-idle-timeout", d.idle_timeout)?,
         ..d
@@ -279,7 +279,7 @@ pub fn describe_upstream(part: &UpstreamPart) -> String {
 /// Built without the `dtls` feature: a coaps upstream is an error.
 #[cfg(not(feature = "dtls"))]
 pub fn upstream_from_flags(flags: &Flags) -> Result<Option<UpstreamPart>, UsageError> {
-    let upstream = super::proxy::upstream_flag(flags)?;
+    let upstream = super::shared_flags::upstream_flag(flags)?;
     let coaps = upstream.as_ref().is_some_and(|u| u.coaps_host.is_some());
     // --upstream-ca is coaps+tcp's too (cli/stream.rs).
     let over_tls = upstream.is_some_and(|u| u.tls_host.is_some());
@@ -298,7 +298,7 @@ pub fn upstream_from_flags(flags: &Flags) -> Result<Option<UpstreamPart>, UsageE
 /// The coaps upstream `--upstream coaps://` asks for, with its keys read.
 #[cfg(feature = "dtls")]
 pub fn upstream_from_flags(flags: &Flags) -> Result<Option<UpstreamPart>, UsageError> {
-    let upstream = super::proxy::upstream_flag(flags)?;
+    let upstream = super::shared_flags::upstream_flag(flags)?;
     // --upstream-ca is coaps+tcp's too (cli/stream.rs).
     let over_tls = upstream.as_ref().is_some_and(|u| u.tls_host.is_some());
     let Some((addr, host)) = upstream.and_then(|u| Some((u.addr, u.coaps_host?))) else {

@@ -13,6 +13,7 @@ pub mod reconnect_client;
 pub mod reconnect_server;
 mod relay;
 mod serve;
+mod shared_flags;
 mod stream;
 #[cfg(feature = "timer-bench")]
 mod timer_bench;

@@ -112,7 +112,7 @@ pub fn describe(part: &StreamPart) -> String {
 /// Built without the `tcp` feature: any of the flags is an error.
 #[cfg(not(feature = "tcp"))]
 pub fn from_flags(flags: &Flags) -> Result<Option<StreamPart>, UsageError> {
-    if super::proxy::upstream_flag(flags)?.is_some_and(|u| u.tcp) {
+    if super::shared_flags::upstream_flag(flags)?.is_some_and(|u| u.tcp) {
         return Err(UsageError(
             "--upstream: coap+tcp://: this backoffd was built without CoAP over TCP (cargo feature `tcp`)".into(),
         ));
@@ -133,7 +133,7 @@ pub fn from_flags(flags: &Flags) -> Result<Option<StreamPart>, UsageError> {
     let tls = super::addr_flag(flags, "listen-tls")?;
     let ws = super::addr_flag(flags, "listen-ws")?;
     let config = tls_config(flags, tls.is_some())?;
-    let upstream = super::proxy::upstream_flag(flags)?.filter(|u| u.tcp);
+    let upstream = super::shared_flags::upstream_flag(flags)?.filter(|u| u.tcp);
     if tcp.is_none() && tls.is_none() && ws.is_none() && upstream.is_none() {
         return match SPEC.iter().find(|s| flags.has(s.name)) {
             Some(s) => Err(UsageError(format!(
@@ -238,7 +238,7 @@ fn limits(flags: &Flags) -> Result<StreamLimits, UsageError> {
             "tcp-max-connections-per-source",
             d.max_connections_per_source,
         )?,
-        source_prefix: super::proxy::source_prefix(flags)?,
+        source_prefix: super::shared_flags::source_prefix(flags)?,
         conn,
     })
 }

@@ -6,8 +6,7 @@
 //! token's Message ID. The origin's response comes back to the engine as the ACK of that
 //! Message ID (a piggybacked answer), and an observation's later notifications as NONs with
 //! Message IDs of the connection's own (§7: a reliable transport has no CON to acknowledge).
-//! The engine sends each request once, since the upstream is marked reliable
-//! ([`crate::proxy::Proxy::set_reliable_upstream`]).
+//! The engine sends each request once, since its driver marks the upstream reliable.
 //!
 //! The connection's life is the server side's (§5.3, §5.4): our CSM first; the origin's must
 //! come first and within `csm_timeout`; a quiet connection is pinged. An empty CON (the

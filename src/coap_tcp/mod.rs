@@ -8,8 +8,8 @@
 //! - [`tls`] and [`ws`]: what carries the messages on coaps+tcp (rustls over bytes) and
 //!   coap+ws (RFC 6455's handshake and framing), both sans-IO.
 //!
-//! The proxy's driver owns the sockets (`crate::proxy::tcp_listener`) and hands the requests
-//! to the engine as [`crate::proxy::Peer::Stream`].
+//! The proxy's driver owns the sockets and hands the requests to the engine as the requests
+//! of a client named by its connection, a [`ConnectionId`](crate::slot_id::ConnectionId).
 
 mod buffers;
 pub mod carried;

@@ -8,7 +8,7 @@
 //! its Pong, and a Close is echoed.
 
 use super::sha1::sha1;
-use crate::http1::base64::base64;
+use crate::base64::base64;
 
 /// The path RFC 8323 §8.3 gives the CoAP resource of a WebSocket server.
 pub const WELL_KNOWN_PATH: &str = "/.well-known/coap";

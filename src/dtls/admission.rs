@@ -21,7 +21,7 @@
 //! past their grace.
 //!
 //! This is the pattern of the stream listeners, which close the oldest connection without
-//! a CSM for a new one (`crate::proxy::stream_listener`).
+//! a CSM for a new one.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;

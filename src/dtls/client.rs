@@ -5,7 +5,7 @@
 //!
 //! **One session per upstream endpoint.** The engine already spreads its requests over
 //! endpoints, each a socket of its own connected to the origin, and keeps Message IDs per
-//! endpoint (`crate::proxy::endpoints`). A session is bound to its endpoint's socket, so its
+//! endpoint. A session is bound to its endpoint's socket, so its
 //! Message IDs are per session with the same reasoning: a Message ID is matched within one
 //! session and epoch (RFC 7252 §9.1.1), as within one source port for plain UDP.
 //!

@@ -9,7 +9,7 @@ use rtc_dtls::crypto_provider::default_provider;
 
 use super::tests::{psk_server, SERVER};
 use super::*;
-use crate::proxy::SessionId;
+use crate::slot_id::SessionId;
 use crate::time::Timestamp;
 
 const LOCAL: &str = "127.0.0.1:40000";

@@ -1,5 +1,5 @@
 //! What a coaps listener counts: handshakes by outcome and records dropped by reason
-//! (exported as `backoffd_dtls_*`, `crate::proxy::metrics`).
+//! (exported as `backoffd_dtls_*`, [`super::metrics`]).
 
 use super::admission::Bound;
 

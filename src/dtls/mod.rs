@@ -12,8 +12,8 @@
 //! - [`client`]: the proxy's own sessions towards a coaps origin, one per upstream endpoint;
 //! - [`config`]: keys, certificates and bounds, and the library's configuration from them.
 //!
-//! The proxy's driver owns the socket (`crate::proxy::driver`) and hands the decrypted
-//! datagrams to the engine as [`crate::proxy::Peer::Dtls`].
+//! The proxy's driver owns the socket and hands the decrypted datagrams to the engine as
+//! the datagrams of a client named by its session, a [`SessionId`](crate::slot_id::SessionId).
 
 pub mod admission;
 #[cfg(test)]

@@ -59,7 +59,7 @@ use super::cookie::{CookieJar, COOKIE_LEN};
 use super::counters::DtlsCounters;
 use super::draws::{lend, SeededProvider};
 use super::hello::{shift_plaintext_seqs, ClientHello, HelloError};
-use crate::proxy::SessionId;
+use crate::slot_id::SessionId;
 use crate::source_prefix::SourcePrefix;
 use crate::time::Timestamp;
 use crate::timer::{TimerId, TimerWheel};

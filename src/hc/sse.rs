@@ -18,7 +18,7 @@
 use std::fmt::Write as _;
 
 use super::mapping;
-use crate::http1::base64::base64;
+use crate::base64::base64;
 
 /// The event for a notification with Observe value `seq`, Content-Format `cf` and `payload`.
 pub fn event(seq: Option<u32>, cf: Option<u16>, payload: &[u8]) -> Vec<u8> {

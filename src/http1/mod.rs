@@ -13,7 +13,6 @@
 //! and a rank ([`EvictionRank`]) by which a driver at its connection cap closes the connection
 //! that made the least progress for a new one.
 
-pub mod base64;
 mod body;
 pub mod driver;
 mod head;

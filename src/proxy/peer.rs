@@ -10,7 +10,7 @@
 //!   anti-amplification allowance and the send budget until the address proves that it
 //!   receives (`validation.rs`; RFC 9175 §2.4, RFC 7252 §11.3).
 //! - [`Peer::Local`]: a client inside this process, the HTTP cross-proxy's connection number
-//!   n (`crate::hc`). Nobody outside can claim to be one, so nothing is validated.
+//!   n. Nobody outside can claim to be one, so nothing is validated.
 //!
 //! Each transport is one variant holding a small copyable name, like `Local`; the
 //! connection's own state never enters the engine:
@@ -30,6 +30,8 @@ use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::net::{IpAddr, SocketAddr};
 
+pub use crate::slot_id::{ConnectionId, SessionId, SlotId};
+
 /// A client of the proxy: how its requests came and how its answers go. Ordered so that a
 /// client can key an ordered map (`observation_shares.rs`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -44,34 +46,6 @@ pub enum Peer {
     /// A CoAP client over TCP, TLS or WebSockets (RFC 8323): a connection of the stream
     /// listener's table. The TCP handshake proved its address.
     Stream(ConnectionId),
-}
-
-/// A DTLS session's name ([`Peer::Dtls`]).
-pub type SessionId = SlotId;
-/// A stream connection's name ([`Peer::Stream`]).
-pub type ConnectionId = SlotId;
-
-/// A session's or connection's name: its slot in its table and that slot's generation, so
-/// that an answer for one that has ended cannot reach the one that took its slot. Two u32
-/// halves, like [`LocalClient`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct SlotId([u32; 2]);
-
-impl SlotId {
-    /// Slot `index` in its `generation`.
-    pub fn new(index: u32, generation: u32) -> Self {
-        SlotId([index, generation])
-    }
-
-    /// The slot.
-    pub fn index(self) -> u32 {
-        self.0[0]
-    }
-
-    /// The slot's generation.
-    pub fn generation(self) -> u32 {
-        self.0[1]
-    }
 }
 
 /// An in-process client's number, unique for the life of the process. Two 32-bit halves

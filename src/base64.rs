@@ -1,6 +1,9 @@
-//! Base64 (RFC 4648 §4), for the HTTP-side encodings that need it: event-stream data of a
-//! binary notification (`crate::hc`) and the WebSocket handshake's `Sec-WebSocket-Accept`
-//! (RFC 6455 §4.2.2, `crate::coap_tcp::ws`).
+//! Base64 (RFC 4648 §4), for the encodings that need it: event-stream data of a binary
+//! notification (the HTTP cross-proxy's Server-Sent Events) and the WebSocket handshake's
+//! `Sec-WebSocket-Accept` (RFC 6455 §4.2.2).
+//!
+//! A utility at crate level, not part of the HTTP/1.1 server: its users are a transport core
+//! and the cross-proxy, and neither should depend on that server for an encoding.
 
 /// Standard base64 with padding (RFC 4648 §4).
 pub fn base64(bytes: &[u8]) -> String {
