@@ -291,7 +291,7 @@ impl ProxyComponent {
         let _ = self.apply_endpoint_events(ctx, false);
         let bound = self.engine.max_upstream_endpoints();
         while let Some(event) = self.engine.poll_event() {
-            self.report.log(now, event, bound);
+            (self.report).log(now, event, bound, |level, line| log::log!(level, "{line}"));
         }
         // What the engine answered to that goes out in the next turn, at once. Otherwise its
         // earliest deadline, which moves later with nearly every answer (its ack-delay timer

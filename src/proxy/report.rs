@@ -1,18 +1,14 @@
-//! The driver's log of the engine's [`ProxyEvent`]s: each kind at its level, and the kinds that
-//! repeat under load (give-ups, refusals for want of a Message ID, the observation limit)
-//! summed up at most once per interval, so an overload costs a line every ten seconds, not one
-//! per request.
-
-// I/O module: The proxy driver's log: where the engine's events become log lines.
-#![allow(
-    clippy::disallowed_methods,
-    clippy::disallowed_types,
-    clippy::disallowed_macros
-)]
+//! The lines the driver logs for the engine's [`ProxyEvent`]s: each kind at its level, and the
+//! kinds that repeat under load (give-ups, refusals for want of a Message ID, the observation
+//! limit) summed up at most once per interval, so an overload costs a line every ten seconds,
+//! not one per request. Sans-IO: each line goes to the driver's `emit`, which logs it.
 
 use std::collections::HashMap;
+use std::fmt::Arguments;
 use std::net::SocketAddr;
 use std::time::Duration;
+
+use log::Level::{Debug, Info, Warn};
 
 use super::events::{ProxyEvent, Source};
 use crate::time::Timestamp;
@@ -49,8 +45,15 @@ pub(super) struct Report {
 }
 
 impl Report {
-    /// Logs `event` as its kind deserves; `bound` is `--max-upstream-endpoints`, for the hint.
-    pub(super) fn log(&mut self, now: Timestamp, event: ProxyEvent, bound: usize) {
+    /// Hands `emit` the line `event` deserves, if any, at its level; `bound` is
+    /// `--max-upstream-endpoints`, for the hint.
+    pub(super) fn log(
+        &mut self,
+        now: Timestamp,
+        event: ProxyEvent,
+        bound: usize,
+        mut emit: impl FnMut(log::Level, Arguments<'_>),
+    ) {
         match event {
             ProxyEvent::GaveUp {
                 upstream,
@@ -59,9 +62,9 @@ impl Report {
                 code,
                 why,
             } => {
-                log::debug!("gave up on {upstream} for {client} after {attempts} attempt(s): {why}; answered {code}");
+                emit(Debug, format_args!("gave up on {upstream} for {client} after {attempts} attempt(s): {why}; answered {code}"));
                 if let Some(n) = self.gave_up.due(now) {
-                    log::info!("gave up on {n} request(s) upstream since the last such line; the latest: {upstream} for {client} after {attempts} attempt(s): {why}; answered {code}");
+                    emit(Info, format_args!("gave up on {n} request(s) upstream since the last such line; the latest: {upstream} for {client} after {attempts} attempt(s): {why}; answered {code}"));
                 }
             }
             ProxyEvent::NoMessageId { upstream, at_bound } => {
@@ -69,33 +72,33 @@ impl Report {
                     return;
                 };
                 match at_bound {
-                    true => log::warn!("upstream {upstream}: the Message IDs of all {bound} endpoints (--max-upstream-endpoints) are reserved; {n} request(s) answered 5.03 since the last warning"),
-                    false => log::warn!("upstream {upstream}: no endpoint socket could be opened; {n} request(s) answered 5.03 since the last warning"),
+                    true => emit(Warn, format_args!("upstream {upstream}: the Message IDs of all {bound} endpoints (--max-upstream-endpoints) are reserved; {n} request(s) answered 5.03 since the last warning")),
+                    false => emit(Warn, format_args!("upstream {upstream}: no endpoint socket could be opened; {n} request(s) answered 5.03 since the last warning")),
                 }
             }
-            ProxyEvent::EarlyEviction => log::warn!("--max-cached is too small for this request rate: evicting answers clients may still retransmit for (size it to >= 100 s of answers)"),
+            ProxyEvent::EarlyEviction => emit(Warn, format_args!("--max-cached is too small for this request rate: evicting answers clients may still retransmit for (size it to >= 100 s of answers)")),
             ProxyEvent::ClientNeverAcked { client, mid } => {
-                log::debug!("client {client} never acknowledged answer MID {mid}; gave up on it")
+                emit(Debug, format_args!("client {client} never acknowledged answer MID {mid}; gave up on it"))
             }
             ProxyEvent::ObservationStale { client } => {
-                log::debug!("the observation of {client} went stale")
+                emit(Debug, format_args!("the observation of {client} went stale"))
             }
             ProxyEvent::ObserverGone { client, why } => {
-                log::debug!("observer {client} gone ({why:?}): its observation ended")
+                emit(Debug, format_args!("observer {client} gone ({why:?}): its observation ended"))
             }
             ProxyEvent::ObservationLimit { client } => {
                 if let Some(n) = self.observation_limit.due(now) {
-                    log::info!("observation limit (--max-observations) reached: {n} registration(s) answered without registering since the last such line, the latest from {client}");
+                    emit(Info, format_args!("observation limit (--max-observations) reached: {n} registration(s) answered without registering since the last such line, the latest from {client}"));
                 }
             }
             ProxyEvent::ObservationShare { client } => {
                 if let Some(n) = self.observation_share.due(now) {
-                    log::info!("observation share of one source (--max-observations-per-source) reached: {n} registration(s) answered without registering since the last such line, the latest from {client}");
+                    emit(Info, format_args!("observation share of one source (--max-observations-per-source) reached: {n} registration(s) answered without registering since the last such line, the latest from {client}"));
                 }
             }
             ProxyEvent::Malformed { from, error } => match from {
-                Source::Client(addr) => log::debug!("malformed datagram from client {addr}: {error}"),
-                Source::Upstream(id) => log::debug!("malformed datagram from upstream endpoint {}: {error}", id.0),
+                Source::Client(addr) => emit(Debug, format_args!("malformed datagram from client {addr}: {error}")),
+                Source::Upstream(id) => emit(Debug, format_args!("malformed datagram from upstream endpoint {}: {error}", id.0)),
             },
         }
     }
