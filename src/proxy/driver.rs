@@ -27,10 +27,8 @@ use std::net::SocketAddr;
 use super::metrics::write_cache_metrics;
 use super::metrics::{write_proxy_metrics, write_upstream_metrics};
 use super::report::Report;
-#[cfg(feature = "tcp")]
-use super::stream_listener::StreamListen;
 use super::transport::local::LocalClients;
-use super::transport::{Claim, Intake, Transport};
+use super::transport::{Claim, Intake, Listeners, Transport};
 use super::{Destination, EndpointEvent, EndpointId, LocalClient, Peer, Proxy, ProxyConfig, Seeds};
 use crate::metrics::{MetricsSource, MetricsWriter};
 use crate::reactor::keys::{KeyRange, KeySpace};
@@ -61,32 +59,6 @@ pub struct ProxyComponent {
     last_now: Timestamp,
     /// Datagrams the kernel would not take (send buffer full): counted, then treated as lost.
     pub send_drops: u64,
-}
-
-/// Where the proxy takes its clients: plain CoAP over UDP, coaps, or both. With coaps alone
-/// no plain socket is opened: it would let clients past the keys.
-#[derive(Clone, Debug, Default)]
-pub struct Listeners {
-    /// The plain CoAP address (`--listen`).
-    pub plain: Option<SocketAddr>,
-    /// The coaps address and its keys (`--listen-dtls`).
-    #[cfg(feature = "dtls")]
-    pub dtls: Option<(SocketAddr, crate::dtls::DtlsServerConfig)>,
-    /// The RFC 8323 listeners (`--listen-tcp`, `--listen-tls`, `--listen-ws`), at most 4.
-    #[cfg(feature = "tcp")]
-    pub streams: Vec<StreamListen>,
-}
-
-impl Listeners {
-    /// Plain CoAP at `addr` alone. (The other fields exist with their features only, so the
-    /// update is empty without them.)
-    #[allow(clippy::needless_update)]
-    pub fn plain(addr: SocketAddr) -> Self {
-        Listeners {
-            plain: Some(addr),
-            ..Listeners::default()
-        }
-    }
 }
 
 impl ProxyComponent {

@@ -99,7 +99,7 @@ pub use config::{
 pub use counters::{
     Counters, KeptAnswers, Load, ObserveCounters, OwnAnswers, Proof, Refusals, Strays, Traffic,
 };
-pub use driver::{Listeners, ProxyComponent, FIRST_FOREIGN_KEY};
+pub use driver::{ProxyComponent, FIRST_FOREIGN_KEY};
 pub use endpoints::{EndpointEvent, EndpointId, UpstreamId};
 pub use engine::{Destination, Proxy, Transmit, UpstreamStats};
 pub use events::{ObserverLoss, ProxyEvent, Source};
@@ -109,3 +109,4 @@ pub use peer::{ClientOrigin, ConnectionId, LocalClient, Peer, SessionId, SlotId}
 pub use stream_listener::{StreamLimits, StreamListen, Transport, MAX_CONNECTIONS};
 #[cfg(feature = "tcp")]
 pub use stream_upstream::UpstreamTls;
+pub use transport::Listeners;

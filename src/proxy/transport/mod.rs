@@ -34,7 +34,7 @@
 use std::io;
 use std::net::SocketAddr;
 
-use super::{ClientOrigin, Destination, EndpointId, Listeners, Peer, Proxy};
+use super::{ClientOrigin, Destination, EndpointId, Peer, Proxy};
 use crate::metrics::MetricsWriter;
 use crate::reactor::keys::KeyRange;
 use crate::reactor::{Ctx, Readiness};
@@ -181,6 +181,32 @@ pub(super) trait Transport {
 
     /// Its metrics.
     fn write_metrics(&self, _out: &mut MetricsWriter) {}
+}
+
+/// Where the proxy takes its clients: plain CoAP over UDP, coaps, or both. With coaps alone
+/// no plain socket is opened: it would let clients past the keys.
+#[derive(Clone, Debug, Default)]
+pub struct Listeners {
+    /// The plain CoAP address (`--listen`).
+    pub plain: Option<SocketAddr>,
+    /// The coaps address and its keys (`--listen-dtls`).
+    #[cfg(feature = "dtls")]
+    pub dtls: Option<(SocketAddr, crate::dtls::DtlsServerConfig)>,
+    /// The RFC 8323 listeners (`--listen-tcp`, `--listen-tls`, `--listen-ws`), at most 4.
+    #[cfg(feature = "tcp")]
+    pub streams: Vec<super::StreamListen>,
+}
+
+impl Listeners {
+    /// Plain CoAP at `addr` alone. (The other fields exist with their features only, so the
+    /// update is empty without them.)
+    #[allow(clippy::needless_update)]
+    pub fn plain(addr: SocketAddr) -> Self {
+        Listeners {
+            plain: Some(addr),
+            ..Listeners::default()
+        }
+    }
 }
 
 /// Binds every listener `listeners` names, as transports: plain UDP first (the most datagrams,
