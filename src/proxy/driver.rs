@@ -24,9 +24,9 @@ use std::io;
 use std::net::SocketAddr;
 
 #[cfg(feature = "cache")]
-use super::metrics::write_cache_metrics;
-use super::metrics::{write_proxy_metrics, write_upstream_metrics};
-use super::report::Report;
+use super::engine::metrics::write_cache_metrics;
+use super::engine::metrics::{write_proxy_metrics, write_upstream_metrics};
+use super::engine::report::Report;
 use super::transport::local::LocalClients;
 use super::transport::{Claim, Intake, Listeners, Transport};
 use super::{Destination, EndpointEvent, EndpointId, LocalClient, Peer, Proxy, ProxyConfig, Seeds};
@@ -115,7 +115,7 @@ impl ProxyComponent {
         tls: Option<super::UpstreamTls>,
     ) -> Self {
         self.engine.set_reliable_upstream(origin);
-        let upstream = super::stream_upstream::StreamUpstream::new(origin, limits, tls);
+        let upstream = super::transport::stream_upstream::StreamUpstream::new(origin, limits, tls);
         self.transports.push(Box::new(upstream));
         self
     }
@@ -268,7 +268,7 @@ impl ProxyComponent {
         // What the engine answered to that goes out in the next turn, at once. Otherwise its
         // earliest deadline, which moves later with nearly every answer (its ack-delay timer
         // goes); `handle_timeout` may run early, so an earlier timer is left armed.
-        let more = (self.engine.gate.queued_bytes() > 0).then_some(now);
+        let more = (self.engine.queued_bytes() > 0).then_some(now);
         let wanted = more.or(self.engine.poll_timeout());
         self.timer.set_no_later(ctx, wanted, self.timer_key);
     }

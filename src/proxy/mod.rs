@@ -35,78 +35,27 @@
 //! generation: a timer for a finished exchange, or for a state it has left, finds nothing to
 //! act on, so none ever sends anything for a finished exchange.
 
-mod answer_cache;
-mod awaiting_proof;
-mod budget;
-#[cfg(feature = "cache")]
-mod cache;
-#[cfg(feature = "cache")]
-mod cache_use;
-#[cfg(feature = "cache")]
-mod caching;
-mod client_leg;
-mod clients;
-mod config;
-mod counters;
-mod deliveries;
-mod driver;
-mod endpoints;
-mod engine;
-mod events;
-mod exchange;
-#[cfg(feature = "cache")]
-mod fanout;
-mod gate;
-mod held;
-mod index;
-mod kept;
-mod keyed_hash;
-mod limits;
-mod local_answer;
-mod metrics;
-#[cfg(not(feature = "cache"))]
-mod no_cache;
-mod transport;
-// Without the `cache` feature one stand-in answers to the names of the four cache modules,
-// so that the engine's paths and calls stay as they are.
-#[cfg(not(feature = "cache"))]
-use no_cache::{self as cache, self as cache_use, self as caching, self as fanout};
-mod observation_shares;
-mod outbox;
-mod peer;
-mod report;
-pub mod route;
-#[cfg(feature = "tcp")]
-mod stream_listener;
-#[cfg(feature = "tcp")]
-mod stream_metrics;
-#[cfg(feature = "tcp")]
-mod stream_upstream;
-mod table;
-#[cfg(test)]
-mod tests;
-mod upstream_leg;
-mod upstream_request;
-mod upstreams;
-mod validation;
+//! Layout: `engine/` is the sans-IO engine ([`Proxy`] and the parts it owns); `transport/` is
+//! the I/O side, one file per transport behind one trait; `driver.rs` joins them as a reactor
+//! component. Only the last two touch the OS.
 
-pub use budget::ClientBudget;
-#[cfg(feature = "cache")]
-pub use cache::CacheCounters;
-pub use config::{
-    AllowedTarget, ConfigError, KeptBounds, Limits, ProxyConfig, RetryPolicy, Routing, Seeds,
-};
-pub use counters::{
-    Counters, KeptAnswers, Load, ObserveCounters, OwnAnswers, Proof, Refusals, Strays, Traffic,
-};
+mod driver;
+mod engine;
+mod transport;
+
 pub use driver::{ProxyComponent, FIRST_FOREIGN_KEY};
-pub use endpoints::{EndpointEvent, EndpointId, UpstreamId};
-pub use engine::{Destination, Proxy, Transmit, UpstreamStats};
-pub use events::{ObserverLoss, ProxyEvent, Source};
-pub use exchange::{Relay, State, UpstreamLeg};
-pub use peer::{ClientOrigin, ConnectionId, LocalClient, Peer, SessionId, SlotId};
+pub use engine::route;
+#[cfg(feature = "cache")]
+pub use engine::CacheCounters;
+pub use engine::{
+    AllowedTarget, ClientBudget, ClientOrigin, ConfigError, ConnectionId, Counters, Destination,
+    EndpointEvent, EndpointId, KeptAnswers, KeptBounds, Limits, Load, LocalClient, ObserveCounters,
+    ObserverLoss, OwnAnswers, Peer, Proof, Proxy, ProxyConfig, ProxyEvent, Refusals, Relay,
+    RetryPolicy, Routing, Seeds, SessionId, SlotId, Source, State, Strays, Traffic, Transmit,
+    UpstreamId, UpstreamLeg, UpstreamStats,
+};
 #[cfg(feature = "tcp")]
-pub use stream_listener::{StreamLimits, StreamListen, Transport, MAX_CONNECTIONS};
+pub use transport::stream_listener::{StreamLimits, StreamListen, Transport, MAX_CONNECTIONS};
 #[cfg(feature = "tcp")]
-pub use stream_upstream::UpstreamTls;
+pub use transport::stream_upstream::UpstreamTls;
 pub use transport::Listeners;

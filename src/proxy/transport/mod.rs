@@ -45,6 +45,12 @@ use crate::timer::TimerId;
 pub(super) mod dtls;
 mod icmp;
 pub(super) mod local;
+#[cfg(feature = "tcp")]
+pub(super) mod stream_listener;
+#[cfg(feature = "tcp")]
+mod stream_metrics;
+#[cfg(feature = "tcp")]
+pub(super) mod stream_upstream;
 pub(super) mod udp;
 
 /// How strongly a transport claims the endpoints towards an upstream address.
@@ -118,13 +124,13 @@ impl<'a> Intake<'a> {
     /// Bytes the engine holds queued for the transports: a stream connection takes its
     /// requests while this stays under its bound (`stream_listener.rs`).
     pub(super) fn queued_bytes(&self) -> usize {
-        self.engine.gate.queued_bytes()
+        self.engine.queued_bytes()
     }
 
     /// The clients the engine holds something for (a request in flight, an answer being
     /// delivered, an observation): none of them is closed to make room for a newcomer.
     pub(super) fn busy_clients(&self) -> impl Iterator<Item = Peer> + '_ {
-        self.engine.exchanges.iter().map(|(_, x)| x.client)
+        self.engine.busy_clients()
     }
 }
 
@@ -194,7 +200,7 @@ pub struct Listeners {
     pub dtls: Option<(SocketAddr, crate::dtls::DtlsServerConfig)>,
     /// The RFC 8323 listeners (`--listen-tcp`, `--listen-tls`, `--listen-ws`), at most 4.
     #[cfg(feature = "tcp")]
-    pub streams: Vec<super::StreamListen>,
+    pub streams: Vec<stream_listener::StreamListen>,
 }
 
 impl Listeners {
@@ -221,7 +227,7 @@ pub(super) fn bind(listeners: &Listeners) -> io::Result<Vec<Box<dyn Transport>>>
     }
     #[cfg(feature = "tcp")]
     if !listeners.streams.is_empty() {
-        let streams = super::stream_listener::StreamListeners::bind(&listeners.streams)?;
+        let streams = stream_listener::StreamListeners::bind(&listeners.streams)?;
         transports.push(Box::new(streams));
     }
     Ok(transports)

@@ -77,7 +77,7 @@ impl ObservationShares {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proxy::peer::{ConnectionId, LocalClient};
+    use crate::proxy::engine::peer::{ConnectionId, LocalClient};
 
     fn key(origin: impl Into<ClientOrigin>) -> SourceKey {
         SourceKey::of(origin.into(), PrefixLengths::DEFAULT)

@@ -365,7 +365,7 @@ pub(super) struct GroupId(pub(super) u32);
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proxy::clients::tests::some_slot;
+    use crate::proxy::engine::clients::tests::some_slot;
     use std::time::Duration;
 
     fn at(ms: u64) -> Timestamp {

@@ -33,7 +33,6 @@ use crate::coap::option::BLOCK2;
 use crate::coap::{ping, rewrite, Code, Message, MessageType};
 use crate::time::Timestamp;
 
-use super::engine::{Destination, Proxy};
 use super::events::{ObserverLoss, ProxyEvent};
 use super::exchange::{ExchangeKey, Reply, State};
 use super::gate::{Charge, SendGate};
@@ -41,6 +40,7 @@ use super::local_answer::{encode_local, LocalAnswer};
 use super::peer::Peer;
 use super::table::Exchanges;
 use super::validation::{LIKELY_ANSWER, MAX_HELD_BYTES, MAX_HELD_BYTES_TOTAL, PROOF_WAIT};
+use super::{Destination, Proxy};
 
 /// Answers waiting for a silent client's proof from which they are given up early (see
 /// [`Proxy::client_silent`]).

@@ -9,7 +9,6 @@ use super::cache_use::CacheUse;
 use super::caching::Decision;
 use super::clients::ClientSlot;
 use super::endpoints::{EndpointId, NoEndpoint, UpstreamId};
-use super::engine::{Destination, Proxy};
 use super::events::{ProxyEvent, Source};
 use super::exchange::{CoapToken, ExchangeKey, Observer, Reply, State};
 use super::fanout::GroupAt;
@@ -22,6 +21,7 @@ use super::peer::{ClientOrigin, Peer};
 use super::route::{self, RouteError, Target};
 use super::upstream_request::{upstream_request, Route};
 use super::validation::{ProvedBy, LIKELY_ANSWER};
+use super::{Destination, Proxy};
 
 /// A request on its way upstream: where, the Message ID it leaves with, and what the cache
 /// does with its answer.

@@ -201,9 +201,9 @@ impl SendGate {
 mod tests {
     use super::*;
     use crate::coap::echo::EchoKey;
-    use crate::proxy::endpoints::EndpointId;
-    use crate::proxy::keyed_hash::KeyedState;
-    use crate::proxy::peer::LocalClient;
+    use crate::proxy::engine::endpoints::EndpointId;
+    use crate::proxy::engine::keyed_hash::KeyedState;
+    use crate::proxy::engine::peer::LocalClient;
 
     #[test]
     fn only_a_claimed_address_is_held_to_its_allowance() {

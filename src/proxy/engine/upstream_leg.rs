@@ -13,13 +13,13 @@ use crate::time::Timestamp;
 use super::awaiting_proof::GiveUp;
 use super::cache::CacheKey;
 use super::endpoints::EndpointId;
-use super::engine::{Destination, Proxy};
 use super::events::{ObserverLoss, ProxyEvent, Source};
 use super::exchange::{Exchange, ExchangeKey, Relay, State};
 use super::gate::Charge;
 use super::limits::ObservationRefusal;
 use super::local_answer::{encode_local, LocalAnswer};
 use super::peer::Peer;
+use super::{Destination, Proxy};
 
 impl Proxy {
     /// A datagram arrived on the socket of endpoint `up` (from the upstream it is connected to).

@@ -13,7 +13,7 @@ use crate::time::Timestamp;
 use super::drain;
 use super::observers::{notification, reverse, t};
 use super::EP0;
-use crate::proxy::validation::{MAX_HELD_BYTES, PROOF_WAIT};
+use crate::proxy::engine::validation::{MAX_HELD_BYTES, PROOF_WAIT};
 use crate::proxy::{Destination, Proxy, Transmit};
 
 /// The longest datagram the proxy sends here: the one it may send past the allowance.

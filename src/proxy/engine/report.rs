@@ -37,7 +37,7 @@ impl Tally {
 
 /// What the driver remembers to keep the log short.
 #[derive(Debug, Default)]
-pub(super) struct Report {
+pub(in crate::proxy) struct Report {
     gave_up: Tally,
     no_mid: HashMap<SocketAddr, Tally>,
     observation_limit: Tally,
@@ -47,7 +47,7 @@ pub(super) struct Report {
 impl Report {
     /// Hands `emit` the line `event` deserves, if any, at its level; `bound` is
     /// `--max-upstream-endpoints`, for the hint.
-    pub(super) fn log(
+    pub(in crate::proxy) fn log(
         &mut self,
         now: Timestamp,
         event: ProxyEvent,

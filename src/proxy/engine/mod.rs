@@ -14,6 +14,66 @@
 //! `client_leg.rs` (requests in), `upstream_leg.rs` (what comes back from upstream: answers,
 //! give-ups, Observe relays), and this one (answers out to clients, and retiring).
 
+mod answer_cache;
+mod awaiting_proof;
+mod budget;
+#[cfg(feature = "cache")]
+mod cache;
+#[cfg(feature = "cache")]
+mod cache_use;
+#[cfg(feature = "cache")]
+mod caching;
+mod client_leg;
+mod clients;
+mod config;
+mod counters;
+mod deliveries;
+mod endpoints;
+mod events;
+mod exchange;
+#[cfg(feature = "cache")]
+mod fanout;
+mod gate;
+mod held;
+mod index;
+mod kept;
+mod keyed_hash;
+mod limits;
+mod local_answer;
+pub(super) mod metrics;
+#[cfg(not(feature = "cache"))]
+mod no_cache;
+// Without the `cache` feature one stand-in answers to the names of the four cache modules,
+// so that the engine's paths and calls stay as they are.
+#[cfg(not(feature = "cache"))]
+use no_cache::{self as cache, self as cache_use, self as caching, self as fanout};
+mod observation_shares;
+mod outbox;
+mod peer;
+pub(super) mod report;
+pub mod route;
+mod table;
+#[cfg(test)]
+mod tests;
+mod upstream_leg;
+mod upstream_request;
+mod upstreams;
+mod validation;
+
+pub use budget::ClientBudget;
+#[cfg(feature = "cache")]
+pub use cache::CacheCounters;
+pub use config::{
+    AllowedTarget, ConfigError, KeptBounds, Limits, ProxyConfig, RetryPolicy, Routing, Seeds,
+};
+pub use counters::{
+    Counters, KeptAnswers, Load, ObserveCounters, OwnAnswers, Proof, Refusals, Strays, Traffic,
+};
+pub use endpoints::{EndpointEvent, EndpointId, UpstreamId};
+pub use events::{ObserverLoss, ProxyEvent, Source};
+pub use exchange::{Relay, State, UpstreamLeg};
+pub use peer::{ClientOrigin, ConnectionId, LocalClient, Peer, SessionId, SlotId};
+
 use std::net::SocketAddr;
 
 use rand::rngs::SmallRng;
@@ -23,64 +83,59 @@ use crate::coap::{empty_ack, rewrite, Code, Message, MessageType};
 use crate::stats::LatencyHistogram;
 use crate::time::Timestamp;
 
-use super::answer_cache::{ClientKey, Replay};
-use super::budget::SendBudget;
-#[cfg(feature = "cache")]
-use super::cache::CacheCounters;
-use super::cache::ResponseCache;
-use super::caching::Sharing;
-use super::clients::{ClientSlot, Clients};
-use super::deliveries::{Deliveries, Retransmitted};
-pub use super::endpoints::UpstreamStats;
-use super::endpoints::{EndpointEvent, EndpointId, UpstreamId};
-use super::events::{Events, ObserverLoss, ProxyEvent};
-use super::exchange::{CoapToken, Exchange, ExchangeKey, Reply, State, TimerKind};
-use super::fanout::Fanout;
-use super::gate::{Charge, SendGate};
-use super::held::HeldAnswers;
-use super::kept::Kept;
-use super::keyed_hash::{KeyedMap, KeyedState};
-use super::limits::Usage;
-pub use super::outbox::{Destination, Transmit};
-use super::peer::Peer;
-use super::table::Exchanges;
-use super::upstreams::Upstreams;
-use super::validation::{ProvedBy, SourceValidation};
-use super::{Counters, ProxyConfig, Seeds};
+use self::answer_cache::{ClientKey, Replay};
+use self::budget::SendBudget;
+use self::cache::ResponseCache;
+use self::caching::Sharing;
+use self::clients::{ClientSlot, Clients};
+use self::deliveries::{Deliveries, Retransmitted};
+pub use self::endpoints::UpstreamStats;
+use self::events::Events;
+use self::exchange::{CoapToken, Exchange, ExchangeKey, Reply, TimerKind};
+use self::fanout::Fanout;
+use self::gate::{Charge, SendGate};
+use self::held::HeldAnswers;
+use self::kept::Kept;
+use self::keyed_hash::{KeyedMap, KeyedState};
+use self::limits::Usage;
+pub use self::outbox::{Destination, Transmit};
+use self::table::Exchanges;
+use self::upstreams::Upstreams;
+use self::validation::{ProvedBy, SourceValidation};
 
 /// The sans-IO CoAP forwarding proxy. See the module docs of [`crate::proxy`].
 pub struct Proxy {
-    pub(super) config: ProxyConfig,
+    config: ProxyConfig,
     /// The live exchanges and their timers (`table.rs`).
-    pub(super) exchanges: Exchanges,
+    exchanges: Exchanges,
     /// The duplicate index and the answers kept for clients' retransmissions (`kept.rs`).
-    pub(super) kept: Kept,
+    kept: Kept,
     /// Live observations by (client, client token), for deregistration (RFC 7641 §3.6).
-    pub(super) observers: KeyedMap<(Peer, CoapToken), ExchangeKey>,
+    observers: KeyedMap<(Peer, CoapToken), ExchangeKey>,
     /// The upstreams, their endpoints and Message IDs (`upstreams.rs`).
-    pub(super) upstreams: Upstreams,
+    upstreams: Upstreams,
     /// Whether a datagram may go to a client now (`gate.rs`).
-    pub(super) gate: SendGate,
-    pub(super) rng: SmallRng,
-    pub(super) counters: Counters,
+    gate: SendGate,
+    rng: SmallRng,
+    counters: Counters,
     /// The response cache (`--cache-size`; RFC 7252 §5.6) and the observe groups that share
     /// its entries (`caching.rs`, `fanout.rs`). Not `kept`, which replays one answer to one
     /// request's copies.
-    pub(super) sharing: Sharing,
+    sharing: Sharing,
     /// What a client's ACK or RST answers, and the deliveries under way (`deliveries.rs`).
-    pub(super) deliveries: Deliveries,
+    deliveries: Deliveries,
     /// What the proxy holds against its limits, and whether it admits (`limits.rs`).
-    pub(super) usage: Usage,
+    usage: Usage,
     /// The answers waiting for their client's proof, oldest first and by client (`held.rs`).
-    pub(super) held: HeldAnswers,
-    pub(super) clients: Clients,
+    held: HeldAnswers,
+    clients: Clients,
     /// Diagnostics for the driver to log.
-    pub(super) events: Events,
+    events: Events,
     /// Reused encode buffer.
-    pub(super) scratch: Vec<u8>,
+    scratch: Vec<u8>,
     /// How late retransmission deadlines were handled (`now` minus the deadline): the whole
     /// way from the deadline through the driver's timer and this wheel to the send decision.
-    pub(super) retransmit_lateness: LatencyHistogram,
+    retransmit_lateness: LatencyHistogram,
 }
 
 impl Proxy {
@@ -176,6 +231,19 @@ impl Proxy {
             events.push(event);
         }
         events
+    }
+
+    /// Bytes queued for the transports and not yet taken by
+    /// [`poll_transmit`](Self::poll_transmit): a stream connection takes its requests while
+    /// they stay under its bound, and the driver asks for another turn while any are left.
+    pub(in crate::proxy) fn queued_bytes(&self) -> usize {
+        self.gate.queued_bytes()
+    }
+
+    /// The clients the engine holds an exchange for (a request in flight, an answer being
+    /// delivered, an observation).
+    pub(in crate::proxy) fn busy_clients(&self) -> impl Iterator<Item = Peer> + '_ {
+        self.exchanges.iter().map(|(_, x)| x.client)
     }
 
     /// When [`handle_timeout`](Self::handle_timeout) must next be called.
@@ -280,12 +348,12 @@ impl Proxy {
     }
 
     /// The retry policy an exchange follows (its own flag picks one of the configured two).
-    pub(super) fn policy_of(&self, x: &Exchange) -> super::RetryPolicy {
+    fn policy_of(&self, x: &Exchange) -> super::RetryPolicy {
         self.policy(x.non_idempotent)
     }
 
     /// The configured retry policy for non-idempotent requests (POST, PATCH, iPATCH) or others.
-    pub(super) fn policy(&self, non_idempotent: bool) -> super::RetryPolicy {
+    fn policy(&self, non_idempotent: bool) -> super::RetryPolicy {
         match non_idempotent {
             true => self.config.non_idempotent,
             false => self.config.policy,
@@ -321,7 +389,7 @@ impl Proxy {
 
     /// The exchange has its answer. Once the client has it too (piggybacked, NON, or a CON it
     /// acknowledged), the exchange retires; until then it is `Answered`, retransmitting.
-    pub(super) fn finish(&mut self, now: Timestamp, key: ExchangeKey) {
+    fn finish(&mut self, now: Timestamp, key: ExchangeKey) {
         let Some(x) = self.exchanges.get_mut(key) else {
             return;
         };
@@ -334,7 +402,7 @@ impl Proxy {
     }
 
     /// A CON answer's delivery ended (acknowledged, rejected, or given up): the exchange retires.
-    pub(super) fn delivered(&mut self, now: Timestamp, key: ExchangeKey) {
+    fn delivered(&mut self, now: Timestamp, key: ExchangeKey) {
         if self
             .exchanges
             .get(key)
@@ -361,7 +429,7 @@ impl Proxy {
     /// Removes the exchange and keeps its answer for the client's duplicates (see
     /// [`LastAnswer`]). The key is kept whatever the answer: a request that went upstream is
     /// never forwarded again while it is.
-    pub(super) fn retire(&mut self, now: Timestamp, key: ExchangeKey, last: LastAnswer) {
+    fn retire(&mut self, now: Timestamp, key: ExchangeKey, last: LastAnswer) {
         self.deliveries.forget_non_mid(&mut self.exchanges, key);
         let Some(x) = self.exchanges.remove(key) else {
             return;
@@ -393,7 +461,7 @@ impl Proxy {
     }
 
     /// Keeps the proxy's own answer (see [`Kept::keep_local`]).
-    pub(super) fn keep_local_answer(
+    fn keep_local_answer(
         &mut self,
         now: Timestamp,
         client_key: ClientKey,
@@ -406,7 +474,7 @@ impl Proxy {
 
     /// Creates the exchange of a new client request (from a client and its slot) going out of
     /// `route`'s endpoint, in `state`, and indexes it for duplicates.
-    pub(super) fn insert_exchange(
+    fn insert_exchange(
         &mut self,
         (from, state): ((Peer, ClientSlot), State),
         token: CoapToken,
@@ -426,7 +494,7 @@ impl Proxy {
 
 /// What became of an exchange's last answer, for [`Proxy::retire`] to keep.
 #[derive(Clone, Copy, Debug)]
-pub(super) enum LastAnswer<'a> {
+enum LastAnswer<'a> {
     /// The one the exchange holds (`Exchange::answer`), if any, which went already: a CON
     /// delivered, a registration's answer, or none (its ACK was empty).
     Held,
@@ -442,7 +510,7 @@ pub(super) enum LastAnswer<'a> {
 
 impl Proxy {
     /// The client's CON request was not answered quickly: ACK it now, answer separately later.
-    pub(super) fn send_empty_ack(&mut self, key: ExchangeKey) {
+    fn send_empty_ack(&mut self, key: ExchangeKey) {
         let Some(x) = self.exchanges.get_mut(key) else {
             return;
         };
@@ -466,13 +534,7 @@ impl Proxy {
     /// and the answer goes as it would have (piggybacked or NON) one round trip later
     /// (`awaiting_proof.rs`, which also says what happens when there is no room to hold it).
     /// A registration's answer is not held: it goes as a CON asking for the proof at once.
-    pub(super) fn answer_client(
-        &mut self,
-        now: Timestamp,
-        key: ExchangeKey,
-        msg: &Message,
-        observing: bool,
-    ) {
+    fn answer_client(&mut self, now: Timestamp, key: ExchangeKey, msg: &Message, observing: bool) {
         let Some(x) = self.exchanges.get(key) else {
             return;
         };
@@ -489,7 +551,7 @@ impl Proxy {
     /// whose ACK proves the client's address, since it is past the client's allowance:
     /// after an empty ACK for a CON request (RFC 7252 §5.2.2), in place of a NON for a NON
     /// request (§5.2.3).
-    pub(super) fn send_answer(
+    fn send_answer(
         &mut self,
         now: Timestamp,
         key: ExchangeKey,
@@ -560,7 +622,7 @@ impl Proxy {
     /// The retransmission timer of a CON to the client fired: sent again, or given up after
     /// MAX_RETRANSMIT (an answered exchange then retires), or at once if it was the CON that
     /// asked an unproven client for its proof (`awaiting_proof.rs`).
-    pub(super) fn retransmit_to_client(&mut self, now: Timestamp, key: ExchangeKey) {
+    fn retransmit_to_client(&mut self, now: Timestamp, key: ExchangeKey) {
         if self.client_silent(now, key) {
             return self.give_up_silent(now, key);
         }
@@ -581,8 +643,8 @@ impl Proxy {
         }
     }
 
-    /// Sends a CON or NON to the client (see [`super::deliveries::Deliveries::send`]).
-    pub(super) fn send_to_client(
+    /// Sends a CON or NON to the client (see [`deliveries::Deliveries::send`]).
+    fn send_to_client(
         &mut self,
         now: Timestamp,
         key: ExchangeKey,
@@ -596,7 +658,7 @@ impl Proxy {
 
     /// What was withheld from a client that has now proven its address (`validation.rs`)
     /// goes: a held answer, or the CON being delivered.
-    pub(super) fn resend_withheld(&mut self, now: Timestamp, key: ExchangeKey) {
+    fn resend_withheld(&mut self, now: Timestamp, key: ExchangeKey) {
         match self
             .exchanges
             .get(key)
@@ -609,10 +671,10 @@ impl Proxy {
     }
 
     /// Queues bytes an exchange holds (its request or its answer) without copying them first.
-    pub(super) fn push_from(
+    fn push_from(
         &mut self,
         key: ExchangeKey,
-        part: impl FnOnce(&super::exchange::Exchange) -> Option<(Destination, &[u8])>,
+        part: impl FnOnce(&exchange::Exchange) -> Option<(Destination, &[u8])>,
     ) {
         if let Some((to, bytes)) = self.exchanges.get(key).and_then(part) {
             self.gate.send(Charge::Relayed, to, bytes);
@@ -620,12 +682,12 @@ impl Proxy {
     }
 
     /// Stops retransmitting to the client (ACK or RST arrived, or a newer message replaces it).
-    pub(super) fn cancel_delivery(&mut self, key: ExchangeKey) {
+    fn cancel_delivery(&mut self, key: ExchangeKey) {
         (self.deliveries).cancel((&mut self.exchanges, &mut self.gate), key);
     }
 
     /// The client acknowledged (or rejected) a confirmable answer or a notification.
-    pub(super) fn on_client_ack_or_rst(&mut self, now: Timestamp, from: Peer, msg: &Message) {
+    fn on_client_ack_or_rst(&mut self, now: Timestamp, from: Peer, msg: &Message) {
         if self.gate.answers_ping(from, msg.message_id()) {
             // The RST to our ping (`hold_for_proof`): the client receives at its address.
             return self.source_proved(now, from, ProvedBy::Ack);

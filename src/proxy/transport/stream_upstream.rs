@@ -19,14 +19,14 @@ use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use super::transport::udp::MAX_ENDPOINTS;
-use super::transport::{Claim, Intake, Transport, UpstreamFailure};
-use super::{Destination, EndpointId};
+use super::udp::MAX_ENDPOINTS;
+use super::{Claim, Intake, Transport, UpstreamFailure};
 use crate::coap_tcp::carried::CarriedUpstream;
 use crate::coap_tcp::tls::TlsSession;
 use crate::coap_tcp::ConnLimits;
 use crate::metrics::MetricsWriter;
 use crate::net::Outbox;
+use crate::proxy::{Destination, EndpointId};
 use crate::reactor::keys::KeyRange;
 use crate::reactor::stream::{Stream, StreamCore, READ_CHUNK};
 use crate::reactor::{Ctx, Readiness};

@@ -35,12 +35,12 @@ use mio::net::{TcpListener, TcpStream};
 use slab::Slab;
 
 use super::stream_metrics::{CloseReason, Refusal, Snapshot, StreamCounters};
-use super::transport::Intake;
-use super::{ConnectionId, Destination, Peer};
+use super::Intake;
 use crate::coap_tcp::carried::{Carried, Carrier};
 use crate::coap_tcp::{ConnLimits, Ending};
 use crate::metrics::MetricsWriter;
 use crate::net::Outbox;
+use crate::proxy::{ConnectionId, Destination, Peer};
 use crate::reactor::keys::KeyRange;
 use crate::reactor::listener::Listening;
 use crate::reactor::stream::{Stream, StreamCore, READ_CHUNK};
@@ -566,7 +566,7 @@ impl StreamListeners {
 /// The keys of one listener: its listening socket's and its connections'.
 const LISTENER_KEYS: u32 = 1 + MAX_CONNECTIONS as u32;
 
-impl super::transport::Transport for StreamListeners {
+impl super::Transport for StreamListeners {
     fn keys_needed(&self) -> u32 {
         LISTENER_KEYS * self.listeners.len() as u32
     }

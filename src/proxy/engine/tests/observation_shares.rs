@@ -13,7 +13,7 @@ use rand::{Rng, SeedableRng};
 
 use crate::coap::option::{encode_uint, OBSERVE, URI_PATH};
 use crate::coap::{Code, Message, MessageBuilder, MessageType};
-use crate::proxy::observation_shares::SourceKey;
+use crate::proxy::engine::observation_shares::SourceKey;
 use crate::proxy::{ClientOrigin, ConnectionId, Destination, Limits, LocalClient, Peer, Proxy};
 use crate::source_prefix::PrefixLengths;
 use crate::time::Timestamp;

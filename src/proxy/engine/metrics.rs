@@ -164,7 +164,7 @@ const COUNTERS: &[(&str, &str, fn(&Counters) -> u64)] = &[
 ];
 
 /// Per-upstream gauges: endpoints open and Message IDs reserved.
-pub(super) fn write_upstream_metrics(stats: &[UpstreamStats], out: &mut MetricsWriter) {
+pub(in crate::proxy) fn write_upstream_metrics(stats: &[UpstreamStats], out: &mut MetricsWriter) {
     // The reverse upstream and an allowed forward target may be one address with a pool of
     // endpoints each: one series per address, the pools summed (a label value may not repeat).
     let mut by_addr: Vec<(String, [f64; 3])> = Vec::new();
@@ -204,7 +204,11 @@ pub(super) fn write_upstream_metrics(stats: &[UpstreamStats], out: &mut MetricsW
 }
 
 /// The proxy's counters under `backoffd_coap_*` names.
-pub(super) fn write_proxy_metrics(c: &Counters, send_drops: u64, out: &mut MetricsWriter) {
+pub(in crate::proxy) fn write_proxy_metrics(
+    c: &Counters,
+    send_drops: u64,
+    out: &mut MetricsWriter,
+) {
     for (name, help, read) in COUNTERS {
         out.counter(&format!("backoffd_coap_{name}"), help, read(c));
     }
@@ -394,7 +398,7 @@ const CACHE_COUNTERS: &[(&str, &str, fn(&CacheCounters) -> u64)] = &[
 /// dashboard needs no case for it; a build without the `cache` feature, which cannot turn it
 /// on, has none to write.
 #[cfg(feature = "cache")]
-pub(super) fn write_cache_metrics(engine: &Proxy, out: &mut MetricsWriter) {
+pub(in crate::proxy) fn write_cache_metrics(engine: &Proxy, out: &mut MetricsWriter) {
     let (counters, entries, bytes) = engine.cache_stats();
     for (name, help, read) in CACHE_COUNTERS {
         out.counter(&format!("{RESPONSE_CACHE}{name}"), help, read(&counters));

@@ -1,5 +1,5 @@
 use super::*;
-use crate::proxy::clients;
+use crate::proxy::engine::clients;
 
 fn key(n: u16) -> ClientKey {
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], 40_000 + n));
@@ -29,7 +29,7 @@ fn bytes(bytes: usize) -> Bound {
 #[test]
 fn answers_replay_until_they_expire_oldest_first() {
     let mut ring = AnswerRing::new(Duration::from_secs(10), answers(100));
-    let slot = Some(crate::proxy::clients::tests::some_slot());
+    let slot = Some(crate::proxy::engine::clients::tests::some_slot());
     let a = ring.push(at(1), key(1), Replay::Answer(b"first"), None);
     let b = ring.push(at(2), key(2), Replay::EmptyAck, slot);
     let c = ring.push(at(3), key(3), Replay::Answer(b"third"), None);

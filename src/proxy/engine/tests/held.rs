@@ -14,7 +14,7 @@ use crate::time::Timestamp;
 use super::drain;
 use super::observers::{notification, reverse, t};
 use super::EP0;
-use crate::proxy::validation::{MAX_HELD_BYTES, MAX_HELD_BYTES_TOTAL};
+use crate::proxy::engine::validation::{MAX_HELD_BYTES, MAX_HELD_BYTES_TOTAL};
 use crate::proxy::{Destination, Proxy};
 
 /// The longest datagram the proxy may send an unproven source past 3x what it sent.
