@@ -34,7 +34,7 @@ use super::deliveries::{Deliveries, Retransmitted};
 pub use super::endpoints::UpstreamStats;
 use super::endpoints::{EndpointEvent, EndpointId, UpstreamId};
 use super::events::{Events, ObserverLoss, ProxyEvent};
-use super::exchange::{CoapToken, Exchange, ExchangeKey, Reply, State, TimerKind};
+use super::exchange::{CoapToken, Exchange, ExchangeKey, Reply, State, TimerKind, RELIABLE_HEADER};
 use super::fanout::Fanout;
 use super::gate::{Charge, SendGate};
 use super::held::HeldAnswers;
@@ -319,8 +319,9 @@ impl Proxy {
         }
     }
 
-    /// The exchange has its answer. Once the client has it too (piggybacked, NON, or a CON it
-    /// acknowledged), the exchange retires; until then it is `Answered`, retransmitting.
+    /// The exchange has its answer. Once the client has it too (piggybacked, NON, a CON it
+    /// acknowledged, or anything handed to a transport without a message layer), the
+    /// exchange retires; until then it is `Answered`, retransmitting.
     pub(super) fn finish(&mut self, now: Timestamp, key: ExchangeKey) {
         let Some(x) = self.exchanges.get_mut(key) else {
             return;
@@ -379,7 +380,7 @@ impl Proxy {
                 None => Replay::EmptyAck,
             },
             (Reply::Separate, _) => Replay::EmptyAck,
-            (Reply::Non, _) => Replay::Nothing,
+            (Reply::Non | Reply::Reliable, _) => Replay::Nothing,
         };
         // The kept answer takes over the exchange's reference on its client: it counts in the
         // client's share, and an answer with a MID of ours keeps its numbering (`clients.rs`).
@@ -405,7 +406,10 @@ impl Proxy {
     }
 
     /// Creates the exchange of a new client request (from a client and its slot) going out of
-    /// `route`'s endpoint, in `state`, and indexes it for duplicates.
+    /// `route`'s endpoint, in `state`, and indexes it for duplicates, unless the client has no
+    /// message layer: such a peer never sends a request twice (RFC 8323 §2.2), and its
+    /// placeholder Message IDs would make each request after the first with the same token
+    /// look like one.
     pub(super) fn insert_exchange(
         &mut self,
         (from, state): ((Peer, ClientSlot), State),
@@ -418,7 +422,9 @@ impl Proxy {
         let key = (self.exchanges).insert(|generation| {
             Exchange::new(generation, state, from, client_id, route, non_idempotent)
         });
-        self.kept.live((from.0, token, msg.message_id()), key);
+        if from.0.has_message_layer() {
+            self.kept.live((from.0, token, msg.message_id()), key);
+        }
         self.clients.take_ref(from.1);
         key
     }
@@ -509,6 +515,7 @@ impl Proxy {
             }
         }
         let (ty, mid) = match (reply, confirm) {
+            (Reply::Reliable, _) => RELIABLE_HEADER,
             (Reply::Piggyback { .. }, false) => (MessageType::Ack, client_mid),
             (Reply::Non, false) => (MessageType::Non, self.clients.fresh_mid(slot)),
             _ => (MessageType::Con, self.clients.fresh_mid(slot)),
@@ -533,8 +540,9 @@ impl Proxy {
             .exchanges
             .get(key)
             .is_some_and(|x| x.delivery.is_some());
-        if observing || delivering {
-            // Retransmitted or replayed later: the exchange keeps it.
+        if (observing && reply != Reply::Reliable) || delivering {
+            // Retransmitted or replayed later: the exchange keeps it (a peer without a
+            // message layer never asks for it again).
             self.usage.keep_answer(
                 (&mut self.exchanges, &mut self.clients),
                 key,
@@ -581,7 +589,9 @@ impl Proxy {
         }
     }
 
-    /// Sends a CON or NON to the client (see [`super::deliveries::Deliveries::send`]).
+    /// Sends a CON or NON to the client (see [`super::deliveries::Deliveries::send`]); to a
+    /// client without a message layer ([`Reply::Reliable`]), hands the message to its
+    /// transport once, with nothing to track: no ACK or RST will come for it.
     pub(super) fn send_to_client(
         &mut self,
         now: Timestamp,
@@ -590,6 +600,10 @@ impl Proxy {
         mid: u16,
         bytes: &[u8],
     ) -> bool {
+        if let Some(x) = (self.exchanges.get(key)).filter(|x| x.reply == Reply::Reliable) {
+            let to = Destination::Client(x.client);
+            return self.gate.send(Charge::Relayed, to, bytes);
+        }
         let wire = (&mut self.exchanges, &mut self.gate);
         (self.deliveries).send(wire, &mut self.rng, now, key, (ty, mid, bytes))
     }

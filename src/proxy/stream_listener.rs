@@ -217,14 +217,9 @@ pub struct StreamListener {
     buf: Vec<u8>,
     /// Slots the engine wrote to since the last [`settle`](Self::settle).
     written: Vec<usize>,
-    /// ACKs of the engine's CONs, which the transport delivered: the engine hears them at
-    /// [`settle`](Self::settle).
-    acks: Vec<(ConnectionId, Vec<u8>)>,
     /// Slots the engine queued answers for since its queue last went out: at
     /// [`settle`](Self::settle) (after the transmissions) what they owe is delivered.
     owing: Vec<usize>,
-    /// Whether the engine was handed something since the last settle: it may have answers.
-    fed: bool,
     counters: StreamCounters,
 }
 
@@ -251,9 +246,7 @@ impl StreamListener {
             limits,
             buf: vec![0; READ_CHUNK],
             written: Vec::new(),
-            acks: Vec::new(),
             owing: Vec::new(),
-            fed: false,
             counters: StreamCounters::default(),
         })
     }
@@ -333,16 +326,17 @@ impl StreamListener {
             Some(c) if c.core().id == id => c,
             _ => return Err(io::ErrorKind::NotConnected.into()),
         };
-        if let Some(ack) = conn.core_mut().conn.deliver(datagram) {
-            self.acks.push((id, ack));
-        }
+        conn.core_mut().conn.deliver(datagram);
         self.written.push(slot);
         Ok(())
     }
 
-    /// After the engine's transmissions: hands it the ACKs of its CONs and writes what it
-    /// gave the connections. True if the engine was handed something since the last call
-    /// (it may have more to send).
+    /// After the engine's transmissions: writes what it gave the connections. Always false:
+    /// the engine has nothing more to send because of it, since the connections build no
+    /// ACKs for it (RFC 8323 §2.2; the engine hands a stream peer each answer once and
+    /// expects nothing back). A connection that closes here is still reported to the engine
+    /// ([`Proxy::handle_client_unreachable`]), which sends nothing for a stream peer. The
+    /// signature stays for the driver's flush loop, which no longer needs a second round.
     pub fn settle(&mut self, ctx: &mut Ctx<'_>, engine: &mut Proxy) -> bool {
         // Called after the transmissions: what the engine queued has been delivered.
         let mut owing = std::mem::take(&mut self.owing);
@@ -353,10 +347,6 @@ impl StreamListener {
                 stream.core_mut().conn.engine_queue_emptied();
                 self.written.push(slot);
             }
-        }
-        self.fed |= !self.acks.is_empty();
-        for (id, ack) in std::mem::take(&mut self.acks) {
-            engine.handle_client_datagram(ctx.now(), Peer::Stream(id), &ack);
         }
         let mut written = std::mem::take(&mut self.written);
         written.sort_unstable();
@@ -369,7 +359,7 @@ impl StreamListener {
         }
         written.clear();
         self.written = written;
-        std::mem::take(&mut self.fed)
+        false
     }
 
     /// Stops accepting and releases every connection (RFC 8323 §5.5).
@@ -488,7 +478,6 @@ impl StreamListener {
                 Requests::Leave => 0,
             };
             if fed > 0 {
-                self.fed = true;
                 self.owing.push(slot);
             }
             let unwritten = stream.core().conn.pending_output().len();
@@ -534,7 +523,6 @@ impl StreamListener {
         let scheme = self.transport.scheme();
         log::debug!("{scheme}: connection {slot} closed: {why:?}");
         engine.handle_client_unreachable(ctx.now(), Peer::Stream(core.id));
-        self.fed = true;
     }
 
     /// The listener's figures for the metrics (`backoffd_coap_stream_*`).
