@@ -167,9 +167,8 @@ fn notifications_to_a_stream_peer_go_once_each_and_are_never_retransmitted() {
     assert_eq!(p.deliveries.sizes(), (0, 0, 0), "no Message ID to wait for");
     assert_eq!(p.usage.answer_bytes(), 0, "nothing kept for a replay");
     // It ends as any observation does: a final response goes once, and the exchange retires.
-    let last = content(200, &up_token);
-    let mut last = last;
-    last[0] = (last[0] & 0x0f) | 0x50; // a NON
+    let mut last = content(200, &up_token);
+    last[0] = (last[0] & 0x0f) | 0x50; // a NON, without Observe
     p.handle_upstream_datagram(t(2_300_000), EP0, &last);
     assert_eq!(to_client(&drain(&mut p), client).len(), 1);
     assert_eq!(
