@@ -127,12 +127,11 @@ impl Carried {
         self.conn.handle_eof();
     }
 
-    /// A datagram the engine sent this peer; what the engine must hear back (see
-    /// [`StreamConn::deliver`]).
-    pub fn deliver(&mut self, datagram: &[u8]) -> Option<Vec<u8>> {
-        let ack = self.conn.deliver(datagram);
+    /// A message the engine sent this peer, framed for it (see [`StreamConn::deliver`]):
+    /// nothing goes back to the engine.
+    pub fn deliver(&mut self, datagram: &[u8]) {
+        self.conn.deliver(datagram);
         self.seal();
-        ack
     }
 
     /// The next request for the engine, if the output bound lets one be taken (see

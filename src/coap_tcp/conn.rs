@@ -1,10 +1,12 @@
 //! One CoAP-over-TCP connection (RFC 8323) as the engine's client: a sans-IO state machine.
 //!
-//! Bytes in, messages out to the engine as UDP-format datagrams; the engine's answers in,
-//! bytes out. The engine keeps its UDP model: each request the peer sends becomes a CON with
-//! a Message ID of the connection's own (so a new message is never taken for a duplicate),
-//! and a CON the engine sends (a separate answer, a notification) is acknowledged here at
-//! once, since a reliable transport has delivered it (§2.2: no ACKs, no retransmissions).
+//! Bytes in, messages out to the engine in its message layout (RFC 7252 §3); the engine's
+//! answers in, bytes out. RFC 8323 has no message layer (§2.2, §3.2: no types, no Message
+//! IDs, no ACKs, no retransmissions), and neither has the engine with this peer: each
+//! request goes to it with the fixed placeholder header [`frame::ENGINE_HEADER`], which it
+//! ignores (it finds no duplicates by Message ID for such a peer), and the type and Message
+//! ID of what it sends back are dropped here when the message is framed. Nothing is
+//! acknowledged either way.
 //!
 //! The connection's life (§5.3): our CSM goes out first; the peer's must come first, within
 //! `csm_timeout`, or the connection is aborted. A CSM announcing a Max-Message-Size no answer
@@ -24,7 +26,7 @@ use std::time::Duration;
 use super::buffers::{Incoming, Outgoing};
 use super::frame::{self, Frame, Framing};
 use super::signal::{self, Settings, Signal};
-use crate::coap::{empty_ack, Message, MessageType};
+use crate::coap::Message;
 use crate::time::Timestamp;
 
 /// A connection's bounds.
@@ -152,7 +154,6 @@ pub struct StreamConn {
     carried: usize,
     /// Whether the last request offered was declined for the output bound.
     paused: bool,
-    next_mid: u16,
     /// The time of the latest input or timeout: when a message is taken later, its time.
     clock: Timestamp,
     /// When the peer last sent anything.
@@ -183,7 +184,6 @@ impl StreamConn {
             owed: 0,
             carried: 0,
             paused: false,
-            next_mid: 0,
             clock: now,
             last_input: now,
             counters: ConnCounters::default(),
@@ -353,7 +353,8 @@ impl StreamConn {
         self.front = Front::Empty;
     }
 
-    /// The next request for the engine, as a UDP-format datagram: none while the output is
+    /// The next request for the engine, in its message layout with the placeholder header
+    /// ([`Frame::to_engine`]): none while the output is
     /// at its bound (`max_output`, counting what the engine has queued and not yet
     /// delivered). Tell the connection what the engine queued for it after each
     /// ([`queued_by_engine`](Self::queued_by_engine)).
@@ -371,7 +372,7 @@ impl StreamConn {
         let datagram = match input.front(self.input_max()) {
             Ok(Some((f, n))) if f.code.is_request() => {
                 let mut datagram = Vec::new();
-                f.to_datagram(&mut datagram, MessageType::Con, self.next_mid);
+                f.to_engine(&mut datagram);
                 input.take(n);
                 Some(datagram)
             }
@@ -389,7 +390,6 @@ impl StreamConn {
                     ping_at: self.clock + self.limits.idle_timeout,
                 };
             }
-            self.next_mid = self.next_mid.wrapping_add(1);
             self.counters.requests += 1;
         }
         self.advance();
@@ -446,37 +446,34 @@ impl StreamConn {
         self.output.bytes().len() + self.owed + self.carried >= self.limits.max_output
     }
 
-    /// A datagram the engine sent this peer. What it must hear back (the ACK of a CON, which
-    /// the transport has delivered) is returned, for the engine.
-    pub fn deliver(&mut self, datagram: &[u8]) -> Option<Vec<u8>> {
+    /// A message the engine sent this peer (an answer, a notification), framed for it: its
+    /// type and Message ID are dropped (§3.2), and nothing goes back to the engine, which
+    /// expects no ACK from a peer without a message layer. An empty message is nothing to
+    /// the peer (§3.4).
+    pub fn deliver(&mut self, datagram: &[u8]) {
         self.owed = self.owed.saturating_sub(datagram.len());
-        let msg = Message::parse(datagram).ok()?;
-        let ack = (msg.msg_type() == MessageType::Con).then(|| {
-            let mut ack = Vec::new();
-            empty_ack(&mut ack, msg.message_id());
-            ack
-        });
         let peer = match &self.phase {
             Phase::Open { peer, .. } => *peer,
             // Before the peer's CSM nothing was asked; once ended nothing more is written.
-            _ => return ack,
+            _ => return,
         };
-        if msg.code().is_empty() {
-            return ack;
-        }
-        let f = frame::from_datagram(datagram)?;
+        let well_formed = Message::parse(datagram).is_ok_and(|m| !m.code().is_empty());
+        let Some(f) = well_formed
+            .then(|| frame::from_datagram(datagram))
+            .flatten()
+        else {
+            return;
+        };
         if f.size() > peer.max_message_size as usize {
             self.counters.oversized_answers += 1;
-            return ack;
+            return;
         }
         if self.output.bytes().len() + self.carried + f.size() > 2 * self.limits.max_output {
-            self.cut_off(Ending::SlowReader);
-            return ack;
+            return self.cut_off(Ending::SlowReader);
         }
         let framing = self.framing;
         self.output.push(|o| frame::encode(o, framing, &f));
         self.counters.answers += 1;
-        ack
     }
 
     /// Whether input should be read now: not once ended, not while a message waits for its

@@ -102,6 +102,21 @@ impl Frame<'_> {
     }
 }
 
+/// The type and Message ID a stream core writes in the header of each message it hands the
+/// engine ([`Frame::to_engine`]). RFC 8323 messages have neither (§2.2, §3.2): these are
+/// placeholders, fixed so that nothing is made up per message, and the engine ignores both
+/// for a peer without a message layer (the engine's `Peer::has_message_layer`).
+pub const ENGINE_HEADER: (MessageType, u16) = (MessageType::Con, 0);
+
+impl Frame<'_> {
+    /// The frame in the engine's message layout (RFC 7252 §3), with the placeholder header
+    /// [`ENGINE_HEADER`]; not yet validated.
+    pub fn to_engine(&self, out: &mut Vec<u8>) {
+        let (ty, mid) = ENGINE_HEADER;
+        self.to_datagram(out, ty, mid);
+    }
+}
+
 /// The first byte's Len nibble and the extended length bytes for a body of `len` bytes.
 fn length_field(len: usize) -> (u8, [u8; 4], usize) {
     match len {

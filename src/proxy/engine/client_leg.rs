@@ -10,7 +10,7 @@ use super::caching::Decision;
 use super::clients::ClientSlot;
 use super::endpoints::{EndpointId, NoEndpoint, UpstreamId};
 use super::events::{ProxyEvent, Source};
-use super::exchange::{CoapToken, ExchangeKey, Observer, Reply, State};
+use super::exchange::{CoapToken, ExchangeKey, Observer, Reply, State, RELIABLE_HEADER};
 use super::fanout::GroupAt;
 use super::gate::Charge;
 use super::kept::Seen;
@@ -89,7 +89,12 @@ impl Proxy {
     fn on_client_request(&mut self, now: Timestamp, origin: ClientOrigin, msg: &Message) {
         let from = origin.peer;
         let token = CoapToken::new(msg.token()).expect("parse checked the token length");
-        if let Some(seen) = self.kept.seen(&(from, token, msg.message_id())) {
+        // A peer without a message layer never sends a request twice (RFC 8323 §2.2, §3.2),
+        // and its Message IDs are placeholders: each request is new.
+        let seen = (from.has_message_layer())
+            .then(|| self.kept.seen(&(from, token, msg.message_id())))
+            .flatten();
+        if let Some(seen) = seen {
             return self.on_duplicate(from, seen, msg);
         }
         self.counters.traffic.requests += 1;
@@ -148,7 +153,11 @@ impl Proxy {
             .observation_refusal(&self.config.limits, &source)
             .is_none();
         let clients = &mut self.clients;
-        let non_mid = || clients.fresh_mid(client.1);
+        // A peer without a message layer gets the placeholder (`exchange::RELIABLE_HEADER`).
+        let non_mid = || match client.0.has_message_layer() {
+            true => clients.fresh_mid(client.1),
+            false => RELIABLE_HEADER.1,
+        };
         let asked = (route.upstream, &upstream);
         let consulted = match (self.sharing).consult(now, msg, asked, (&mut buf, non_mid), room) {
             Decision::Hit => {
@@ -352,7 +361,8 @@ impl Proxy {
                     });
             }
             // The request was a NON: a CON under its token and MID is not its retransmission.
-            (Reply::Non, _) => {}
+            // A peer without a message layer has no retransmissions, and is never looked up.
+            (Reply::Non | Reply::Reliable, _) => {}
         }
     }
 
@@ -551,9 +561,10 @@ impl Proxy {
     ) {
         self.count_local(a.code);
         let con = msg.msg_type() == MessageType::Con;
-        let (ty, mid) = match con {
-            true => (MessageType::Ack, msg.message_id()),
-            false => (MessageType::Non, self.clients.fresh_mid(slot)),
+        let (ty, mid) = match (from.has_message_layer(), con) {
+            (false, _) => RELIABLE_HEADER,
+            (true, true) => (MessageType::Ack, msg.message_id()),
+            (true, false) => (MessageType::Non, self.clients.fresh_mid(slot)),
         };
         let mut buf = std::mem::take(&mut self.scratch);
         encode_local(&mut buf, ty, mid, token.as_bytes(), a);

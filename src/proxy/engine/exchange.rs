@@ -174,6 +174,12 @@ pub enum TimerKind {
 /// and Message ID. Only a CON moves, once, from `Piggyback` to `Separate`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Reply {
+    /// A peer without a message layer (RFC 8323 §2.2, §3.2; [`Peer::has_message_layer`]):
+    /// its transport delivers what it is handed, so the answer (and each notification) is
+    /// handed over once, with the placeholder header [`RELIABLE_HEADER`], nothing is
+    /// acknowledged, retransmitted or kept for a replay, and the exchange retires as soon
+    /// as its answer is handed over (an observation stays until it ends).
+    Reliable,
     /// A CON not acknowledged yet: the answer rides on its ACK, with the client's MID
     /// (§5.2.1), if it comes in time.
     Piggyback {
@@ -186,6 +192,11 @@ pub enum Reply {
     /// A NON: the answer is a NON with a MID of ours (§5.2.3); nothing is acknowledged.
     Non,
 }
+
+/// The type and Message ID in the header of every message to a peer without a message
+/// layer ([`Reply::Reliable`]): the engine's layout has both, RFC 8323 has neither (§3.2),
+/// so they mean nothing, and the peer's transport drops them when it frames the message.
+pub(super) const RELIABLE_HEADER: (MessageType, u16) = (MessageType::Non, 0);
 
 /// A confirmable message to the client being retransmitted until ACK or RST (RFC 7252 §4.2).
 #[derive(Debug)]
@@ -254,6 +265,9 @@ pub struct Exchange {
 impl Exchange {
     /// A new client request going to `endpoint`, with nothing sent upstream yet (and no
     /// deadline for a CON's piggybacked answer: the caller sets one if it waits for one).
+    /// How it is answered follows the client's type, unless the client has no message
+    /// layer: then the type (and Message ID) is a placeholder, and the reply is
+    /// [`Reply::Reliable`].
     pub fn new(
         generation: u32,
         state: State,
@@ -269,9 +283,10 @@ impl Exchange {
             client_slot,
             client_mid,
             client_token,
-            reply: match client_type {
-                MessageType::Con => Reply::Piggyback { ack_by: None },
-                _ => Reply::Non,
+            reply: match (client.has_message_layer(), client_type) {
+                (false, _) => Reply::Reliable,
+                (true, MessageType::Con) => Reply::Piggyback { ack_by: None },
+                (true, _) => Reply::Non,
             },
             upstream,
             endpoint,

@@ -244,13 +244,12 @@ fn keep_in(
     counters: &mut KeptAnswers,
     evicted: impl Fn(&mut KeptAnswers, &Gone<ClientKey>),
 ) {
-    if let Peer::Stream(_) = request.0 {
-        // A stream connection (RFC 8323) never sends a request twice: the transport loses
-        // nothing and each request gets a Message ID of the connection's own
-        // (`coap_tcp::conn`). Its key would only hold memory until EXCHANGE_LIFETIME, past
-        // the connection's end (issue 40: 100,000 keys, 20 MiB, after 40 connections
-        // pipelining cache hits had closed).
-        by_client.remove(&request);
+    if !request.0.has_message_layer() {
+        // A peer without a message layer (a stream connection, RFC 8323 §2.2) never sends a
+        // request twice, and its Message IDs are placeholders: its requests are not indexed
+        // (`Proxy::insert_exchange`), and nothing is kept. A key would only hold memory until
+        // EXCHANGE_LIFETIME, past the connection's end (issue 40: 100,000 keys, 20 MiB,
+        // after 40 connections pipelining cache hits had closed).
         clients.release(slot);
         return;
     }

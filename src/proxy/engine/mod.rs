@@ -91,7 +91,7 @@ use self::clients::{ClientSlot, Clients};
 use self::deliveries::{Deliveries, Retransmitted};
 pub use self::endpoints::UpstreamStats;
 use self::events::Events;
-use self::exchange::{CoapToken, Exchange, ExchangeKey, Reply, TimerKind};
+use self::exchange::{CoapToken, Exchange, ExchangeKey, Reply, TimerKind, RELIABLE_HEADER};
 use self::fanout::Fanout;
 use self::gate::{Charge, SendGate};
 use self::held::HeldAnswers;
@@ -387,8 +387,9 @@ impl Proxy {
         }
     }
 
-    /// The exchange has its answer. Once the client has it too (piggybacked, NON, or a CON it
-    /// acknowledged), the exchange retires; until then it is `Answered`, retransmitting.
+    /// The exchange has its answer. Once the client has it too (piggybacked, NON, a CON it
+    /// acknowledged, or anything handed to a transport without a message layer), the
+    /// exchange retires; until then it is `Answered`, retransmitting.
     fn finish(&mut self, now: Timestamp, key: ExchangeKey) {
         let Some(x) = self.exchanges.get_mut(key) else {
             return;
@@ -447,7 +448,7 @@ impl Proxy {
                 None => Replay::EmptyAck,
             },
             (Reply::Separate, _) => Replay::EmptyAck,
-            (Reply::Non, _) => Replay::Nothing,
+            (Reply::Non | Reply::Reliable, _) => Replay::Nothing,
         };
         // The kept answer takes over the exchange's reference on its client: it counts in the
         // client's share, and an answer with a MID of ours keeps its numbering (`clients.rs`).
@@ -473,7 +474,10 @@ impl Proxy {
     }
 
     /// Creates the exchange of a new client request (from a client and its slot) going out of
-    /// `route`'s endpoint, in `state`, and indexes it for duplicates.
+    /// `route`'s endpoint, in `state`, and indexes it for duplicates, unless the client has no
+    /// message layer: such a peer never sends a request twice (RFC 8323 §2.2), and its
+    /// placeholder Message IDs would make each request after the first with the same token
+    /// look like one.
     fn insert_exchange(
         &mut self,
         (from, state): ((Peer, ClientSlot), State),
@@ -486,7 +490,9 @@ impl Proxy {
         let key = (self.exchanges).insert(|generation| {
             Exchange::new(generation, state, from, client_id, route, non_idempotent)
         });
-        self.kept.live((from.0, token, msg.message_id()), key);
+        if from.0.has_message_layer() {
+            self.kept.live((from.0, token, msg.message_id()), key);
+        }
         self.clients.take_ref(from.1);
         key
     }
@@ -571,6 +577,7 @@ impl Proxy {
             }
         }
         let (ty, mid) = match (reply, confirm) {
+            (Reply::Reliable, _) => RELIABLE_HEADER,
             (Reply::Piggyback { .. }, false) => (MessageType::Ack, client_mid),
             (Reply::Non, false) => (MessageType::Non, self.clients.fresh_mid(slot)),
             _ => (MessageType::Con, self.clients.fresh_mid(slot)),
@@ -595,8 +602,9 @@ impl Proxy {
             .exchanges
             .get(key)
             .is_some_and(|x| x.delivery.is_some());
-        if observing || delivering {
-            // Retransmitted or replayed later: the exchange keeps it.
+        if (observing && reply != Reply::Reliable) || delivering {
+            // Retransmitted or replayed later: the exchange keeps it (a peer without a
+            // message layer never asks for it again).
             self.usage.keep_answer(
                 (&mut self.exchanges, &mut self.clients),
                 key,
@@ -643,7 +651,9 @@ impl Proxy {
         }
     }
 
-    /// Sends a CON or NON to the client (see [`deliveries::Deliveries::send`]).
+    /// Sends a CON or NON to the client (see [`deliveries::Deliveries::send`]); to a
+    /// client without a message layer ([`Reply::Reliable`]), hands the message to its
+    /// transport once, with nothing to track: no ACK or RST will come for it.
     fn send_to_client(
         &mut self,
         now: Timestamp,
@@ -652,6 +662,10 @@ impl Proxy {
         mid: u16,
         bytes: &[u8],
     ) -> bool {
+        if let Some(x) = (self.exchanges.get(key)).filter(|x| x.reply == Reply::Reliable) {
+            let to = Destination::Client(x.client);
+            return self.gate.send(Charge::Relayed, to, bytes);
+        }
         let wire = (&mut self.exchanges, &mut self.gate);
         (self.deliveries).send(wire, &mut self.rng, now, key, (ty, mid, bytes))
     }

@@ -22,9 +22,19 @@
 //! - [`Peer::Stream`] (RFC 8323, CoAP over TCP, TLS and WebSockets): `Stream(ConnectionId)`.
 //!   The connection's framing and its CSM state (Max-Message-Size, Block-Wise-Transfer,
 //!   §5.3) live in the stream listener's connection table (`crate::coap_tcp`); it turns
-//!   frames into datagrams for the engine and back, and acknowledges the engine's CON
-//!   answers itself, since the transport delivered them. Like an in-process client it never
-//!   loses an answer, so the engine keeps no copy of one for replay.
+//!   frames into the engine's message layout and back. RFC 8323 has no message layer
+//!   (§2.2, §3.2: no types, no Message IDs, no ACKs, no retransmissions), so the engine
+//!   has none with such a peer ([`Peer::has_message_layer`]): each request is new, each
+//!   answer goes once and the exchange retires when it is handed over.
+//!
+//! Two questions, two methods: whether the transport loses nothing ([`Peer::is_reliable`]:
+//! an in-process client, a stream connection), and whether the peer speaks CoAP's message
+//! layer (RFC 7252 §4) all the same ([`Peer::has_message_layer`]: everyone but a stream
+//! connection). The HTTP cross-proxy's in-process clients keep theirs: `crate::hc`'s front
+//! sends CONs with Message IDs of its own, retransmits them until it has the ACK, matches
+//! piggybacked answers by Message ID and acknowledges separate CONs, which keeps it
+//! correct however the engine bounds what it holds. So a local client is reliable (no copy
+//! of an answer is kept for a replay) but answered on the message layer.
 
 use std::fmt;
 use std::hash::{Hash, Hasher};
@@ -88,6 +98,16 @@ impl Peer {
             Peer::Udp(_) | Peer::Dtls(_) => false,
             Peer::Local(_) | Peer::Stream(_) => true,
         }
+    }
+
+    /// Whether the peer speaks CoAP's message layer (RFC 7252 §4): types and Message IDs,
+    /// CONs acknowledged and retransmitted, duplicates found by Message ID. A stream
+    /// connection does not (RFC 8323 §2.2, §3.2): the type and Message ID of what it hands
+    /// the engine are placeholders, which the engine ignores, and the engine's answers to it
+    /// carry placeholders its transport drops (`exchange::Reply::Reliable`). An in-process
+    /// client keeps the layer (see the module docs).
+    pub fn has_message_layer(&self) -> bool {
+        !matches!(self, Peer::Stream(_))
     }
 }
 
@@ -199,6 +219,12 @@ mod tests {
         assert_eq!(session.to_string(), "DTLS session 3.9");
         let conn = Peer::Stream(ConnectionId::new(4, 1));
         assert_eq!((conn.claimed_address(), conn.is_reliable()), (None, true));
+        assert!(
+            !conn.has_message_layer(),
+            "RFC 8323 §2.2: no types, no Message IDs"
+        );
+        assert!(Peer::Local(LocalClient::new(7)).has_message_layer());
+        assert!(session.has_message_layer());
         assert_eq!(conn.to_string(), "stream connection 4.1");
         assert_ne!(conn, Peer::Dtls(SessionId::new(4, 1)));
     }

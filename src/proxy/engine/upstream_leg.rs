@@ -14,7 +14,7 @@ use super::awaiting_proof::GiveUp;
 use super::cache::CacheKey;
 use super::endpoints::EndpointId;
 use super::events::{ObserverLoss, ProxyEvent, Source};
-use super::exchange::{Exchange, ExchangeKey, Relay, State};
+use super::exchange::{Exchange, ExchangeKey, Relay, Reply, State, RELIABLE_HEADER};
 use super::gate::Charge;
 use super::limits::ObservationRefusal;
 use super::local_answer::{encode_local, LocalAnswer};
@@ -467,18 +467,10 @@ impl Proxy {
         }
         // A response without Observe, or an error, ends the observation (RFC 7641 §3.2).
         let last = msg.option(OBSERVE).is_none() || msg.code().class() != 2;
-        let (slot, client) = (x.client_slot, x.client);
         let len = msg.as_bytes().len() - msg.token().len() + x.client_token.as_bytes().len();
-        // Past an unproven observer's allowance a notification goes as a CON, whose ACK
-        // proves the observer (`validation.rs`); one that never acknowledges loses its
-        // observation when that CON times out.
-        let upstream_type = match self.gate.fits(client, len) {
-            true => msg.msg_type(),
-            false => MessageType::Con,
-        };
-        let ty = self.notification_type(now, key, upstream_type);
-        let mid = self.clients.fresh_mid(slot);
+        let (ty, mid) = self.notification_header(now, key, msg.msg_type(), len);
         let x = self.exchanges.get(key).expect("checked above");
+        let reliable = x.reply == Reply::Reliable;
         let token = x.client_token;
         let mut bytes = Vec::with_capacity(msg.as_bytes().len());
         let ok = rewrite(&mut bytes, msg, (ty, mid, token.as_bytes()), |b, n, v| {
@@ -503,14 +495,18 @@ impl Proxy {
         {
             self.supersede_in_flight(key, mid, bytes);
         } else {
-            if ty == MessageType::Con {
+            if ty == MessageType::Con && !reliable {
                 self.counters.observe.notifications_con += 1;
             }
-            self.usage.keep_answer(
-                (&mut self.exchanges, &mut self.clients),
-                key,
-                Some(Box::from(&bytes[..])),
-            );
+            if !reliable {
+                // Kept for a retransmission or a replay, which a peer without a message
+                // layer never needs: its notifications go once each.
+                self.usage.keep_answer(
+                    (&mut self.exchanges, &mut self.clients),
+                    key,
+                    Some(Box::from(&bytes[..])),
+                );
+            }
             self.send_to_client(now, key, ty, mid, &bytes);
         }
         if last {
@@ -518,6 +514,35 @@ impl Proxy {
         } else {
             self.arm_stale_timer(now, key, msg);
         }
+    }
+
+    /// The type and Message ID of the next notification to the observer of exchange `key`,
+    /// `len` bytes, which came from upstream as `upstream`: a placeholder
+    /// ([`RELIABLE_HEADER`]) for an observer without a message layer (RFC 8323 §2.2);
+    /// else a fresh Message ID, and CON or NON ([`notification_type`](Self::notification_type)).
+    fn notification_header(
+        &mut self,
+        now: Timestamp,
+        key: ExchangeKey,
+        upstream: MessageType,
+        len: usize,
+    ) -> (MessageType, u16) {
+        let Some(x) = self.exchanges.get(key) else {
+            return RELIABLE_HEADER;
+        };
+        if x.reply == Reply::Reliable {
+            return RELIABLE_HEADER;
+        }
+        let (slot, client) = (x.client_slot, x.client);
+        // Past an unproven observer's allowance a notification goes as a CON, whose ACK
+        // proves the observer (`validation.rs`); one that never acknowledges loses its
+        // observation when that CON times out.
+        let upstream_type = match self.gate.fits(client, len) {
+            true => upstream,
+            false => MessageType::Con,
+        };
+        let ty = self.notification_type(now, key, upstream_type);
+        (ty, self.clients.fresh_mid(slot))
     }
 
     /// CON or NON for the next notification to this observer (RFC 7641 §4.5): CON if the

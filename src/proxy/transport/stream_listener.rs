@@ -220,9 +220,6 @@ pub struct StreamListener {
     buf: Vec<u8>,
     /// Slots the engine wrote to since the last [`settle`](Self::settle).
     written: Vec<usize>,
-    /// ACKs of the engine's CONs, which the transport delivered: the engine hears them at
-    /// [`settle`](Self::settle).
-    acks: Vec<(ConnectionId, Vec<u8>)>,
     /// Slots the engine queued answers for since its queue last went out: at
     /// [`settle`](Self::settle) (after the transmissions) what they owe is delivered.
     owing: Vec<usize>,
@@ -253,7 +250,6 @@ impl StreamListener {
             limits,
             buf: vec![0; READ_CHUNK],
             written: Vec::new(),
-            acks: Vec::new(),
             owing: Vec::new(),
             counters: StreamCounters::default(),
         })
@@ -324,15 +320,15 @@ impl StreamListener {
             Some(c) if c.core().id == id => c,
             _ => return Err(io::ErrorKind::NotConnected.into()),
         };
-        if let Some(ack) = conn.core_mut().conn.deliver(datagram) {
-            self.acks.push((id, ack));
-        }
+        conn.core_mut().conn.deliver(datagram);
         self.written.push(slot);
         Ok(())
     }
 
-    /// After the engine's transmissions: hands it the ACKs of its CONs and writes what it
-    /// gave the connections.
+    /// After the engine's transmissions: writes what it gave the connections. Nothing goes
+    /// back to the engine for what it sent: the connections build no ACKs (RFC 8323 §2.2; the
+    /// engine hands a stream peer each answer once and expects nothing back). A connection
+    /// that closes here is still reported to the engine.
     fn settle(&mut self, ctx: &mut Ctx<'_>, engine: &mut Intake) {
         // Called after the transmissions: what the engine queued has been delivered.
         let mut owing = std::mem::take(&mut self.owing);
@@ -343,9 +339,6 @@ impl StreamListener {
                 stream.core_mut().conn.engine_queue_emptied();
                 self.written.push(slot);
             }
-        }
-        for (id, ack) in std::mem::take(&mut self.acks) {
-            engine.client(Peer::Stream(id), &ack);
         }
         let mut written = std::mem::take(&mut self.written);
         written.sort_unstable();

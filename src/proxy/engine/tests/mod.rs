@@ -12,6 +12,7 @@ mod held;
 mod observation_shares;
 mod observers;
 mod regressions;
+mod reliable;
 
 use crate::proxy::{EndpointId, Proxy, ProxyConfig, Seeds, Transmit};
 use crate::time::Timestamp;

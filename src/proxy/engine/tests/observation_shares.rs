@@ -252,9 +252,13 @@ fn what_each_source_holds_is_given_back_however_its_observations_end() {
                     let gone = plain_answer(MessageType::Non, mid, &l.up_token, Code::NOT_FOUND);
                     p.handle_upstream_datagram(now, EP0, &gone);
                 }
-                16 | 17 if !live.is_empty() => {
-                    // A notification the client resets (RFC 7641 §3.6).
-                    let l = live.swap_remove(rng.random_range(0..live.len()));
+                16 | 17 if live.iter().any(|l| l.from.peer.has_message_layer()) => {
+                    // A notification the client resets (RFC 7641 §3.6): a UDP client's. A
+                    // stream peer has no RST (RFC 8323 §2.2): it deregisters or goes.
+                    let resets: Vec<usize> = (0..live.len())
+                        .filter(|&i| live[i].from.peer.has_message_layer())
+                        .collect();
+                    let l = live.swap_remove(resets[rng.random_range(0..resets.len())]);
                     let n = notification(MessageType::Non, mid, &l.up_token, 2 + u32::from(mid));
                     p.handle_upstream_datagram(now, EP0, &n);
                     let relayed = answer_to(&mut p, l.from.peer, &l.token).expect("notified");
