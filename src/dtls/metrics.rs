@@ -50,20 +50,7 @@ pub fn write_dtls_metrics(
             ("send_failed", send_drops),
         ],
     );
-    out.labelled_counter(
-        "backoffd_dtls_evicted_total",
-        "Sessions still handshaking ended to make room for a cookie-verified ClientHello, by \
-         the bound it met: sessions, handshakes, source_sessions, source_handshakes.",
-        "bound",
-        &c.evicted.labelled(),
-    );
-    out.labelled_counter(
-        "backoffd_dtls_refused_total",
-        "Cookie-verified ClientHellos refused because only established sessions filled the \
-         bound they met, by bound.",
-        "bound",
-        &c.refused.labelled(),
-    );
+    write_admission_metrics(c, out);
     let e = &c.endings;
     out.labelled_counter(
         "backoffd_dtls_sessions_ended_total",
@@ -84,6 +71,24 @@ pub fn write_dtls_metrics(
         "backoffd_dtls_datagrams_out_total",
         "CoAP datagrams encrypted and sent.",
         c.datagrams_out,
+    );
+}
+
+/// The handshake bounds' evictions and refusals (`admission.rs`).
+fn write_admission_metrics(c: &DtlsCounters, out: &mut MetricsWriter) {
+    out.labelled_counter(
+        "backoffd_dtls_evicted_total",
+        "Sessions still handshaking ended to make room for a cookie-verified ClientHello, by \
+         the bound it met: sessions, handshakes, source_sessions, source_handshakes.",
+        "bound",
+        &c.evicted.labelled(),
+    );
+    out.labelled_counter(
+        "backoffd_dtls_refused_total",
+        "Cookie-verified ClientHellos refused because only established sessions filled the \
+         bound they met, by bound.",
+        "bound",
+        &c.refused.labelled(),
     );
 }
 

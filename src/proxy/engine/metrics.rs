@@ -252,6 +252,23 @@ pub(in crate::proxy) fn write_proxy_metrics(
             ("draining", c.refusals.refused_draining),
         ],
     );
+    write_proof_and_share_metrics(c, out);
+    out.labelled_counter(
+        "backoffd_coap_format_errors_total",
+        "Malformed datagrams (RST to a CON, NON dropped), by leg.",
+        "leg",
+        &[
+            ("client", c.strays.client_format_errors),
+            ("upstream", c.strays.upstream_format_errors),
+        ],
+    );
+    for (name, help, read) in GAUGES {
+        out.gauge(&format!("backoffd_coap_{name}"), help, read(c));
+    }
+}
+
+/// The observation shares' refusals and the held answers' challenges and give-ups.
+fn write_proof_and_share_metrics(c: &Counters, out: &mut MetricsWriter) {
     out.labelled_counter(
         "backoffd_coap_observations_refused_total",
         "Observe registrations answered without Observe (RFC 7641 §4.1), by cause.",
@@ -280,18 +297,6 @@ pub(in crate::proxy) fn write_proxy_metrics(
             ("unreachable", c.proof.held_given_up_unreachable),
         ],
     );
-    out.labelled_counter(
-        "backoffd_coap_format_errors_total",
-        "Malformed datagrams (RST to a CON, NON dropped), by leg.",
-        "leg",
-        &[
-            ("client", c.strays.client_format_errors),
-            ("upstream", c.strays.upstream_format_errors),
-        ],
-    );
-    for (name, help, read) in GAUGES {
-        out.gauge(&format!("backoffd_coap_{name}"), help, read(c));
-    }
 }
 
 /// The proxy's gauges: name (after `backoffd_coap_`), help, and how to read it.

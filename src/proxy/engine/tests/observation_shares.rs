@@ -208,6 +208,28 @@ struct Live {
 /// unreachable, staleness), at random, by clients of a few sources over UDP and streams:
 /// after each step each source holds exactly its live observations, and once all have ended
 /// no source holds any.
+/// A notification that a client, picked at random among those with a message layer, resets
+/// (RFC 7641 §3.6): a UDP client's. A stream peer has no RST (RFC 8323 §2.2): it deregisters
+/// or goes.
+fn reset_a_notification(
+    p: &mut Proxy,
+    rng: &mut SmallRng,
+    live: &mut Vec<Live>,
+    now: Timestamp,
+    mid: u16,
+) {
+    let resets: Vec<usize> = (0..live.len())
+        .filter(|&i| live[i].from.peer.has_message_layer())
+        .collect();
+    let l = live.swap_remove(resets[rng.random_range(0..resets.len())]);
+    let n = notification(MessageType::Non, mid, &l.up_token, 2 + u32::from(mid));
+    p.handle_upstream_datagram(now, EP0, &n);
+    let relayed = answer_to(p, l.from.peer, &l.token).expect("notified");
+    let mut rst = Vec::new();
+    crate::coap::rst(&mut rst, Message::parse(&relayed).unwrap().message_id());
+    p.handle_client_datagram(now, l.from, &rst);
+}
+
 #[test]
 fn what_each_source_holds_is_given_back_however_its_observations_end() {
     let mut refused = [0u64; 2];
@@ -253,18 +275,7 @@ fn what_each_source_holds_is_given_back_however_its_observations_end() {
                     p.handle_upstream_datagram(now, EP0, &gone);
                 }
                 16 | 17 if live.iter().any(|l| l.from.peer.has_message_layer()) => {
-                    // A notification the client resets (RFC 7641 §3.6): a UDP client's. A
-                    // stream peer has no RST (RFC 8323 §2.2): it deregisters or goes.
-                    let resets: Vec<usize> = (0..live.len())
-                        .filter(|&i| live[i].from.peer.has_message_layer())
-                        .collect();
-                    let l = live.swap_remove(resets[rng.random_range(0..resets.len())]);
-                    let n = notification(MessageType::Non, mid, &l.up_token, 2 + u32::from(mid));
-                    p.handle_upstream_datagram(now, EP0, &n);
-                    let relayed = answer_to(&mut p, l.from.peer, &l.token).expect("notified");
-                    let mut rst = Vec::new();
-                    crate::coap::rst(&mut rst, Message::parse(&relayed).unwrap().message_id());
-                    p.handle_client_datagram(now, l.from, &rst);
+                    reset_a_notification(&mut p, &mut rng, &mut live, now, mid)
                 }
                 18 if !live.is_empty() => {
                     let peer = live[rng.random_range(0..live.len())].from.peer;
