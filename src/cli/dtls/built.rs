@@ -16,18 +16,18 @@ use backoffd::proxy::{Listeners, ProxyComponent};
 #[derive(Clone, Debug)]
 pub struct DtlsPart {
     /// `--listen-dtls`.
-    pub addr: SocketAddr,
+    addr: SocketAddr,
     /// Keys, certificates and bounds.
-    pub config: DtlsServerConfig,
+    config: DtlsServerConfig,
 }
 
 /// A coaps upstream (`--upstream coaps://`): where, and with which keys.
 #[derive(Clone, Debug)]
 pub struct UpstreamPart {
     /// The origin.
-    pub addr: SocketAddr,
+    addr: SocketAddr,
     /// Keys, trust and bounds.
-    pub config: DtlsClientConfig,
+    config: DtlsClientConfig,
 }
 
 /// Where the listener is.

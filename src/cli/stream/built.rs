@@ -12,20 +12,20 @@ use backoffd::proxy::{Listeners, ProxyComponent, StreamLimits, StreamListen, Tra
 #[derive(Clone, Debug)]
 pub struct StreamPart {
     /// The listeners, in the order TCP, TLS, WebSocket.
-    pub listens: Vec<StreamListen>,
+    listens: Vec<StreamListen>,
     /// `--upstream coap+tcp://` or `coaps+tcp://`.
-    pub upstream: Option<UpstreamPart>,
+    upstream: Option<UpstreamPart>,
 }
 
 /// A CoAP-over-TCP upstream: the origin, each connection's bounds, and TLS for coaps+tcp.
 #[derive(Clone, Debug)]
-pub struct UpstreamPart {
+struct UpstreamPart {
     /// The origin.
-    pub addr: std::net::SocketAddr,
+    addr: std::net::SocketAddr,
     /// Each connection's bounds (the `--tcp-*` deadlines).
-    pub limits: backoffd::coap_tcp::ConnLimits,
+    limits: backoffd::coap_tcp::ConnLimits,
     /// coaps+tcp: the CAs `--upstream-ca` trusts and the name to check.
-    pub tls: Option<backoffd::proxy::UpstreamTls>,
+    tls: Option<backoffd::proxy::UpstreamTls>,
 }
 
 /// Where the first listener is, as a URI authority with its scheme (nothing if there is none).
