@@ -4,35 +4,11 @@
 //!
 //! Key and certificate files are read here, at parse time, so that `--check-config` finds a
 //! missing or unreadable file before anything is bound.
+//!
+//! The feature is wired here alone: the flags exist in every build; the parts they make live
+//! in `built` (with the feature) or `left_out` (without it), which offer the same names.
 
-use std::net::SocketAddr;
-#[cfg(feature = "dtls")]
-use std::time::Duration;
-
-#[cfg(feature = "dtls")]
-use super::flags::DurationArg;
-use super::flags::{value, Flags, Spec, UsageError};
-#[cfg(feature = "dtls")]
-use super::pem::{certificates, read};
-#[cfg(feature = "dtls")]
-use backoffd::dtls::{
-    CertifiedKey, ClientCredentials, Credentials, DtlsClientConfig, DtlsServerConfig, SessionLimits,
-};
-
-/// A coaps listener: where, and with which keys.
-#[cfg(feature = "dtls")]
-#[derive(Clone, Debug)]
-pub struct DtlsPart {
-    /// `--listen-dtls`.
-    pub addr: SocketAddr,
-    /// Keys, certificates and bounds.
-    pub config: DtlsServerConfig,
-}
-
-/// Built without the `dtls` feature, there is no coaps listener: no value of this type exists.
-#[cfg(not(feature = "dtls"))]
-#[derive(Clone, Debug)]
-pub enum DtlsPart {}
+use super::flags::{value, Spec};
 
 /// The flags.
 pub const SPEC: &[Spec] = &[
@@ -50,21 +26,6 @@ pub const SPEC: &[Spec] = &[
     value("dtls-idle-timeout"),
 ];
 
-/// A coaps upstream (`--upstream coaps://`): where, and with which keys.
-#[cfg(feature = "dtls")]
-#[derive(Clone, Debug)]
-pub struct UpstreamPart {
-    /// The origin.
-    pub addr: SocketAddr,
-    /// Keys, trust and bounds.
-    pub config: DtlsClientConfig,
-}
-
-/// Built without the `dtls` feature, there is no coaps upstream: no value of this type exists.
-#[cfg(not(feature = "dtls"))]
-#[derive(Clone, Debug)]
-pub enum UpstreamPart {}
-
 /// The coaps upstream's flags.
 pub const UPSTREAM_SPEC: &[Spec] = &[
     value("upstream-psk-identity"),
@@ -72,299 +33,81 @@ pub const UPSTREAM_SPEC: &[Spec] = &[
     value("upstream-ca"),
 ];
 
-/// Where the listener is.
-pub fn listen_addr(part: &DtlsPart) -> SocketAddr {
-    #[cfg(feature = "dtls")]
-    return part.addr;
-    #[cfg(not(feature = "dtls"))]
-    match *part {}
-}
-
-/// One line for `--check-config`: where, and what it takes.
-pub fn describe(part: &DtlsPart) -> String {
-    #[cfg(feature = "dtls")]
-    {
-        let c = &part.config.credentials;
-        let mut takes = Vec::new();
-        if !c.psk.is_empty() {
-            takes.push(format!("{} PSK identities", c.psk.len()));
-        }
-        if c.certificate.is_some() {
-            takes.push("a certificate".to_string());
-        }
-        if !c.client_cas.is_empty() {
-            takes.push("client certificates required".to_string());
-        }
-        let l = &part.config.limits;
-        format!(
-            "  coaps on {}: {}; up to {} sessions, {} per source {}, of them {} handshaking, {} per source; handshake {:?}, idle {:?}\n",
-            part.addr,
-            takes.join(", "),
-            l.max_sessions,
-            l.max_sessions_per_source,
-            l.source_prefix,
-            l.max_handshakes,
-            l.max_handshakes_per_source,
-            l.handshake_timeout,
-            l.idle_timeout
-        )
-    }
-    #[cfg(not(feature = "dtls"))]
-    match *part {}
-}
-
-/// Built without the `dtls` feature: any coaps flag is an error.
+#[cfg(feature = "dtls")]
+mod built;
+#[cfg(feature = "dtls")]
+use built as parts;
 #[cfg(not(feature = "dtls"))]
-pub fn from_flags(flags: &Flags) -> Result<Option<DtlsPart>, UsageError> {
-    match SPEC.iter().find(|s| flags.has(s.name)) {
-        Some(s) => Err(UsageError(format!(
-            "--{}: this backoffd was built without coaps (cargo feature `dtls`)",
-            s.name
-        ))),
-        None => Ok(None),
-    }
-}
+use left_out as parts;
+pub use parts::{
+    add_listener, describe, describe_upstream, from_flags, listen_addr, upstream_from_flags,
+    with_upstream, DtlsPart, UpstreamPart,
+};
 
-/// The listener `--listen-dtls` asks for, with its keys read.
-#[cfg(feature = "dtls")]
-pub fn from_flags(flags: &Flags) -> Result<Option<DtlsPart>, UsageError> {
-    let Some(addr) = super::addr_flag(flags, "listen-dtls")? else {
-        return match SPEC[1..].iter().find(|s| flags.has(s.name)) {
-            Some(s) => Err(UsageError(format!("--{}: needs --listen-dtls", s.name))),
-            None => Ok(None),
-        };
-    };
-    let credentials = Credentials {
-        psk: psk_table(flags)?,
-        certificate: certificate(flags)?,
-        client_cas: match flags.get::<String>("dtls-client-ca")? {
-            Some(path) => certificates("dtls-client-ca", &path)?,
-            None => Vec::new(),
-        },
-    };
-    if credentials.psk.is_empty() && credentials.certificate.is_none() {
-        return Err(UsageError(
-            "--listen-dtls: needs keys: --psk-identity with --psk-key-file, or --dtls-cert with --dtls-key".into(),
-        ));
-    }
-    if !credentials.client_cas.is_empty() && credentials.certificate.is_none() {
-        return Err(UsageError(
-            "--dtls-client-ca: needs --dtls-cert and --dtls-key (client certificates go with a server certificate)".into(),
-        ));
-    }
-    let config = DtlsServerConfig {
-        credentials,
-        limits: limits(flags)?,
-    };
-    backoffd::dtls::config::check(&config.credentials)
-        .map_err(|e| UsageError(format!("--listen-dtls: {e}")))?;
-    Ok(Some(DtlsPart { addr, config }))
-}
-
-/// `--psk-identity` and `--psk-key-file`, paired in order (both repeat).
-#[cfg(feature = "dtls")]
-fn psk_table(flags: &Flags) -> Result<backoffd::dtls::PskTable, UsageError> {
-    let identities = flags.get_all::<String>("psk-identity")?;
-    let files = flags.get_all::<String>("psk-key-file")?;
-    if identities.len() != files.len() {
-        return Err(UsageError(format!(
-            "--psk-identity: {} identities but {} --psk-key-file (give one key file per identity)",
-            identities.len(),
-            files.len()
-        )));
-    }
-    let mut table = backoffd::dtls::PskTable::new();
-    for (identity, file) in identities.into_iter().zip(files) {
-        let key = read("psk-key-file", &file, 64)?;
-        if key.is_empty() {
-            return Err(UsageError(format!(
-                "--psk-key-file: {file} is empty (it holds the raw key: 1 to 64 bytes)"
-            )));
-        }
-        if identity.is_empty() || identity.len() > 128 {
-            return Err(UsageError("--psk-identity: 1 to 128 bytes".into()));
-        }
-        if table.insert(identity.clone().into_bytes(), key).is_some() {
-            return Err(UsageError(format!(
-                "--psk-identity: {identity:?} given twice"
-            )));
-        }
-    }
-    Ok(table)
-}
-
-/// `--dtls-cert` and `--dtls-key`, both or neither.
-#[cfg(feature = "dtls")]
-fn certificate(flags: &Flags) -> Result<Option<CertifiedKey>, UsageError> {
-    use super::pem::{as_pkcs8, private_key};
-    let (cert, key) = (
-        flags.get::<String>("dtls-cert")?,
-        flags.get::<String>("dtls-key")?,
-    );
-    let (cert, key) = match (cert, key) {
-        (None, None) => return Ok(None),
-        (Some(c), Some(k)) => (c, k),
-        (Some(_), None) => return Err(UsageError("--dtls-cert: needs --dtls-key".into())),
-        (None, Some(_)) => return Err(UsageError("--dtls-key: needs --dtls-cert".into())),
-    };
-    let chain = certificates("dtls-cert", &cert)?;
-    // The one key reader `--tls-key` uses too: PKCS#8, PKCS#1 or SEC1.
-    let read_key = private_key("dtls-key", &key)?;
-    let key_pkcs8 =
-        as_pkcs8(&read_key).map_err(|e| UsageError(format!("--dtls-key: {key}: {e}")))?;
-    Ok(Some(CertifiedKey { chain, key_pkcs8 }))
-}
-
-#[cfg(feature = "dtls")]
-fn limits(flags: &Flags) -> Result<SessionLimits, UsageError> {
-    let d = SessionLimits::default();
-    let positive = |name: &str, default: usize| match flags.get_or(name, default)? {
-        0 => Err(UsageError(format!("--{name}: must be at least 1"))),
-        n => Ok(n),
-    };
-    let duration = |name: &str, default: Duration| match flags.get_or(name, DurationArg(default))?.0
-    {
-        t if t.is_zero() => Err(UsageError(format!("--{name}: must be more than 0"))),
-        t => Ok(t),
-    };
-    Ok(SessionLimits {
-        max_sessions: positive("dtls-max-sessions", d.max_sessions)?,
-        max_sessions_per_source: positive(
-            "dtls-max-sessions-per-source",
-            d.max_sessions_per_source,
-        )?,
-        max_handshakes: positive("dtls-max-handshakes", d.max_handshakes)?,
-        max_handshakes_per_source: positive(
-            "dtls-max-handshakes-per-source",
-            d.max_handshakes_per_source,
-        )?,
-        source_prefix: super::shared_flags::source_prefix(flags)?,
-        handshake_timeout: duration("dtls-handshake-timeout", d.handshake_timeout)?,
-        idle_timeout: duration("dtls-idle-timeout", d.idle_timeout)?,
-        ..d
-    })
-}
-
-/// One line for `--check-config` on a coaps upstream.
-pub fn describe_upstream(part: &UpstreamPart) -> String {
-    #[cfg(feature = "dtls")]
-    {
-        let c = &part.config.credentials;
-        let mut with = Vec::new();
-        if let Some((identity, _)) = &c.psk {
-            with.push(format!(
-                "PSK identity {:?}",
-                String::from_utf8_lossy(identity)
-            ));
-        }
-        if !c.roots.is_empty() {
-            with.push(format!(
-                "its certificate checked for {:?} against {} CA certificates",
-                c.server_name,
-                c.roots.len()
-            ));
-        }
-        format!(
-            "  upstream coaps://{}: {}; handshake {:?}, idle {:?}\n",
-            part.addr,
-            with.join(", "),
-            part.config.handshake_timeout,
-            part.config.idle_timeout
-        )
-    }
-    #[cfg(not(feature = "dtls"))]
-    match *part {}
-}
-
-/// Built without the `dtls` feature: a coaps upstream is an error.
+/// A build without the `dtls` feature: no coaps part can exist, and any coaps flag is an error.
 #[cfg(not(feature = "dtls"))]
-pub fn upstream_from_flags(flags: &Flags) -> Result<Option<UpstreamPart>, UsageError> {
-    let upstream = super::shared_flags::upstream_flag(flags)?;
-    let coaps = upstream.as_ref().is_some_and(|u| u.coaps_host.is_some());
-    // --upstream-ca is coaps+tcp's too (cli/stream.rs).
-    let over_tls = upstream.is_some_and(|u| u.tls_host.is_some());
-    let flag = (UPSTREAM_SPEC.iter().map(|s| s.name))
-        .filter(|n| !(over_tls && *n == "upstream-ca"))
-        .find(|n| flags.has(n));
-    match (coaps, flag) {
-        (false, None) => Ok(None),
-        (_, f) => Err(UsageError(format!(
-            "--{}: this backoffd was built without coaps (cargo feature `dtls`)",
-            f.unwrap_or("upstream")
-        ))),
-    }
-}
+mod left_out {
+    use std::net::SocketAddr;
 
-/// The coaps upstream `--upstream coaps://` asks for, with its keys read.
-#[cfg(feature = "dtls")]
-pub fn upstream_from_flags(flags: &Flags) -> Result<Option<UpstreamPart>, UsageError> {
-    let upstream = super::shared_flags::upstream_flag(flags)?;
-    // --upstream-ca is coaps+tcp's too (cli/stream.rs).
-    let over_tls = upstream.as_ref().is_some_and(|u| u.tls_host.is_some());
-    let Some((addr, host)) = upstream.and_then(|u| Some((u.addr, u.coaps_host?))) else {
-        let flag = (UPSTREAM_SPEC.iter())
-            .filter(|s| !(over_tls && s.name == "upstream-ca"))
-            .find(|s| flags.has(s.name));
-        return match flag {
-            Some(s) => Err(UsageError(format!(
-                "--{}: needs --upstream coaps://HOST:PORT",
-                s.name
-            ))),
+    use super::{SPEC, UPSTREAM_SPEC};
+    use crate::cli::flags::{Flags, UsageError};
+    use backoffd::proxy::{Listeners, ProxyComponent};
+
+    /// There is no coaps listener: no value of this type exists.
+    #[derive(Clone, Debug)]
+    pub enum DtlsPart {}
+
+    /// There is no coaps upstream: no value of this type exists.
+    #[derive(Clone, Debug)]
+    pub enum UpstreamPart {}
+
+    /// The error for a coaps flag.
+    fn refused(flag: &str) -> UsageError {
+        UsageError(format!(
+            "--{flag}: this backoffd was built without coaps (cargo feature `dtls`)"
+        ))
+    }
+
+    /// Any coaps flag is an error.
+    pub fn from_flags(flags: &Flags) -> Result<Option<DtlsPart>, UsageError> {
+        match SPEC.iter().find(|s| flags.has(s.name)) {
+            Some(s) => Err(refused(s.name)),
             None => Ok(None),
-        };
-    };
-    let psk = match (
-        flags.get::<String>("upstream-psk-identity")?,
-        flags.get::<String>("upstream-psk-key-file")?,
-    ) {
-        (None, None) => None,
-        (Some(identity), Some(file)) => Some(upstream_psk(identity, &file)?),
-        (Some(_), None) => {
-            return Err(UsageError(
-                "--upstream-psk-identity: needs --upstream-psk-key-file".into(),
-            ))
         }
-        (None, Some(_)) => {
-            return Err(UsageError(
-                "--upstream-psk-key-file: needs --upstream-psk-identity".into(),
-            ))
-        }
-    };
-    let roots = match flags.get::<String>("upstream-ca")? {
-        Some(path) => certificates("upstream-ca", &path)?,
-        None => Vec::new(),
-    };
-    if psk.is_none() && roots.is_empty() {
-        return Err(UsageError(
-            "--upstream coaps://: needs keys: --upstream-psk-identity with --upstream-psk-key-file, or --upstream-ca".into(),
-        ));
     }
-    let credentials = ClientCredentials {
-        psk,
-        roots,
-        server_name: host,
-    };
-    let provider = rtc_dtls::crypto_provider::default_provider()
-        .map_err(|e| UsageError(format!("--upstream: {e}")))?;
-    backoffd::dtls::config::client_handshake(&credentials, provider)
-        .map_err(|e| UsageError(format!("--upstream coaps://: {e}")))?;
-    Ok(Some(UpstreamPart {
-        addr,
-        config: DtlsClientConfig::new(credentials),
-    }))
-}
 
-/// The upstream's identity and the key its file holds.
-#[cfg(feature = "dtls")]
-fn upstream_psk(identity: String, file: &str) -> Result<(Vec<u8>, Vec<u8>), UsageError> {
-    let key = read("upstream-psk-key-file", file, 64)?;
-    if key.is_empty() {
-        return Err(UsageError(format!(
-            "--upstream-psk-key-file: {file} is empty (it holds the raw key: 1 to 64 bytes)"
-        )));
+    /// A coaps upstream, or any of its flags, is an error.
+    pub fn upstream_from_flags(flags: &Flags) -> Result<Option<UpstreamPart>, UsageError> {
+        let upstream = crate::cli::shared_flags::upstream_flag(flags)?;
+        let coaps = upstream.as_ref().is_some_and(|u| u.coaps_host.is_some());
+        // --upstream-ca is coaps+tcp's too (cli/stream.rs).
+        let over_tls = upstream.is_some_and(|u| u.tls_host.is_some());
+        let flag = (UPSTREAM_SPEC.iter().map(|s| s.name))
+            .filter(|n| !(over_tls && *n == "upstream-ca"))
+            .find(|n| flags.has(n));
+        match (coaps, flag) {
+            (false, None) => Ok(None),
+            (_, f) => Err(refused(f.unwrap_or("upstream"))),
+        }
     }
-    if identity.is_empty() || identity.len() > 128 {
-        return Err(UsageError("--upstream-psk-identity: 1 to 128 bytes".into()));
+
+    pub fn listen_addr(part: &DtlsPart) -> SocketAddr {
+        match *part {}
     }
-    Ok((identity.into_bytes(), key))
+
+    pub fn describe(part: &DtlsPart) -> String {
+        match *part {}
+    }
+
+    pub fn describe_upstream(part: &UpstreamPart) -> String {
+        match *part {}
+    }
+
+    pub fn add_listener(_: &mut Listeners, part: DtlsPart) {
+        match part {}
+    }
+
+    pub fn with_upstream(_: ProxyComponent, part: UpstreamPart) -> Result<ProxyComponent, String> {
+        match part {}
+    }
 }

@@ -3,9 +3,13 @@
 pub mod config_file;
 #[cfg(feature = "demo")]
 mod demo;
+#[cfg(not(feature = "demo"))]
+use left_out::demo;
 mod dtls;
 pub mod flags;
 mod http;
+#[cfg(any(not(feature = "demo"), not(feature = "timer-bench")))]
+mod left_out;
 #[cfg(any(feature = "dtls", feature = "tcp"))]
 mod pem;
 mod proxy;
@@ -17,16 +21,16 @@ mod shared_flags;
 mod stream;
 #[cfg(feature = "timer-bench")]
 mod timer_bench;
+#[cfg(not(feature = "timer-bench"))]
+use left_out::timer_bench;
 
 use std::cell::RefCell;
 use std::net::SocketAddr;
 use std::rc::Rc;
 
-#[cfg(feature = "http")]
-use backoffd::hc::CrossProxy;
 use backoffd::metrics::{MetricsConfig, MetricsServer, MetricsSource, MetricsSources};
 use backoffd::net::{raise_fd_limit, FdLimit};
-use backoffd::proxy::{ProxyComponent, ProxyConfig};
+use backoffd::proxy::{Listeners, ProxyComponent, ProxyConfig};
 use backoffd::reactor::{Component, Reactor};
 use flags::{Flags, UsageError};
 use http::HttpPart;
@@ -53,30 +57,16 @@ Run `backoffd <command> --help` for a command's options.
 /// A subcommand: its arguments (after its name) in, the process exit code out.
 type Command = fn(&[String]) -> Result<i32, UsageError>;
 
-/// The error of a command this build left out (its cargo feature was off).
-#[cfg(any(not(feature = "demo"), not(feature = "timer-bench")))]
-fn left_out(feature: &str) -> UsageError {
-    UsageError(format!(
-        "this backoffd was built without it (cargo feature `{feature}`)"
-    ))
-}
-
 /// The subcommand called `name`, if there is one.
 fn command(name: &str) -> Option<Command> {
     Some(match name {
-        #[cfg(feature = "demo")]
         "demo" => demo::main,
-        #[cfg(not(feature = "demo"))]
-        "demo" => |_| Err(left_out("demo")),
         "proxy" => proxy::main,
         "reconnect-client" => reconnect_client::main,
         "reconnect-server" => reconnect_server::main,
         "relay" => relay::main,
         "serve" => serve::main,
-        #[cfg(feature = "timer-bench")]
         "timer-bench" => timer_bench::main,
-        #[cfg(not(feature = "timer-bench"))]
-        "timer-bench" => |_| Err(left_out("timer-bench")),
         _ => return None,
     })
 }
@@ -131,14 +121,12 @@ pub fn parse_only(args: &[String]) -> Result<(), UsageError> {
         ))
     };
     match command.as_str() {
-        #[cfg(feature = "demo")]
         "demo" => demo::parse(rest).map(drop),
         "proxy" => proxy::parse(rest).map(drop),
         "reconnect-client" | "reconnect_interop_client" => reconnect_client::parse(rest).map(drop),
         "reconnect-server" | "reconnect_interop_server" => reconnect_server::parse(rest).map(drop),
         "relay" => relay::parse(rest).map(drop),
         "serve" => serve::parse(rest, &no_files).map(drop),
-        #[cfg(feature = "timer-bench")]
         "timer-bench" => timer_bench::parse(rest).map(drop),
         "-h" | "--help" | "help" | "-V" | "--version" => Ok(()),
         other => Err(UsageError(format!(
@@ -240,36 +228,19 @@ fn make_room_for_endpoints<'a>(
     }
 }
 
-/// Adds the metrics endpoint to the loop, if one was asked for; the error says what failed.
-/// `component`, ready for [`Reactor::add`], shared with the metrics endpoint's `sources`.
 /// The CoAP proxy bound at `listen` and `dtls` (at least one), with the HTTP cross-proxy
 /// composed in front of it when `http` is given (`--http-listen`), as a component that reports
 /// its metrics; and the line that says where it listens.
 fn proxy_part(
-    ProxyListeners {
-        listen,
-        dtls,
-        streams,
-    }: ProxyListeners,
+    listeners: ProxyListeners,
     coaps_upstream: Option<dtls::UpstreamPart>,
     config: ProxyConfig,
     http: Option<HttpPart>,
     sources: &mut MetricsSources,
 ) -> Result<(Box<dyn Component>, String), String> {
-    #[cfg(feature = "tcp")]
-    let tcp_upstream = streams.as_ref().and_then(|s| s.upstream.clone());
-    let listeners = listeners(listen, dtls, streams)?;
-    let proxy = ProxyComponent::bind_listeners(&listeners, config).map_err(|e| {
-        let at: Vec<String> = listen.iter().map(|a| a.to_string()).collect();
-        format!("cannot bind {}: {e}", at.join(" and coaps "))
-    })?;
-    let proxy = with_coaps_upstream(proxy, coaps_upstream)?;
-    #[cfg(feature = "tcp")]
-    let proxy = match tcp_upstream {
-        Some(u) => proxy.with_tcp_upstream(u.addr, u.limits, u.tls),
-        None => proxy,
-    };
-    let plain = listen.and(proxy.local_addr().ok());
+    let plain = listeners.listen;
+    let proxy = bind_proxy(listeners, coaps_upstream, config)?;
+    let plain = plain.and(proxy.local_addr().ok());
     // "CoAP proxy listening on P and coaps listening on S and coap+tcp listening on T": the
     // words scripts (and the tests) look for before each address.
     let mut on: Vec<String> = plain.iter().map(|p| format!("listening on {p}")).collect();
@@ -283,15 +254,7 @@ fn proxy_part(
     };
     let part = match http {
         None => reported(proxy, sources),
-        #[cfg(feature = "http")]
-        Some(h) => {
-            let addr = h.addr;
-            let cross = CrossProxy::bind(proxy, h)
-                .map_err(|e| format!("cannot bind HTTP listener {addr}: {e}"))?;
-            reported(cross, sources)
-        }
-        #[cfg(not(feature = "http"))]
-        Some(h) => match h {},
+        Some(h) => http::in_front(proxy, h, sources)?,
     };
     Ok((part, line))
 }
@@ -303,58 +266,44 @@ struct ProxyListeners {
     streams: Option<stream::StreamPart>,
 }
 
-/// `proxy`, speaking coaps to its upstream if `upstream` says so.
-fn with_coaps_upstream(
-    proxy: ProxyComponent,
-    upstream: Option<dtls::UpstreamPart>,
+/// The proxy bound at its client-facing sockets, speaking to its upstream over the transport
+/// the command line asks for. Each optional transport is handed over by its own module
+/// (`dtls`, `stream`), which a build without its feature cannot reach with a part.
+fn bind_proxy(
+    ProxyListeners {
+        listen,
+        dtls,
+        streams,
+    }: ProxyListeners,
+    coaps_upstream: Option<dtls::UpstreamPart>,
+    config: ProxyConfig,
 ) -> Result<ProxyComponent, String> {
-    match upstream {
-        None => Ok(proxy),
-        #[cfg(feature = "dtls")]
-        Some(u) => proxy
-            .with_coaps_upstream(u.addr, &u.config)
-            .map_err(|e| format!("coaps upstream {}: {e}", u.addr)),
-        #[cfg(not(feature = "dtls"))]
-        Some(u) => match u {},
-    }
-}
-
-/// The proxy's client-facing sockets.
-fn listeners(
-    plain: Option<SocketAddr>,
-    dtls: Option<dtls::DtlsPart>,
-    streams: Option<stream::StreamPart>,
-) -> Result<backoffd::proxy::Listeners, String> {
-    #[cfg(not(feature = "dtls"))]
+    let mut listeners = listen.map(Listeners::plain).unwrap_or_default();
     if let Some(d) = dtls {
-        match d {}
+        dtls::add_listener(&mut listeners, d);
     }
-    #[cfg(not(feature = "tcp"))]
-    if let Some(t) = streams {
-        match t {}
+    if let Some(s) = &streams {
+        stream::add_listeners(&mut listeners, s);
     }
-    Ok(backoffd::proxy::Listeners {
-        plain,
-        #[cfg(feature = "dtls")]
-        dtls: dtls.map(|d| (d.addr, d.config)),
-        #[cfg(feature = "tcp")]
-        streams: streams.map(|t| t.listens).unwrap_or_default(),
-    })
+    let mut proxy = ProxyComponent::bind_listeners(&listeners, config).map_err(|e| {
+        let at: Vec<String> = listen.iter().map(|a| a.to_string()).collect();
+        format!("cannot bind {}: {e}", at.join(" and coaps "))
+    })?;
+    if let Some(u) = coaps_upstream {
+        proxy = dtls::with_upstream(proxy, u)?;
+    }
+    if let Some(s) = streams {
+        proxy = stream::with_upstream(proxy, s);
+    }
+    Ok(proxy)
 }
 
 /// The most connections the RFC 8323 listeners of `streams` may hold together.
 fn stream_connections(streams: Option<&stream::StreamPart>) -> u64 {
-    #[cfg(feature = "tcp")]
-    return (streams.iter().flat_map(|s| &s.listens))
-        .map(|l| l.limits.max_connections as u64)
-        .sum();
-    #[cfg(not(feature = "tcp"))]
-    match streams {
-        Some(s) => match *s {},
-        None => 0,
-    }
+    streams.map_or(0, stream::max_connections)
 }
 
+/// `component`, ready for [`Reactor::add`], shared with the metrics endpoint's `sources`.
 fn reported<T: Component + MetricsSource>(
     component: T,
     sources: &mut MetricsSources,
@@ -434,31 +383,6 @@ mod tests {
     }
 
     #[test]
-    #[cfg(feature = "cache")]
-    fn cache_size_takes_bytes_kib_or_mib_up_to_1024mib() {
-        for ok in ["0", "65536", "64KiB", "1024MiB"] {
-            let line = format!("proxy --upstream 127.0.0.1:5684 --cache-size {ok}");
-            assert_eq!(parse_only(&argv(&line)), Ok(()), "{line}");
-        }
-        for (bad, says) in [
-            (
-                "64kB",
-                "expected a whole number of bytes, KiB or MiB: 65536, 64KiB, 4MiB",
-            ),
-            ("4M", "expected a whole number of bytes, KiB or MiB"),
-            ("-1", "expected a whole number of bytes, KiB or MiB"),
-            ("1025MiB", "must be at most 1024MiB (0 turns the cache off)"),
-        ] {
-            let line = format!("proxy --upstream 127.0.0.1:5684 --cache-size {bad}");
-            let e = parse_only(&argv(&line)).unwrap_err();
-            assert!(
-                e.0.starts_with("--cache-size: ") && e.0.contains(says),
-                "{bad}: {e}"
-            );
-        }
-    }
-
-    #[test]
     fn max_inflight_bytes_takes_the_same_sizes() {
         let line = "proxy --upstream 127.0.0.1:5684 --max-inflight-bytes 8MiB";
         assert_eq!(parse_only(&argv(line)), Ok(()));
@@ -478,43 +402,6 @@ mod tests {
             let file = format!("[proxy]\nupstream = 127.0.0.1:5684\n{flag} = 2MiB\n");
             assert_eq!(check_config_text("x.conf", &file), Ok(()));
         }
-    }
-
-    #[test]
-    #[cfg(feature = "cache")]
-    fn cache_size_in_a_config_file_is_checked_on_its_line() {
-        let file =
-            |value: &str| format!("[proxy]\nupstream = 127.0.0.1:5684\n\ncache-size = {value}\n");
-        assert_eq!(check_config_text("x.conf", &file("4MiB # four")), Ok(()));
-        let e = check_config_text("x.conf", &file("4 MiB")).unwrap_err();
-        assert!(
-            e.0.starts_with("x.conf:4: cache-size: invalid value \"4 MiB\""),
-            "{e}"
-        );
-        let e = check_config_text("x.conf", &file("2048MiB")).unwrap_err();
-        assert!(
-            e.0.starts_with("x.conf:4: cache-size: must be at most 1024MiB"),
-            "{e}"
-        );
-    }
-
-    #[test]
-    #[cfg(feature = "cache")]
-    fn check_config_reports_the_cache_on_with_its_bytes_or_off() {
-        let text = "[proxy]\nupstream = 127.0.0.1:5684\ncache-size = 4MiB\n\
-                    [proxy]\nlisten = 0.0.0.0:5685\nupstream = 127.0.0.1:5686\ncache-size = 1000\n\
-                    [proxy]\nlisten = 0.0.0.0:5687\nupstream = 127.0.0.1:5688\n";
-        let plan = serve::plan_from_text("x.conf", text).unwrap();
-        let lines: Vec<String> = serve::describe(&plan).lines().map(String::from).collect();
-        assert!(
-            lines[0].ends_with("; response cache on, 4194304 bytes (4MiB)"),
-            "{lines:?}"
-        );
-        assert!(
-            lines[1].ends_with("; response cache on, 1000 bytes"),
-            "{lines:?}"
-        );
-        assert!(lines[2].ends_with("; response cache off"), "{lines:?}");
     }
 
     /// A build without the cache refuses `cache-size` on its line, and `--check-config` says
@@ -541,5 +428,71 @@ mod tests {
             check_config_text("x.conf", "[reconnect]\ncontrol_port = 1\nretry_port = 2\n"),
             Ok(())
         );
+    }
+
+    /// `--cache-size`, which a build without the `cache` feature refuses.
+    #[cfg(feature = "cache")]
+    mod cache {
+        use super::*;
+
+        #[test]
+        fn cache_size_takes_bytes_kib_or_mib_up_to_1024mib() {
+            for ok in ["0", "65536", "64KiB", "1024MiB"] {
+                let line = format!("proxy --upstream 127.0.0.1:5684 --cache-size {ok}");
+                assert_eq!(parse_only(&argv(&line)), Ok(()), "{line}");
+            }
+            for (bad, says) in [
+                (
+                    "64kB",
+                    "expected a whole number of bytes, KiB or MiB: 65536, 64KiB, 4MiB",
+                ),
+                ("4M", "expected a whole number of bytes, KiB or MiB"),
+                ("-1", "expected a whole number of bytes, KiB or MiB"),
+                ("1025MiB", "must be at most 1024MiB (0 turns the cache off)"),
+            ] {
+                let line = format!("proxy --upstream 127.0.0.1:5684 --cache-size {bad}");
+                let e = parse_only(&argv(&line)).unwrap_err();
+                assert!(
+                    e.0.starts_with("--cache-size: ") && e.0.contains(says),
+                    "{bad}: {e}"
+                );
+            }
+        }
+
+        #[test]
+        fn cache_size_in_a_config_file_is_checked_on_its_line() {
+            let file = |value: &str| {
+                format!("[proxy]\nupstream = 127.0.0.1:5684\n\ncache-size = {value}\n")
+            };
+            assert_eq!(check_config_text("x.conf", &file("4MiB # four")), Ok(()));
+            let e = check_config_text("x.conf", &file("4 MiB")).unwrap_err();
+            assert!(
+                e.0.starts_with("x.conf:4: cache-size: invalid value \"4 MiB\""),
+                "{e}"
+            );
+            let e = check_config_text("x.conf", &file("2048MiB")).unwrap_err();
+            assert!(
+                e.0.starts_with("x.conf:4: cache-size: must be at most 1024MiB"),
+                "{e}"
+            );
+        }
+
+        #[test]
+        fn check_config_reports_the_cache_on_with_its_bytes_or_off() {
+            let text = "[proxy]\nupstream = 127.0.0.1:5684\ncache-size = 4MiB\n\
+                        [proxy]\nlisten = 0.0.0.0:5685\nupstream = 127.0.0.1:5686\ncache-size = 1000\n\
+                        [proxy]\nlisten = 0.0.0.0:5687\nupstream = 127.0.0.1:5688\n";
+            let plan = serve::plan_from_text("x.conf", text).unwrap();
+            let lines: Vec<String> = serve::describe(&plan).lines().map(String::from).collect();
+            assert!(
+                lines[0].ends_with("; response cache on, 4194304 bytes (4MiB)"),
+                "{lines:?}"
+            );
+            assert!(
+                lines[1].ends_with("; response cache on, 1000 bytes"),
+                "{lines:?}"
+            );
+            assert!(lines[2].ends_with("; response cache off"), "{lines:?}");
+        }
     }
 }

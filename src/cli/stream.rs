@@ -3,42 +3,11 @@
 //! (coaps+tcp) and `--listen-ws` (coap+ws) turn them on; the `--tcp-*` flags bound each of
 //! them. A build without the `tcp` feature knows the flags and refuses them with a clear
 //! error.
+//!
+//! The feature is wired here alone: the flags exist in every build; the parts they make live
+//! in `built` (with the feature) or `left_out` (without it), which offer the same names.
 
-#[cfg(feature = "tcp")]
-use std::time::Duration;
-
-#[cfg(feature = "tcp")]
-use super::flags::DurationArg;
-use super::flags::{value, Flags, Spec, UsageError};
-#[cfg(feature = "tcp")]
-use backoffd::proxy::{StreamLimits, StreamListen, Transport};
-
-/// The RFC 8323 listeners and upstream asked for (at least one of them).
-#[cfg(feature = "tcp")]
-#[derive(Clone, Debug)]
-pub struct StreamPart {
-    /// The listeners, in the order TCP, TLS, WebSocket.
-    pub listens: Vec<StreamListen>,
-    /// `--upstream coap+tcp://` or `coaps+tcp://`.
-    pub upstream: Option<UpstreamPart>,
-}
-
-/// A CoAP-over-TCP upstream: the origin, each connection's bounds, and TLS for coaps+tcp.
-#[cfg(feature = "tcp")]
-#[derive(Clone, Debug)]
-pub struct UpstreamPart {
-    /// The origin.
-    pub addr: std::net::SocketAddr,
-    /// Each connection's bounds (the `--tcp-*` deadlines).
-    pub limits: backoffd::coap_tcp::ConnLimits,
-    /// coaps+tcp: the CAs `--upstream-ca` trusts and the name to check.
-    pub tls: Option<backoffd::proxy::UpstreamTls>,
-}
-
-/// Built without the `tcp` feature, there is no TCP listener: no value of this type exists.
-#[cfg(not(feature = "tcp"))]
-#[derive(Clone, Debug)]
-pub enum StreamPart {}
+use super::flags::{value, Spec};
 
 /// The flags.
 pub const SPEC: &[Spec] = &[
@@ -54,191 +23,66 @@ pub const SPEC: &[Spec] = &[
     value("tcp-message-timeout"),
 ];
 
-/// Where the first listener is, as a URI authority with its scheme (nothing if there is none).
-pub fn listen_uri(part: &StreamPart) -> String {
-    #[cfg(feature = "tcp")]
-    return (part.listens.first())
-        .map(|l| format!("{}://{}", l.transport.scheme(), l.addr))
-        .unwrap_or_default();
-    #[cfg(not(feature = "tcp"))]
-    match *part {}
-}
-
-/// Whether a listener asked for is secure (coaps+tcp): then no plain UDP port opens unless
-/// asked for.
-pub fn is_secure(part: &StreamPart) -> bool {
-    #[cfg(feature = "tcp")]
-    return (part.listens.iter()).any(|l| matches!(l.transport, Transport::Tls(_)));
-    #[cfg(not(feature = "tcp"))]
-    match *part {}
-}
-
-/// One line for `--check-config`.
-pub fn describe(part: &StreamPart) -> String {
-    #[cfg(feature = "tcp")]
-    {
-        let mut out = String::new();
-        if let Some(u) = &part.upstream {
-            let scheme = if u.tls.is_some() {
-                "coaps+tcp"
-            } else {
-                "coap+tcp"
-            };
-            out += &format!(
-                "  upstream {scheme}://{}: each request sent once (RFC 8323)\n",
-                u.addr
-            );
-        }
-        for listen in &part.listens {
-            let l = &listen.limits;
-            out += &format!(
-                "  {} on {}: up to {} connections, {} per source; CSM within {:?}, pinged after {:?} idle, messages whole within {:?} (a source: {})\n",
-                listen.transport.scheme(),
-                listen.addr,
-                l.max_connections,
-                l.max_connections_per_source,
-                l.conn.csm_timeout,
-                l.conn.idle_timeout,
-                l.conn.message_timeout,
-                l.source_prefix
-            );
-        }
-        out
-    }
-    #[cfg(not(feature = "tcp"))]
-    match *part {}
-}
-
-/// Built without the `tcp` feature: any of the flags is an error.
-#[cfg(not(feature = "tcp"))]
-pub fn from_flags(flags: &Flags) -> Result<Option<StreamPart>, UsageError> {
-    if super::shared_flags::upstream_flag(flags)?.is_some_and(|u| u.tcp) {
-        return Err(UsageError(
-            "--upstream: coap+tcp://: this backoffd was built without CoAP over TCP (cargo feature `tcp`)".into(),
-        ));
-    }
-    match SPEC.iter().find(|s| flags.has(s.name)) {
-        Some(s) => Err(UsageError(format!(
-            "--{}: this backoffd was built without CoAP over TCP (cargo feature `tcp`)",
-            s.name
-        ))),
-        None => Ok(None),
-    }
-}
-
-/// The listeners `--listen-tcp`, `--listen-tls` and `--listen-ws` ask for.
 #[cfg(feature = "tcp")]
-pub fn from_flags(flags: &Flags) -> Result<Option<StreamPart>, UsageError> {
-    let tcp = super::addr_flag(flags, "listen-tcp")?;
-    let tls = super::addr_flag(flags, "listen-tls")?;
-    let ws = super::addr_flag(flags, "listen-ws")?;
-    let config = tls_config(flags, tls.is_some())?;
-    let upstream = super::shared_flags::upstream_flag(flags)?.filter(|u| u.tcp);
-    if tcp.is_none() && tls.is_none() && ws.is_none() && upstream.is_none() {
-        return match SPEC.iter().find(|s| flags.has(s.name)) {
+mod built;
+#[cfg(feature = "tcp")]
+use built as parts;
+#[cfg(not(feature = "tcp"))]
+use left_out as parts;
+pub use parts::{
+    add_listeners, describe, from_flags, is_secure, listen_uri, max_connections, with_upstream,
+    StreamPart,
+};
+
+/// A build without the `tcp` feature: no RFC 8323 part can exist, and any of the flags is an
+/// error.
+#[cfg(not(feature = "tcp"))]
+mod left_out {
+    use super::SPEC;
+    use crate::cli::flags::{Flags, UsageError};
+    use backoffd::proxy::{Listeners, ProxyComponent};
+
+    /// There is no TCP listener: no value of this type exists.
+    #[derive(Clone, Debug)]
+    pub enum StreamPart {}
+
+    /// Any of the flags, or a coap+tcp upstream, is an error.
+    pub fn from_flags(flags: &Flags) -> Result<Option<StreamPart>, UsageError> {
+        if crate::cli::shared_flags::upstream_flag(flags)?.is_some_and(|u| u.tcp) {
+            return Err(UsageError(
+                "--upstream: coap+tcp://: this backoffd was built without CoAP over TCP (cargo feature `tcp`)".into(),
+            ));
+        }
+        match SPEC.iter().find(|s| flags.has(s.name)) {
             Some(s) => Err(UsageError(format!(
-                "--{}: needs --listen-tcp, --listen-tls, --listen-ws or --upstream coap+tcp://",
+                "--{}: this backoffd was built without CoAP over TCP (cargo feature `tcp`)",
                 s.name
             ))),
             None => Ok(None),
-        };
-    }
-    let limits = limits(flags)?;
-    let upstream = match upstream {
-        Some(u) => Some(UpstreamPart {
-            addr: u.addr,
-            limits: limits.conn,
-            tls: u
-                .tls_host
-                .map(|host| upstream_tls(flags, host))
-                .transpose()?,
-        }),
-        None => None,
-    };
-    let listen = |addr, transport| StreamListen {
-        addr,
-        transport,
-        limits,
-    };
-    let mut listens = Vec::new();
-    listens.extend(tcp.map(|a| listen(a, Transport::Tcp)));
-    listens.extend(tls.zip(config).map(|(a, c)| listen(a, Transport::Tls(c))));
-    listens.extend(ws.map(|a| listen(a, Transport::Ws)));
-    Ok(Some(StreamPart { listens, upstream }))
-}
-
-/// coaps+tcp's trust: `--upstream-ca` (required) and the URI's host as the name to check.
-#[cfg(feature = "tcp")]
-fn upstream_tls(flags: &Flags, host: String) -> Result<backoffd::proxy::UpstreamTls, UsageError> {
-    let Some(path) = flags.get::<String>("upstream-ca")? else {
-        return Err(UsageError(
-            "--upstream coaps+tcp://: needs --upstream-ca FILE (the CAs the origin's certificate must chain to)".into(),
-        ));
-    };
-    let roots = super::pem::certificates("upstream-ca", &path)?;
-    let config = backoffd::coap_tcp::tls::client_config(&roots)
-        .map_err(|e| UsageError(format!("--upstream-ca: {path}: {e}")))?;
-    let name = rustls::pki_types::ServerName::try_from(host.clone()).map_err(|_| {
-        UsageError(format!(
-            "--upstream: {host:?} is not a host name or address"
-        ))
-    })?;
-    Ok(backoffd::proxy::UpstreamTls { config, name })
-}
-
-/// The certificate `--listen-tls` needs (`--tls-cert`, `--tls-key`), read and checked.
-#[cfg(feature = "tcp")]
-fn tls_config(
-    flags: &Flags,
-    listening: bool,
-) -> Result<Option<std::sync::Arc<rustls::ServerConfig>>, UsageError> {
-    let (cert, key) = (
-        flags.get::<String>("tls-cert")?,
-        flags.get::<String>("tls-key")?,
-    );
-    let (cert, key) = match (listening, cert, key) {
-        (false, None, None) => return Ok(None),
-        (false, Some(_), _) => return Err(UsageError("--tls-cert: needs --listen-tls".into())),
-        (false, None, Some(_)) => return Err(UsageError("--tls-key: needs --listen-tls".into())),
-        (true, Some(c), Some(k)) => (c, k),
-        (true, _, _) => {
-            return Err(UsageError(
-                "--listen-tls: needs --tls-cert FILE and --tls-key FILE".into(),
-            ))
         }
-    };
-    let chain = super::pem::certificates("tls-cert", &cert)?;
-    let key = super::pem::private_key("tls-key", &key)?;
-    let config = backoffd::coap_tcp::tls::server_config(chain, key)
-        .map_err(|e| UsageError(format!("--tls-key: {e}")))?;
-    Ok(Some(config))
-}
+    }
 
-#[cfg(feature = "tcp")]
-fn limits(flags: &Flags) -> Result<StreamLimits, UsageError> {
-    let d = StreamLimits::default();
-    let max = backoffd::proxy::MAX_CONNECTIONS;
-    let count = |name: &str, default: usize| match flags.get_or(name, default)? {
-        0 => Err(UsageError(format!("--{name}: must be at least 1"))),
-        n if n > max => Err(UsageError(format!("--{name}: at most {max}"))),
-        n => Ok(n),
-    };
-    let duration = |name: &str, default: Duration| match flags.get_or(name, DurationArg(default))?.0
-    {
-        t if t.is_zero() => Err(UsageError(format!("--{name}: must be more than 0"))),
-        t => Ok(t),
-    };
-    let mut conn = d.conn;
-    conn.csm_timeout = duration("tcp-csm-timeout", conn.csm_timeout)?;
-    conn.idle_timeout = duration("tcp-idle-timeout", conn.idle_timeout)?;
-    conn.message_timeout = duration("tcp-message-timeout", conn.message_timeout)?;
-    Ok(StreamLimits {
-        max_connections: count("tcp-max-connections", d.max_connections)?,
-        max_connections_per_source: count(
-            "tcp-max-connections-per-source",
-            d.max_connections_per_source,
-        )?,
-        source_prefix: super::shared_flags::source_prefix(flags)?,
-        conn,
-    })
+    pub fn listen_uri(part: &StreamPart) -> String {
+        match *part {}
+    }
+
+    pub fn is_secure(part: &StreamPart) -> bool {
+        match *part {}
+    }
+
+    pub fn describe(part: &StreamPart) -> String {
+        match *part {}
+    }
+
+    pub fn max_connections(part: &StreamPart) -> u64 {
+        match *part {}
+    }
+
+    pub fn add_listeners(_: &mut Listeners, part: &StreamPart) {
+        match *part {}
+    }
+
+    pub fn with_upstream(_: ProxyComponent, part: StreamPart) -> ProxyComponent {
+        match part {}
+    }
 }
