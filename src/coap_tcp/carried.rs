@@ -338,9 +338,9 @@ impl CarriedUpstream {
         carried
     }
 
-    /// A datagram the engine sends (see [`UpstreamConn::send`]).
-    pub fn send(&mut self, now: Timestamp, datagram: &[u8]) {
-        self.conn.send(now, datagram);
+    /// A message the engine sends (see [`UpstreamConn::send`]).
+    pub fn send(&mut self, datagram: &[u8]) {
+        self.conn.send(datagram);
         self.seal();
     }
 
@@ -367,7 +367,7 @@ impl CarriedUpstream {
         self.conn.handle_eof();
     }
 
-    /// The next datagram for the engine.
+    /// The next response for the engine (see [`UpstreamConn::poll_to_engine`]).
     pub fn poll_to_engine(&mut self) -> Option<Vec<u8>> {
         self.conn.poll_to_engine()
     }

@@ -1,47 +1,27 @@
 //! One connection to a CoAP-over-TCP origin (RFC 8323) as an upstream endpoint of the engine:
 //! a sans-IO state machine, the mirror of [`super::conn`].
 //!
-//! The engine keeps its UDP model here too. It sends datagrams with Message IDs; the
-//! connection sends their requests as frames (§3.2: no Message ID, no type) and remembers each
-//! token's Message ID. The origin's response comes back to the engine as the ACK of that
-//! Message ID (a piggybacked answer), and an observation's later notifications as NONs with
-//! Message IDs of the connection's own (§7: a reliable transport has no CON to acknowledge).
-//! The engine sends each request once, since its driver marks the upstream reliable.
+//! RFC 8323 messages have no type and no Message ID (§2.2, §3.2), and the engine keeps none
+//! with a reliable upstream: it matches the origin's responses by token alone, the answer
+//! and an observation's notifications alike. So the connection keeps no table: each request
+//! the engine sends goes out as a frame, its header dropped, and each response comes back in
+//! the engine's message layout with the fixed placeholder header
+//! [`frame::ENGINE_HEADER`] ([`Frame::to_engine`]), which the engine ignores. Nothing is
+//! acknowledged, reset or numbered here; the engine sends each request once, since its
+//! driver marks the upstream reliable, and ends an observation with a deregistration GET
+//! (RFC 7641 §3.6), a request like any other.
 //!
 //! The connection's life is the server side's (§5.3, §5.4): our CSM first; the origin's must
-//! come first and within `csm_timeout`; a quiet connection is pinged. An empty CON (the
-//! engine's CoAP ping) becomes a Ping, whose Pong comes back as its RST.
+//! come first and within `csm_timeout`; a quiet connection is pinged (§5.4), its Pong taken
+//! here.
 
-use std::collections::{BTreeMap, VecDeque};
-use std::time::Duration;
+use std::collections::VecDeque;
 
 use super::conn::{ConnLimits, Ending};
 use super::frame::{self, Frame, Framing};
 use super::signal::{self, Settings, Signal};
-use crate::coap::option::OBSERVE;
-use crate::coap::{rst, Message, MessageType};
+use crate::coap::Message;
 use crate::time::Timestamp;
-
-/// Requests remembered past which the oldest unanswered ones are forgotten: the engine has
-/// given up on them long before (its total timeout).
-const MAX_PENDING: usize = 4096;
-/// How long an unanswered request's token is kept when the table is full.
-const PENDING_LIFETIME: Duration = Duration::from_secs(300);
-/// Notifications whose Message ID is remembered, for an RST from the engine to find its
-/// observation.
-const RECENT_NOTIFICATIONS: usize = 256;
-
-/// A request sent, by token.
-#[derive(Clone, Copy, Debug)]
-struct Pending {
-    /// The engine's Message ID: the response goes back as its ACK.
-    mid: u16,
-    sent_at: Timestamp,
-    /// The request registered an observation (Observe: 0).
-    registers: bool,
-    /// Its first response came with Observe: later ones are notifications.
-    observing: bool,
-}
 
 /// Where the connection is.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -65,14 +45,10 @@ pub struct UpstreamConn {
     phase: Phase,
     input: Vec<u8>,
     output: Vec<u8>,
-    pending: BTreeMap<Vec<u8>, Pending>,
-    /// Message IDs of the notifications handed to the engine, with their tokens.
-    notified: VecDeque<(u16, Vec<u8>)>,
-    /// The engine's pings out as Pings, by token (its Message ID).
-    pings: VecDeque<u16>,
-    next_mid: u16,
+    /// The origin's responses, in the engine's layout, not yet taken.
     to_engine: VecDeque<Vec<u8>>,
-    /// Messages from the origin that are for nobody (no such token, requests, empty ones).
+    /// What the connection drops: requests and empty messages from the origin (an origin
+    /// is not ours to serve), and requests of the engine's too large for the origin.
     pub strays: u64,
 }
 
@@ -92,47 +68,25 @@ impl UpstreamConn {
             },
             input: Vec::new(),
             output,
-            pending: BTreeMap::new(),
-            notified: VecDeque::new(),
-            pings: VecDeque::new(),
-            next_mid: 0x8000,
             to_engine: VecDeque::new(),
             strays: 0,
         }
     }
 
-    /// A datagram the engine sends this upstream: a request goes out as a frame (before the
-    /// origin's CSM too: §5.3 lets the initiator go on at once), a ping as a Ping; the
-    /// engine's ACKs and RSTs have nothing to say on a reliable transport.
-    pub fn send(&mut self, now: Timestamp, datagram: &[u8]) {
+    /// A message the engine sends this upstream: a request goes out as a frame, its type
+    /// and Message ID dropped (§3.2), before the origin's CSM too (§5.3 lets the initiator
+    /// go on at once). Anything else (an ACK, an RST, an empty message) has nothing to say
+    /// on a reliable transport, and the engine sends none to a reliable upstream.
+    pub fn send(&mut self, datagram: &[u8]) {
         if self.ended().is_some() {
             return;
         }
         let Ok(msg) = Message::parse(datagram) else {
             return;
         };
-        match (
-            msg.msg_type(),
-            msg.code().is_request(),
-            msg.code().is_empty(),
-        ) {
-            (MessageType::Con | MessageType::Non, true, _) => {
-                self.send_request(now, &msg, datagram)
-            }
-            (MessageType::Con, _, true) => {
-                signal::encode_ping(
-                    &mut self.output,
-                    Framing::Stream,
-                    &msg.message_id().to_be_bytes(),
-                );
-                self.pings.push_back(msg.message_id());
-            }
-            (MessageType::Rst, _, true) => self.forget_notified(msg.message_id()),
-            _ => {}
+        if !msg.code().is_request() {
+            return;
         }
-    }
-
-    fn send_request(&mut self, now: Timestamp, msg: &Message<'_>, datagram: &[u8]) {
         let Some(f) = frame::from_datagram(datagram) else {
             return;
         };
@@ -142,31 +96,7 @@ impl UpstreamConn {
             self.strays += 1;
             return;
         }
-        if self.pending.len() >= MAX_PENDING {
-            self.pending
-                .retain(|_, p| p.observing || now.saturating_since(p.sent_at) < PENDING_LIFETIME);
-        }
-        let registers = msg
-            .option(OBSERVE)
-            .is_some_and(|v| v.is_empty() || v == [0]);
-        let pending = Pending {
-            mid: msg.message_id(),
-            sent_at: now,
-            registers,
-            observing: false,
-        };
-        self.pending.insert(msg.token().to_vec(), pending);
         frame::encode(&mut self.output, Framing::Stream, &f);
-    }
-
-    /// An RST from the engine to one of our notifications: it has no observer for it, so
-    /// the observation's later notifications are dropped here.
-    fn forget_notified(&mut self, mid: u16) {
-        if let Some(at) = self.notified.iter().position(|(m, _)| *m == mid) {
-            if let Some((_, token)) = self.notified.remove(at) {
-                self.pending.remove(&token);
-            }
-        }
     }
 
     /// Bytes the origin sent, in order.
@@ -207,6 +137,7 @@ impl UpstreamConn {
         match f.code.class() {
             7 => self.handle_signal(now, f, peer),
             2..=5 => self.handle_response(f),
+            // Requests and empty messages: the origin is not ours to serve.
             _ => self.strays += 1,
         }
     }
@@ -228,53 +159,24 @@ impl UpstreamConn {
                 }
             }
             Signal::Ping(token) => signal::encode_pong(&mut self.output, Framing::Stream, &token),
-            Signal::Pong => {
-                let mid = u16::from_be_bytes([
-                    f.token.first().copied().unwrap_or(0),
-                    f.token.get(1).copied().unwrap_or(0),
-                ]);
-                if let Some(at) = self.pings.iter().position(|m| *m == mid) {
-                    self.pings.remove(at);
-                    let mut answer = Vec::new();
-                    rst(&mut answer, mid);
-                    self.to_engine.push_back(answer);
-                }
-            }
+            // Answers our keepalive Ping: any input already moved the deadlines on.
+            Signal::Pong => {}
             Signal::Release => self.phase = Phase::Ended(Ending::Released),
             Signal::Abort(why) => self.phase = Phase::Ended(Ending::PeerAborted(why)),
             Signal::Unknown => {}
         }
     }
 
-    /// A response: the ACK of its request, or a notification of its observation.
+    /// A response, whoever it is for: the engine matches it by its token (an answer or a
+    /// notification), so it goes on with the placeholder header, once its options are
+    /// known to be well formed.
     fn handle_response(&mut self, f: &Frame<'_>) {
-        let Some(p) = self.pending.get_mut(f.token) else {
-            self.strays += 1;
-            return;
-        };
-        let mut datagram = Vec::new();
-        if p.observing {
-            let mid = self.next_mid;
-            self.next_mid = self.next_mid.wrapping_add(1).max(0x8000);
-            f.to_datagram(&mut datagram, MessageType::Non, mid);
-            if self.notified.len() >= RECENT_NOTIFICATIONS {
-                self.notified.pop_front();
-            }
-            self.notified.push_back((mid, f.token.to_vec()));
-        } else {
-            f.to_datagram(&mut datagram, MessageType::Ack, p.mid);
-            let observed = Message::parse(&datagram).is_ok_and(|m| m.option(OBSERVE).is_some());
-            match p.registers && observed {
-                true => p.observing = true,
-                false => {
-                    self.pending.remove(f.token);
-                }
-            }
-        }
-        if Message::parse(&datagram).is_err() {
+        let mut message = Vec::new();
+        f.to_engine(&mut message);
+        if Message::parse(&message).is_err() {
             return self.abort("a response whose options are not well formed");
         }
-        self.to_engine.push_back(datagram);
+        self.to_engine.push_back(message);
     }
 
     fn abort(&mut self, why: &'static str) {
@@ -282,7 +184,8 @@ impl UpstreamConn {
         self.phase = Phase::Ended(Ending::Aborted(why));
     }
 
-    /// The next datagram for the engine (answers, notifications, ping answers).
+    /// The next response for the engine (answers and notifications alike), in its layout
+    /// with the placeholder header [`frame::ENGINE_HEADER`].
     pub fn poll_to_engine(&mut self) -> Option<Vec<u8>> {
         self.to_engine.pop_front()
     }
@@ -367,11 +270,6 @@ impl UpstreamConn {
     /// The first `n` of them were written.
     pub fn consume_output(&mut self, n: usize) {
         self.output.drain(..n.min(self.output.len()));
-    }
-
-    /// Requests waiting for their answer, and observations.
-    pub fn pending(&self) -> usize {
-        self.pending.len()
     }
 
     fn peer(&self) -> Settings {

@@ -1,10 +1,12 @@
-//! The upstream connection core in virtual time: requests out as frames, answers back as
-//! ACKs of their Message IDs, notifications as NONs, pings, and the CSM deadline.
+//! The upstream connection core in virtual time: requests out as frames, their header
+//! dropped; every response back with the placeholder header, none numbered, acknowledged or
+//! reset here; keepalive pings and the CSM deadline.
 
 use std::time::Duration;
 
 use super::*;
-use crate::coap::{Code, MessageBuilder};
+use crate::coap::option::OBSERVE;
+use crate::coap::{rst, Code, MessageBuilder, MessageType};
 
 const T0: Timestamp = Timestamp::ZERO;
 
@@ -45,10 +47,20 @@ fn sent_frames(conn: &mut UpstreamConn) -> Vec<Code> {
     codes
 }
 
+/// The engine's layout of what the connection handed over: (type, Message ID), code, token.
+fn to_engine(conn: &mut UpstreamConn) -> Vec<((MessageType, u16), Code, Vec<u8>)> {
+    std::iter::from_fn(|| conn.poll_to_engine())
+        .map(|d| {
+            let m = Message::parse(&d).unwrap();
+            ((m.msg_type(), m.message_id()), m.code(), m.token().to_vec())
+        })
+        .collect()
+}
+
 #[test]
-fn a_request_goes_out_after_our_csm_and_its_answer_comes_back_as_the_ack_of_its_mid() {
+fn a_request_goes_out_after_our_csm_and_its_answer_comes_back_with_the_placeholder_header() {
     let mut conn = UpstreamConn::new(T0, ConnLimits::default());
-    conn.send(T0, &datagram(MessageType::Con, Code::GET, 77, b"t1", None));
+    conn.send(&datagram(MessageType::Con, Code::GET, 77, b"t1", None));
     assert_eq!(
         sent_frames(&mut conn),
         vec![signal::CSM, Code::GET],
@@ -58,76 +70,87 @@ fn a_request_goes_out_after_our_csm_and_its_answer_comes_back_as_the_ack_of_its_
         &mut conn,
         &[datagram(MessageType::Ack, Code::CONTENT, 0, b"t1", None)],
     );
-    let back = conn.poll_to_engine().expect("the answer");
-    let msg = Message::parse(&back).unwrap();
-    assert_eq!((msg.msg_type(), msg.message_id()), (MessageType::Ack, 77));
-    assert_eq!(msg.code(), Code::CONTENT);
-    assert_eq!(conn.pending(), 0, "answered, forgotten");
-    // A second answer for the token is for nobody.
+    let header = frame::ENGINE_HEADER;
+    assert_eq!(
+        to_engine(&mut conn),
+        vec![(header, Code::CONTENT, b"t1".to_vec())],
+        "not the ACK of Message ID 77: RFC 8323 has none"
+    );
+    // A second response for the token goes on too: the engine, which matches by token,
+    // knows it is for nobody.
     from_origin(
         &mut conn,
         &[datagram(MessageType::Ack, Code::CONTENT, 0, b"t1", None)],
     );
-    assert!(conn.poll_to_engine().is_none());
+    assert_eq!(to_engine(&mut conn).len(), 1);
+    assert_eq!(conn.strays, 0);
 }
 
 #[test]
-fn notifications_come_as_nons_and_an_rst_from_the_engine_ends_them_here() {
-    let mut conn = UpstreamConn::new(T0, ConnLimits::default());
-    conn.send(
-        T0,
-        &datagram(MessageType::Con, Code::GET, 5, b"ob", Some(0)),
-    );
-    let note = |seq| datagram(MessageType::Ack, Code::CONTENT, 0, b"ob", Some(seq));
-    from_origin(&mut conn, &[note(1), note(2), note(3)]);
-    let first = conn.poll_to_engine().unwrap();
-    assert_eq!(Message::parse(&first).unwrap().message_id(), 5);
-    let later: Vec<Vec<u8>> = std::iter::from_fn(|| conn.poll_to_engine()).collect();
-    assert_eq!(later.len(), 2);
-    let mids: Vec<u16> = later
-        .iter()
-        .map(|d| Message::parse(d).unwrap().message_id())
-        .collect();
-    assert!(later
-        .iter()
-        .all(|d| Message::parse(d).unwrap().msg_type() == MessageType::Non));
-    assert_ne!(mids[0], mids[1], "each notification its own Message ID");
-    let mut reset = Vec::new();
-    rst(&mut reset, mids[1]);
-    conn.send(T0, &reset);
-    conn.handle_input(T0, &{
-        let mut b = Vec::new();
-        frame::encode(
-            &mut b,
-            Framing::Stream,
-            &frame::from_datagram(&note(4)).unwrap(),
-        );
-        b
-    });
-    assert!(
-        conn.poll_to_engine().is_none(),
-        "dropped after the engine's RST"
-    );
-}
-
-#[test]
-fn the_engines_ping_is_a_ping_and_the_pong_its_rst() {
+fn every_request_type_is_framed_and_nothing_else_the_engine_sends() {
     let mut conn = UpstreamConn::new(T0, ConnLimits::default());
     from_origin(&mut conn, &[]);
     sent_frames(&mut conn);
+    // A NON request and a deregistration as the engine sends them: each one frame.
+    conn.send(&datagram(MessageType::Non, Code::GET, 1, b"a", None));
+    conn.send(&datagram(MessageType::Con, Code::GET, 2, b"ob", Some(1)));
+    assert_eq!(sent_frames(&mut conn), vec![Code::GET, Code::GET]);
+    // ACKs, RSTs and empty CONs have no meaning on a reliable transport.
+    let mut ack = Vec::new();
+    crate::coap::empty_ack(&mut ack, 5);
+    let mut reset = Vec::new();
+    rst(&mut reset, 5);
     let mut ping = Vec::new();
-    crate::coap::ping(&mut ping, 0x1234);
-    conn.send(T0, &ping);
-    assert_eq!(sent_frames(&mut conn), vec![signal::PING]);
+    crate::coap::ping(&mut ping, 5);
+    for message in [ack, reset, ping] {
+        conn.send(&message);
+    }
+    assert!(sent_frames(&mut conn).is_empty());
+}
+
+#[test]
+fn notifications_come_with_the_same_placeholder_header_and_no_made_up_message_id() {
+    let mut conn = UpstreamConn::new(T0, ConnLimits::default());
+    conn.send(&datagram(MessageType::Con, Code::GET, 5, b"ob", Some(0)));
+    let note = |seq| datagram(MessageType::Ack, Code::CONTENT, 0, b"ob", Some(seq));
+    from_origin(&mut conn, &[note(1), note(2), note(3)]);
+    let got = to_engine(&mut conn);
+    assert_eq!(got.len(), 3);
+    assert!(
+        got.iter().all(|(header, code, token)| {
+            (*header, *code, &token[..]) == (frame::ENGINE_HEADER, Code::CONTENT, &b"ob"[..])
+        }),
+        "no NON, no ACK, no Message ID of the connection's: {got:?}"
+    );
+    // Observe goes through as the origin sent it.
+    from_origin(&mut conn, &[note(4)]);
+    let last = conn.poll_to_engine().unwrap();
+    assert_eq!(
+        Message::parse(&last).unwrap().option(OBSERVE),
+        Some(&[4u8][..])
+    );
+}
+
+#[test]
+fn a_pong_is_taken_here_and_requests_from_the_origin_are_strays() {
+    let mut conn = UpstreamConn::new(T0, ConnLimits::default());
+    from_origin(&mut conn, &[]);
+    sent_frames(&mut conn);
     let mut pong = Vec::new();
     signal::encode_pong(&mut pong, Framing::Stream, &0x1234u16.to_be_bytes());
     conn.handle_input(T0, &pong);
-    let back = conn.poll_to_engine().unwrap();
-    let msg = Message::parse(&back).unwrap();
-    assert_eq!(
-        (msg.msg_type(), msg.message_id()),
-        (MessageType::Rst, 0x1234)
+    // A request from the origin: not ours to serve.
+    let mut bytes = Vec::new();
+    let request = datagram(MessageType::Con, Code::GET, 9, b"r", None);
+    frame::encode(
+        &mut bytes,
+        Framing::Stream,
+        &frame::from_datagram(&request).unwrap(),
     );
+    conn.handle_input(T0, &bytes);
+    assert!(conn.poll_to_engine().is_none(), "no RST for the engine");
+    assert_eq!(conn.strays, 1);
+    assert!(conn.ended().is_none());
 }
 
 #[test]

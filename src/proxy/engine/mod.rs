@@ -50,6 +50,7 @@ use no_cache::{self as cache, self as cache_use, self as caching, self as fanout
 mod observation_shares;
 mod outbox;
 mod peer;
+mod reliable_upstream;
 pub(super) mod report;
 pub mod route;
 mod table;

@@ -1,6 +1,7 @@
 //! The upstream leg: the proxy's own retry policy, matching what comes back from upstream
-//! (ACKs, piggybacked and separate answers, RSTs, notifications), upstream failures (5.02,
-//! 5.04), and the Observe relays those answers keep alive (RFC 7641).
+//! (ACKs, piggybacked and separate answers, RSTs, notifications; a reliable upstream's
+//! responses by token alone, `reliable_upstream.rs`), upstream failures (5.02, 5.04), and
+//! the Observe relays those answers keep alive (RFC 7641).
 
 use std::time::Duration;
 
@@ -19,16 +20,22 @@ use super::gate::Charge;
 use super::limits::ObservationRefusal;
 use super::local_answer::{encode_local, LocalAnswer};
 use super::peer::Peer;
+use super::reliable_upstream::upstream_type;
 use super::{Destination, Proxy};
 
 impl Proxy {
     /// A datagram arrived on the socket of endpoint `up` (from the upstream it is connected to).
     pub fn handle_upstream_datagram(&mut self, now: Timestamp, up: EndpointId, bytes: &[u8]) {
         self.gate.clock(now);
+        let reliable = self.upstreams.endpoint_is_reliable(up);
         let msg = match Message::parse(bytes) {
             Ok(msg) => msg,
-            Err(e) => return self.on_malformed_upstream(now, up, bytes, e),
+            Err(e) => return self.on_malformed_upstream(now, (up, reliable), bytes, e),
         };
+        if reliable {
+            // No message layer (RFC 8323 §2.2): the header is a placeholder.
+            return self.on_reliable_upstream(now, up, &msg);
+        }
         match msg.msg_type() {
             MessageType::Ack => self.on_upstream_ack(now, up, &msg),
             MessageType::Rst => match self.upstreams.exchange_for(up, msg.message_id()) {
@@ -62,19 +69,12 @@ impl Proxy {
         self.fail_endpoint(now, endpoint, "upstream refused the DTLS handshake");
     }
 
-    /// The connection behind `endpoint` to a reliable upstream (RFC 8323) failed or closed:
-    /// what waits there gets 5.02 at once, since nothing will be resent.
-    pub fn handle_upstream_closed(&mut self, now: Timestamp, endpoint: EndpointId) {
-        self.fail_endpoint(now, endpoint, "upstream connection closed");
-    }
-
-    /// The upstream at `addr` is reached over a reliable transport (CoAP over TCP or TLS):
-    /// its requests are sent once, and wait at most the total timeout (RFC 8323 §2.2).
-    pub fn set_reliable_upstream(&mut self, addr: std::net::SocketAddr) {
-        self.upstreams.set_reliable(addr);
-    }
-
-    fn fail_endpoint(&mut self, now: Timestamp, endpoint: EndpointId, why: &'static str) {
+    pub(super) fn fail_endpoint(
+        &mut self,
+        now: Timestamp,
+        endpoint: EndpointId,
+        why: &'static str,
+    ) {
         self.gate.clock(now);
         let Some(up) = self.upstreams.endpoints().upstream_of(endpoint) else {
             return;
@@ -137,13 +137,16 @@ impl Proxy {
     fn on_malformed_upstream(
         &mut self,
         now: Timestamp,
-        up: EndpointId,
+        (up, reliable): (EndpointId, bool),
         bytes: &[u8],
         e: crate::coap::FormatError,
     ) {
         self.counters.strays.upstream_format_errors += 1;
         let from = Source::Upstream(up);
         self.events.push(ProxyEvent::Malformed { from, error: e });
+        if reliable {
+            return self.on_malformed_reliable(now, up, bytes);
+        }
         match peek_header(bytes) {
             Some((MessageType::Con, mid, _)) => self.send_rst(Destination::Upstream(up), mid),
             Some((MessageType::Ack, mid, _)) => {
@@ -210,16 +213,7 @@ impl Proxy {
             self.notify_group(now, up, msg);
             return;
         }
-        let key = self.key_for_token(up, msg.token());
-        // Whether it is a notification (observing), or the answer (the leg is open).
-        let observing = key
-            .and_then(|k| self.exchanges.get(k))
-            .and_then(|x| match x.state {
-                State::Observing(_) => Some(true),
-                State::Waiting { .. } | State::AwaitingSeparate(_) => Some(false),
-                State::Answered | State::AwaitingProof { .. } => None,
-            });
-        let (Some(key), Some(observing)) = (key, observing) else {
+        let Some((key, observing)) = self.match_response(up, msg.token()) else {
             // Unknown token or a finished exchange: RST, which also cancels an
             // observation the upstream still holds (RFC 7641 §3.6).
             self.counters.strays.unmatched_upstream += 1;
@@ -240,6 +234,22 @@ impl Proxy {
             .send_encoded(Charge::Relayed, Destination::Upstream(up), |b| {
                 empty_ack(b, mid)
             });
+    }
+
+    /// The exchange a response with `token` on `up` is for, and whether it is a notification
+    /// (observing) or the answer (the leg is open); `None` for an unknown token or a
+    /// finished exchange.
+    pub(super) fn match_response(
+        &self,
+        up: EndpointId,
+        token: &[u8],
+    ) -> Option<(ExchangeKey, bool)> {
+        let key = self.key_for_token(up, token)?;
+        match self.exchanges.get(key)?.state {
+            State::Observing(_) => Some((key, true)),
+            State::Waiting { .. } | State::AwaitingSeparate(_) => Some((key, false)),
+            State::Answered | State::AwaitingProof { .. } => None,
+        }
     }
 
     /// Our tokens start with the exchange's slab index; the full token and the endpoint must
@@ -270,7 +280,7 @@ impl Proxy {
     /// The upstream's answer to a pending request: relay it, or 5.02 if it carries an unsafe
     /// option we do not recognise (RFC 7252 §5.7.1). Safe-to-forward ones pass, critical or
     /// not: an OSCORE response (option 9) is for the client to verify, not for the proxy.
-    fn on_upstream_answer(&mut self, now: Timestamp, key: ExchangeKey, msg: &Message) {
+    pub(super) fn on_upstream_answer(&mut self, now: Timestamp, key: ExchangeKey, msg: &Message) {
         if msg.options().any(|(n, _)| option::proxy_must_reject(n)) {
             return self.give_up(
                 now,
@@ -286,6 +296,10 @@ impl Proxy {
         let registers = self.exchanges.get(key).is_some_and(|x| x.observe.is_some())
             && msg.code().class() == 2
             && msg.option(OBSERVE).is_some();
+        if registers {
+            // The upstream holds it from now on, whatever the proxy does with it.
+            self.keep_registration(key);
+        }
         self.close_upstream_leg(now, key);
         let cache = self.exchanges.get_mut(key).and_then(|x| x.cache.take());
         let group_key = cache
@@ -468,7 +482,8 @@ impl Proxy {
         // A response without Observe, or an error, ends the observation (RFC 7641 §3.2).
         let last = msg.option(OBSERVE).is_none() || msg.code().class() != 2;
         let len = msg.as_bytes().len() - msg.token().len() + x.client_token.as_bytes().len();
-        let (ty, mid) = self.notification_header(now, key, msg.msg_type(), len);
+        let upstream = upstream_type(self.upstreams.is_reliable(x.upstream), msg);
+        let (ty, mid) = self.notification_header(now, key, upstream, len);
         let x = self.exchanges.get(key).expect("checked above");
         let reliable = x.reply == Reply::Reliable;
         let token = x.client_token;

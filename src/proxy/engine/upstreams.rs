@@ -1,6 +1,7 @@
 //! The upstream side's state: each upstream's address and requests in flight, its endpoints
 //! (sockets and their Message IDs, `endpoints.rs`), and which exchange an upstream ACK, RST or
-//! piggybacked answer belongs to (RFC 7252 §4.4: the Message ID, per endpoint).
+//! piggybacked answer belongs to (RFC 7252 §4.4: the Message ID, per endpoint), and the
+//! registrations a reliable upstream holds, for their deregistration (RFC 7641 §3.6).
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -8,9 +9,14 @@ use std::time::Duration;
 use crate::time::Timestamp;
 
 use super::endpoints::{EndpointId, Endpoints, Upstream, UpstreamId, UpstreamStats};
-use super::exchange::ExchangeKey;
+use super::exchange::{CoapToken, ExchangeKey};
 use super::index::Index;
-use super::keyed_hash::KeyedState;
+use super::keyed_hash::{KeyedMap, KeyedState};
+
+/// Registrations kept for their deregistration at most: past this, a new one on a reliable
+/// upstream is not kept, and ends only with its connection (a bound on what a flood of
+/// observations can make the proxy hold, each a request's copy).
+pub(super) const MAX_REGISTRATIONS: usize = 4096;
 
 /// The upstreams, their endpoints, and the exchanges by upstream Message ID.
 pub(super) struct Upstreams {
@@ -18,6 +24,12 @@ pub(super) struct Upstreams {
     endpoints: Endpoints,
     /// Piggybacked answers, empty ACKs and RSTs from upstream: (endpoint, our MID).
     by_mid: Index<(EndpointId, u16), ExchangeKey>,
+    /// A reliable upstream's observations (RFC 8323 has no RST to cancel one: a GET
+    /// deregisters it, §7.4): each
+    /// registration as it went, by its endpoint and token, from its answer until a response
+    /// for it finds no observer (it is then deregistered), the upstream ends it, or its
+    /// connection closes.
+    registrations: KeyedMap<(EndpointId, CoapToken), Box<[u8]>>,
 }
 
 impl Upstreams {
@@ -38,6 +50,7 @@ impl Upstreams {
                 })
                 .collect(),
             by_mid: Index::new(hash.clone()),
+            registrations: hash.map(),
         }
     }
 
@@ -56,6 +69,54 @@ impl Upstreams {
     /// Whether upstream `up` is reached over a reliable transport.
     pub(super) fn is_reliable(&self, up: UpstreamId) -> bool {
         self.upstreams[usize::from(up)].reliable
+    }
+
+    /// Whether endpoint `endpoint` leads to an upstream reached over a reliable transport:
+    /// what comes from there has no message layer (RFC 8323 §2.2, §3.2).
+    pub(super) fn endpoint_is_reliable(&self, endpoint: EndpointId) -> bool {
+        (self.endpoints.upstream_of(endpoint)).is_some_and(|up| self.is_reliable(up))
+    }
+
+    /// Keeps `request`, a registration that endpoint `endpoint`'s upstream (a reliable one)
+    /// accepted, until [`take_registration`](Self::take_registration); not past
+    /// [`MAX_REGISTRATIONS`].
+    pub(super) fn keep_registration(&mut self, endpoint: EndpointId, request: &[u8]) {
+        let Ok(msg) = crate::coap::Message::parse(request) else {
+            return;
+        };
+        let Some(token) = CoapToken::new(msg.token()) else {
+            return;
+        };
+        if self.registrations.len() < MAX_REGISTRATIONS {
+            self.registrations.insert((endpoint, token), request.into());
+        }
+    }
+
+    /// The registration with `token` on `endpoint`, forgotten here: it is being
+    /// deregistered, or the upstream ended it.
+    pub(super) fn take_registration(
+        &mut self,
+        endpoint: EndpointId,
+        token: &[u8],
+    ) -> Option<Box<[u8]>> {
+        let token = CoapToken::new(token)?;
+        if self.registrations.is_empty() {
+            return None;
+        }
+        self.registrations.remove(&(endpoint, token))
+    }
+
+    /// Endpoint `endpoint`'s connection closed: its upstream holds none of its
+    /// registrations any more (the server drops a connection's observers when it closes, RFC
+    /// 8323 §7.4).
+    pub(super) fn forget_registrations(&mut self, endpoint: EndpointId) {
+        self.registrations.retain(|(e, _), _| *e != endpoint);
+    }
+
+    /// Registrations kept for their deregistration, for tests.
+    #[cfg(test)]
+    pub(super) fn registrations_kept(&self) -> usize {
+        self.registrations.len()
     }
 
     /// Requests in flight to upstream `up`.

@@ -1,7 +1,8 @@
 //! The CoAP-over-TCP upstream (`--upstream coap+tcp://`, RFC 8323): each of the engine's
 //! endpoints towards the origin is a TCP connection (a sans-IO [`UpstreamConn`] on the stream
-//! driver) instead of a UDP socket. The engine sends and reads datagrams as for any
-//! upstream, each request once (the upstream is marked reliable); this part frames them.
+//! driver) instead of a UDP socket. The engine sends its requests as for any upstream, each
+//! once (the upstream is marked reliable), and takes the origin's responses by token, with
+//! no ACK or Message ID (RFC 8323 §2.2); this part carries them.
 //!
 //! A connection opens when the engine opens its endpoint, and again when the engine sends on
 //! an endpoint whose connection has closed. When one fails or closes, the engine hears it
@@ -247,13 +248,13 @@ impl Transport for StreamUpstream {
 
     /// A datagram the engine sent on endpoint `id`: framed, or kept until its connection is
     /// made (at settle).
-    fn send(&mut self, now: Timestamp, to: Destination, datagram: &[u8]) -> io::Result<()> {
+    fn send(&mut self, _now: Timestamp, to: Destination, datagram: &[u8]) -> io::Result<()> {
         let Destination::Upstream(id) = to else {
             return Err(io::ErrorKind::NotConnected.into());
         };
         match self.endpoints.get_mut(&id) {
             Some(Some(stream)) => {
-                stream.core_mut().send(now, datagram);
+                stream.core_mut().send(datagram);
                 self.written.push(id);
             }
             Some(None) => self.waiting.push((id, datagram.to_vec())),
@@ -274,7 +275,7 @@ impl Transport for StreamUpstream {
                 self.connect(ctx, id, engine);
             }
             if let Some(Some(stream)) = self.endpoints.get_mut(&id) {
-                stream.core_mut().send(ctx.now(), &datagram);
+                stream.core_mut().send(&datagram);
                 self.written.push(id);
             }
         }

@@ -13,6 +13,7 @@ mod observation_shares;
 mod observers;
 mod regressions;
 mod reliable;
+mod reliable_upstream;
 
 use crate::proxy::{EndpointId, Proxy, ProxyConfig, Seeds, Transmit};
 use crate::time::Timestamp;
