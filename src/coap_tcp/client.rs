@@ -136,8 +136,9 @@ impl UpstreamConn {
         };
         match f.code.class() {
             7 => self.handle_signal(now, f, peer),
-            2..=5 => self.handle_response(f),
-            // Requests and empty messages: the origin is not ours to serve.
+            _ if f.code.is_response() => self.handle_response(f),
+            // Requests and empty messages (the origin is not ours to serve), and the reserved
+            // classes 1, 3 and 6 (RFC 7252 §12.1), which are no response to relay.
             _ => self.strays += 1,
         }
     }

@@ -154,6 +154,24 @@ fn a_pong_is_taken_here_and_requests_from_the_origin_are_strays() {
 }
 
 #[test]
+fn a_message_of_a_reserved_code_class_is_a_stray_not_a_response() {
+    // Classes 1, 3 and 6 are reserved (RFC 7252 §12.1): such a message answers nothing, and
+    // the engine takes only responses from this connection (the fuzz smoke found a 3.xx).
+    let mut conn = UpstreamConn::new(T0, ConnLimits::default());
+    let reserved: Vec<Vec<u8>> = [0x21u8, 0x61, 0xc1]
+        .iter()
+        .map(|&code| datagram(MessageType::Con, Code(code), 1, b"t", None))
+        .collect();
+    from_origin(&mut conn, &reserved);
+    assert!(conn.poll_to_engine().is_none());
+    assert_eq!(conn.strays, 3);
+    from_origin(&mut conn, &[]);
+    let content = datagram(MessageType::Ack, Code::CONTENT, 1, b"t", None);
+    from_origin(&mut conn, &[content]);
+    assert!(conn.poll_to_engine().is_some(), "a 2.05 still goes to the engine");
+}
+
+#[test]
 fn an_origin_without_a_csm_is_aborted_at_the_deadline_and_a_quiet_one_pinged() {
     let limits = ConnLimits::default();
     let mut conn = UpstreamConn::new(T0, limits);
