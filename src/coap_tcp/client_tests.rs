@@ -168,7 +168,10 @@ fn a_message_of_a_reserved_code_class_is_a_stray_not_a_response() {
     from_origin(&mut conn, &[]);
     let content = datagram(MessageType::Ack, Code::CONTENT, 1, b"t", None);
     from_origin(&mut conn, &[content]);
-    assert!(conn.poll_to_engine().is_some(), "a 2.05 still goes to the engine");
+    assert!(
+        conn.poll_to_engine().is_some(),
+        "a 2.05 still goes to the engine"
+    );
 }
 
 #[test]
